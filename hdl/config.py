@@ -1,0 +1,185 @@
+"""Generator parameters of the convolution engine, validated once, here.
+
+Every generated block takes an :class:`EngineConfig`; buffer sizes are derived
+from it by formula (see the properties), never typed in by hand. A TOML file
+with the same field names (``fpgacnn generate --config ENGINE.toml``) loads
+through :meth:`EngineConfig.from_toml`.
+"""
+
+from dataclasses import dataclass, fields, asdict
+import math
+
+__all__ = ["EngineConfig", "ConfigError"]
+
+
+class ConfigError(ValueError):
+    """An engine parameter is out of range; the message names it."""
+
+
+def _check_int(name, value, lo, hi=None):
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"{name} must be an integer, not {value!r}")
+    if value < lo or (hi is not None and value > hi):
+        bound = f"between {lo} and {hi}" if hi is not None else f"at least {lo}"
+        raise ConfigError(f"{name} must be {bound}, not {value!r}")
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Parameters of one generated convolution engine.
+
+    Parameters
+    ----------
+    pin : int
+        Input-channel parallelism: channels consumed per window per cycle.
+    pout : int
+        Output-channel parallelism: MAC lanes, one output channel each.
+    kmax : int
+        Window size; the engine computes ``kmax x kmax`` windows and smaller
+        kernels are embedded (1x1 layers are remapped, see docs/engine.md).
+    act_width, weight_width : int
+        Activation and weight widths in bits. The integer contract (DESIGN.md
+        section 2) is int8, so both must be 8.
+    acc_width : int
+        Accumulator width in bits (16..48).
+    mult_width : int
+        Requantization multiplier width (unsigned), at least
+        :data:`fpgacnn.host.requant.MULT_BITS`.
+    max_width : int
+        Widest input row (pixels) the line buffer holds at ``max_channels``.
+    max_channels : int
+        Deepest input (channels) the line buffer holds at ``max_width``.
+    max_out_channels : int
+        Output channels whose weights fit the weight buffer at once (at
+        ``max_channels`` input channels); wider layers are tiled by the host.
+    stream_width : int
+        AXI4-Stream data width in bits: 32, 64 or 128.
+
+    Raises
+    ------
+    ConfigError
+        If a parameter is out of range or parameters do not fit together.
+    """
+
+    pin: int = 8
+    pout: int = 8
+    kmax: int = 3
+    act_width: int = 8
+    weight_width: int = 8
+    acc_width: int = 32
+    mult_width: int = 16
+    max_width: int = 64
+    max_channels: int = 64
+    max_out_channels: int = 64
+    stream_width: int = 64
+
+    def __post_init__(self):
+        from ..host.requant import MULT_BITS
+        _check_int("pin", self.pin, 1, 64)
+        _check_int("pout", self.pout, 1, 64)
+        _check_int("kmax", self.kmax, 1, 7)
+        _check_int("act_width", self.act_width, 8, 8)
+        _check_int("weight_width", self.weight_width, 8, 8)
+        _check_int("acc_width", self.acc_width, 16, 48)
+        _check_int("mult_width", self.mult_width, MULT_BITS, 24)
+        _check_int("max_width", self.max_width, 1, 4096)
+        _check_int("max_channels", self.max_channels, 1, 4096)
+        _check_int("max_out_channels", self.max_out_channels, 1, 4096)
+        if self.stream_width not in (32, 64, 128):
+            raise ConfigError(f"stream_width must be 32, 64 or 128, not {self.stream_width!r}")
+        b = self.stream_bytes
+        if self.pin % b and b % self.pin:
+            raise ConfigError(
+                f"pin ({self.pin} bytes per word) and stream_width ({b} bytes per beat) "
+                f"must divide one another")
+        if self.pout % b and b % self.pout:
+            raise ConfigError(
+                f"pout ({self.pout} bytes per word) and stream_width ({b} bytes per beat) "
+                f"must divide one another")
+
+    # -- derived sizes (formulas, documented in docs/engine.md) ---------------
+
+    @property
+    def stream_bytes(self):
+        """Bytes per AXI4-Stream beat."""
+        return self.stream_width // 8
+
+    @property
+    def max_stride(self):
+        """Largest stride the window generator supports (= ``kmax``)."""
+        return self.kmax
+
+    @property
+    def row_slots(self):
+        """Rows the line buffer holds: ``kmax`` being read plus ``max_stride`` being written."""
+        return self.kmax + self.max_stride
+
+    @property
+    def max_ci_tiles(self):
+        return math.ceil(self.max_channels / self.pin)
+
+    @property
+    def max_co_tiles(self):
+        return math.ceil(self.max_out_channels / self.pout)
+
+    @property
+    def line_bank_depth(self):
+        """Words (of ``pin`` bytes) per line-buffer bank: one bank per (row slot, column mod kmax)."""
+        return math.ceil(self.max_width / self.kmax) * self.max_ci_tiles
+
+    @property
+    def line_buffer_bytes(self):
+        return self.row_slots * self.kmax * self.line_bank_depth * self.pin
+
+    @property
+    def weight_depth(self):
+        """Weight-buffer words; a word holds one (output tile, input tile): ``pout*kmax*kmax*pin`` bytes."""
+        return self.max_co_tiles * self.max_ci_tiles
+
+    @property
+    def weight_word_bytes(self):
+        return self.pout * self.kmax * self.kmax * self.pin
+
+    @property
+    def weight_buffer_bytes(self):
+        return self.weight_depth * self.weight_word_bytes
+
+    @property
+    def param_depth(self):
+        """Parameter-buffer words; a word holds (bias, mult, shift) for ``pout`` lanes."""
+        return self.max_co_tiles
+
+    @property
+    def peak_macs_per_cycle(self):
+        return self.kmax * self.kmax * self.pin * self.pout
+
+    # -- (de)serialisation ---------------------------------------------------
+
+    def as_dict(self):
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, values, *, source="configuration"):
+        """Build from a mapping, rejecting unknown keys by name."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ConfigError(f"{source}: unknown engine parameter {unknown[0]!r} "
+                              f"(known: {', '.join(sorted(known))})")
+        return cls(**values)
+
+    @classmethod
+    def from_toml(cls, path):
+        """Load ``[engine]`` (or the top-level table) of a TOML file."""
+        try:
+            import tomllib
+        except ModuleNotFoundError:  # Python 3.10
+            import tomli as tomllib
+        try:
+            with open(path, "rb") as f:
+                doc = tomllib.load(f)
+        except FileNotFoundError:
+            raise ConfigError(f"{path}: no such configuration file") from None
+        except tomllib.TOMLDecodeError as e:
+            raise ConfigError(f"{path}: not valid TOML ({e})") from None
+        return cls.from_dict(doc.get("engine", doc), source=str(path))

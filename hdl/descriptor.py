@@ -1,0 +1,52 @@
+"""The layer descriptor: what the host tells the engine about one layer run.
+
+Declared once; the core reads it as an Amaranth struct, the register map
+(:mod:`fpgacnn.hdl.regmap`) gives each field a register, and the host compiler
+fills it. Geometry is given explicitly (output size too) so that the engine
+never re-derives what the host already decided. See docs/engine.md.
+"""
+
+from dataclasses import dataclass
+
+from amaranth.hdl import unsigned, signed
+from amaranth.lib import data
+
+__all__ = ["DescriptorField", "DESCRIPTOR_FIELDS", "descriptor_layout"]
+
+
+@dataclass(frozen=True)
+class DescriptorField:
+    name: str
+    width: int
+    signed: bool
+    doc: str
+
+
+#: In register order. Widths are fixed (not per configuration) so that the
+#: register map of every engine has the same shape; limits are checked against
+#: the configuration by the host compiler.
+DESCRIPTOR_FIELDS = (
+    DescriptorField("in_h", 16, False, "input rows"),
+    DescriptorField("in_w", 16, False, "input columns"),
+    DescriptorField("ci_tiles", 16, False, "input channels / pin, rounded up"),
+    DescriptorField("co_tiles", 16, False, "output channels / pout, rounded up"),
+    DescriptorField("out_h", 16, False, "convolution output rows (before pooling)"),
+    DescriptorField("out_w", 16, False, "convolution output columns (before pooling)"),
+    DescriptorField("stride", 4, False, "stride, 1..kmax (same on both axes)"),
+    DescriptorField("pad_top", 4, False, "rows of zero-point padding above, 0..kmax-1"),
+    DescriptorField("pad_left", 4, False, "columns of zero-point padding left, 0..kmax-1"),
+    DescriptorField("batch", 16, False, "images streamed after the weights, at least 1"),
+    DescriptorField("x_zp", 8, True, "input zero point (also the padding value)"),
+    DescriptorField("y_zp", 8, True, "output zero point"),
+    DescriptorField("clamp_lo", 8, True, "lower output clamp (a fused Relu raises it to y_zp)"),
+    DescriptorField("clamp_hi", 8, True, "upper output clamp"),
+    DescriptorField("pool", 1, False, "fuse a 2x2 stride-2 max-pool on the output"),
+    DescriptorField("load_weights", 1, False, "stream parameters and weights before the images"),
+)
+
+
+def descriptor_layout():
+    """The descriptor as a :class:`amaranth.lib.data.StructLayout`."""
+    return data.StructLayout({
+        f.name: (signed(f.width) if f.signed else unsigned(f.width)) for f in DESCRIPTOR_FIELDS
+    })

@@ -1,0 +1,1 @@
+"""Subcommands of the fpgacnn CLI, one module each."""
