@@ -14,6 +14,10 @@
 #include "Vtop.h"
 #if VM_TRACE_FST
 #include "verilated_fst_c.h"
+typedef VerilatedFstC TraceFile;
+#elif VM_TRACE_VCD
+#include "verilated_vcd_c.h"
+typedef VerilatedVcdC TraceFile;
 #endif
 
 #include "board_ports.h"
@@ -23,8 +27,8 @@ namespace {
 struct Board {
     VerilatedContext* ctx = nullptr;
     Vtop* top = nullptr;
-#if VM_TRACE_FST
-    VerilatedFstC* trace = nullptr;
+#if VM_TRACE
+    TraceFile* trace = nullptr;
 #endif
     uint64_t cycle = 0;
     uint64_t time = 0;
@@ -62,7 +66,7 @@ bool pause(Board* b, uint32_t permille) {
 }
 
 void dump(Board* b) {
-#if VM_TRACE_FST
+#if VM_TRACE
     if (b->trace) b->trace->dump(b->time);
 #endif
     b->time += 5;
@@ -149,22 +153,22 @@ void tick(Board* b) {
 
 extern "C" {
 
-void* board_new(const char* fst_path) {
+void* board_new(const char* wave_path) {
     Board* b = new Board;
     b->ctx = new VerilatedContext;
     b->ctx->randReset(0);
-#if VM_TRACE_FST
-    if (fst_path && fst_path[0]) b->ctx->traceEverOn(true);
+#if VM_TRACE
+    if (wave_path && wave_path[0]) b->ctx->traceEverOn(true);
 #endif
     b->top = new Vtop(b->ctx);
-#if VM_TRACE_FST
-    if (fst_path && fst_path[0]) {
-        b->trace = new VerilatedFstC;
+#if VM_TRACE
+    if (wave_path && wave_path[0]) {
+        b->trace = new TraceFile;
         b->top->trace(b->trace, 99);
-        b->trace->open(fst_path);
+        b->trace->open(wave_path);
     }
 #else
-    (void)fst_path;
+    (void)wave_path;
 #endif
     b->top->clk = 0;
     b->top->rst = 0;
@@ -174,7 +178,7 @@ void* board_new(const char* fst_path) {
 
 void board_free(void* p) {
     Board* b = static_cast<Board*>(p);
-#if VM_TRACE_FST
+#if VM_TRACE
     if (b->trace) { b->trace->close(); delete b->trace; }
 #endif
     b->top->final();

@@ -29,7 +29,7 @@ import numpy as np
 from ..host.errors import BackendError
 from .verilator_tool import verilator_env, verilator_version
 
-__all__ = ["SimulatedBoard", "build_board_library", "TopPorts"]
+__all__ = ["SimulatedBoard", "build_board_library", "TopPorts", "waveform_format"]
 
 _HARNESS = Path(__file__).with_name("board_harness.cpp")
 
@@ -146,7 +146,7 @@ def _cache_root():
     return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "fpgacnn" / "verilator"
 
 
-def build_board_library(verilog, *, top="top", trace=False, cache_dir=None, progress=None):
+def build_board_library(verilog, *, top="top", trace=None, cache_dir=None, progress=None):
     """Build (or find in the cache) the simulated board's shared library.
 
     Parameters
@@ -155,8 +155,9 @@ def build_board_library(verilog, *, top="top", trace=False, cache_dir=None, prog
         Verilog of the engine top.
     top : str
         Name of the top module.
-    trace : bool
-        Compile in FST waveform support (a separate cached build).
+    trace : {None, "vcd", "fst"}
+        Compile in waveform support of this format (a separate cached build).
+        FST needs the lz4 development headers (Debian: liblz4-dev).
     cache_dir : path-like, optional
         Where builds are kept; default ``$FPGACNN_CACHE/verilator`` or
         ``~/.cache/fpgacnn/verilator``.
@@ -178,8 +179,13 @@ def build_board_library(verilog, *, top="top", trace=False, cache_dir=None, prog
     harness = _HARNESS.read_text()
     flags = ["--cc", "-Wno-fatal", "-O3", "--prefix", "Vtop", "--top-module", top,
              "-CFLAGS", "-fPIC -O2", "--build", "-j", str(min(os.cpu_count() or 1, 4))]
+    if trace not in (None, "vcd", "fst"):
+        raise BackendError(f"waveform format must be 'vcd' or 'fst', not {trace!r}")
+    if trace == "fst" and not _have_lz4_headers():
+        raise BackendError("FST waveforms need the lz4 development headers (Debian: apt-get "
+                           "install liblz4-dev); name the waveform file *.vcd for a VCD instead")
     if trace:
-        flags += ["--trace-fst"]
+        flags += [f"--trace-{trace}"]
     key = hashlib.sha256("\0".join([verilog, harness, header, verilator_version(), " ".join(flags)])
                          .encode()).hexdigest()[:20]
     root = Path(cache_dir) if cache_dir else _cache_root()
@@ -195,7 +201,7 @@ def build_board_library(verilog, *, top="top", trace=False, cache_dir=None, prog
         (work / "board_harness.cpp").write_text(harness)
         if progress:
             progress(f"building the simulated board with Verilator ({ports.stream_width}-bit streams"
-                     f"{', waveforms' if trace else ''}); cached for the next run")
+                     f"{f', {trace} waveforms' if trace else ''}); cached for the next run")
         start = time.monotonic()
         env = verilator_env()
         cmd = ["verilator", *flags, "-Mdir", "obj", "-CFLAGS", f"-I{work}", "top.v", "board_harness.cpp"]
@@ -203,8 +209,8 @@ def build_board_library(verilog, *, top="top", trace=False, cache_dir=None, prog
         libs = [str(work / "obj" / "board_harness.o"), str(work / "obj" / "libVtop.a"),
                 str(work / "obj" / "libverilated.a")]
         link = ["g++", "-shared", "-o", "libboard.so", *libs, "-pthread", "-latomic"]
-        if trace:
-            link.append("-lz")
+        if trace == "fst":
+            link += ["-lz", "-llz4"]
         _run(link, work, env, "linking the simulated board")
         if progress:
             progress(f"simulated board built in {time.monotonic() - start:.0f} s")
@@ -217,6 +223,26 @@ def build_board_library(verilog, *, top="top", trace=False, cache_dir=None, prog
         shutil.rmtree(work, ignore_errors=True)
         raise
     return lib
+
+
+def _have_lz4_headers():
+    proc = subprocess.run(["g++", "-x", "c++", "-E", "-"], input="#include <lz4.h>\n",
+                          capture_output=True, text=True)
+    return proc.returncode == 0
+
+
+def waveform_format(path):
+    """``"fst"`` or ``"vcd"`` from a waveform file name.
+
+    Raises
+    ------
+    BackendError
+        For any other suffix.
+    """
+    suffix = Path(path).suffix.lower()
+    if suffix not in (".fst", ".vcd"):
+        raise BackendError(f"waveform file {str(path)!r} must end in .fst or .vcd")
+    return suffix[1:]
 
 
 def _run(cmd, cwd, env, what):
@@ -281,21 +307,23 @@ class SimulatedBoard:
     top : str
         Top module name.
     waves : path-like, optional
-        Write an FST waveform of everything this board does to this file.
+        Write a waveform of everything this board does to this file
+        (``.vcd``, or ``.fst`` where the lz4 headers are installed).
+    clock_hz : float
+        The clock the simulated engine is taken to run at: timeouts (seconds,
+        as on a real board) are counted in simulated time at this clock.
     progress : callable, optional
         Receives one-line status messages (the first build takes a while).
-
-    Notes
-    -----
-    Timeouts are in clock cycles of the simulated board: simulated time is the
-    only clock a simulation has.
     """
 
-    def __init__(self, verilog, *, top="top", waves=None, cache_dir=None, progress=None):
-        path = build_board_library(verilog, top=top, trace=waves is not None,
+    def __init__(self, verilog, *, top="top", waves=None, clock_hz=100e6, cache_dir=None,
+                 progress=None):
+        trace = waveform_format(waves) if waves is not None else None
+        path = build_board_library(verilog, top=top, trace=trace,
                                    cache_dir=cache_dir, progress=progress)
         self._lib = _load(path)
         self.beat_bytes = TopPorts(verilog, top).beat_bytes
+        self.clock_hz = float(clock_hz)
         self._handle = self._lib.board_new(os.fsencode(waves) if waves is not None else None)
         self._pinned = []  # buffers the C++ DMA model points into
         self.reset()
@@ -345,7 +373,7 @@ class SimulatedBoard:
         Raises
         ------
         BackendError
-            On an error response or no response within ``timeout`` cycles.
+            On an error response or no response within ``timeout`` clock cycles.
         """
         resp = self._lib.board_mmio_write(self._h(), addr, value & 0xFFFF_FFFF, timeout)
         if resp:
@@ -397,8 +425,10 @@ class SimulatedBoard:
         return bool(self._lib.board_dma_send_busy(h)), bool(self._lib.board_dma_recv_busy(h))
 
     def dma_wait(self, timeout):
-        """Run until both DMA channels are idle; False if ``timeout`` cycles pass first."""
-        done = self._lib.board_dma_wait(self._h(), int(timeout)) == 0
+        """Run until both DMA channels are idle; False if ``timeout`` seconds of
+        simulated time (at ``clock_hz``) pass first."""
+        cycles = max(1, int(timeout * self.clock_hz))
+        done = self._lib.board_dma_wait(self._h(), cycles) == 0
         if done:
             self._pinned = []
         return done

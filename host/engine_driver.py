@@ -1,0 +1,152 @@
+"""The engine driver: one layer run on any board, through the register map.
+
+The same code drives the simulated board (:class:`fpgacnn.sim.native_board.SimulatedBoard`)
+and a PYNQ board. A board is anything with the narrow interface of DESIGN.md
+section 4::
+
+    board.mmio_read(addr) -> int          board.mmio_write(addr, value)
+    board.allocate(nbytes) -> uint8 array board.dma_send(buf)   board.dma_recv(buf)
+    board.dma_wait(timeout_s) -> bool     board.dma_abort()     board.received
+
+Register addresses come from :func:`fpgacnn.hdl.regmap.build_regmap`, the
+declaration the gateware is generated from; nothing here types an address.
+"""
+
+from dataclasses import dataclass, fields
+
+import numpy as np
+
+from ..hdl.config import EngineConfig
+from ..hdl.descriptor import DESCRIPTOR_FIELDS
+from ..hdl.regmap import build_regmap
+from .errors import BackendError
+
+__all__ = ["EngineDriver", "LayerRun", "config_differences"]
+
+
+@dataclass(frozen=True)
+class LayerRun:
+    """What one layer run on the engine returned.
+
+    Attributes
+    ----------
+    output : numpy.ndarray of uint8
+        The bytes the engine streamed out (see docs/engine.md).
+    busy_cycles, stall_in_cycles, stall_out_cycles : int
+        The engine's performance counters for this run (exact clock cycles).
+    """
+
+    output: np.ndarray
+    busy_cycles: int
+    stall_in_cycles: int
+    stall_out_cycles: int
+
+
+def config_differences(expected, actual):
+    """``["pin: program 8, bitstream 4", ...]`` for every parameter that differs."""
+    return [f"{f.name}: program {getattr(expected, f.name)}, bitstream {getattr(actual, f.name)}"
+            for f in fields(EngineConfig) if getattr(expected, f.name) != getattr(actual, f.name)]
+
+
+class EngineDriver:
+    """Drives one ConvEngine on a board.
+
+    Parameters
+    ----------
+    board : object
+        A board with the narrow interface (module docstring).
+    expected : EngineConfig, optional
+        The configuration the program was compiled for. The engine's ID ROM is
+        read on open; a different configuration is refused before anything runs.
+
+    Attributes
+    ----------
+    config : EngineConfig
+        The configuration read from the engine's ID ROM.
+
+    Raises
+    ------
+    BackendError
+        If no engine answers, its register-map version is unsupported, or its
+        configuration differs from ``expected`` (the message lists what differs).
+    """
+
+    def __init__(self, board, expected=None):
+        self.board = board
+        self.regs = build_regmap(expected if expected is not None else EngineConfig())
+        self.config = self.regs.read_config(board.mmio_read)
+        if expected is not None and self.config != expected:
+            raise BackendError("the engine on the board was generated with another configuration "
+                               "than the compiled program: " + "; ".join(config_differences(expected, self.config)))
+        self.regs = build_regmap(self.config)
+
+    def _write(self, name, value=None, **fields):
+        self.board.mmio_write(self.regs.address(name), self.regs.encode(name, value, **fields))
+
+    def _read(self, name):
+        return self.regs.decode(name, self.board.mmio_read(self.regs.address(name)))
+
+    def soft_reset(self):
+        """Abort whatever the engine is doing and return it to idle."""
+        self._write("control", soft_reset=1)
+
+    def run_layer(self, descriptor, stream_in, out_nbytes, *, timeout, name="layer"):
+        """Run one layer: descriptor, start, stream in, stream out, wait.
+
+        Parameters
+        ----------
+        descriptor : dict
+            A value for every field of :data:`fpgacnn.hdl.descriptor.DESCRIPTOR_FIELDS`.
+        stream_in : numpy.ndarray of uint8
+            The input stream (parameters, weights, pixels), already packed.
+        out_nbytes : int
+            Bytes the engine will stream out.
+        timeout : float
+            Seconds (board time) after which the run is abandoned.
+        name : str
+            The layer's name, for error messages.
+
+        Returns
+        -------
+        LayerRun
+
+        Raises
+        ------
+        BackendError
+            If the transfer does not complete within ``timeout``; the DMA and
+            the engine are reset first, so the next run on this board works.
+        """
+        missing = [f.name for f in DESCRIPTOR_FIELDS if f.name not in descriptor]
+        if missing:
+            raise BackendError(f"layer {name!r}: descriptor lacks {', '.join(missing)}")
+        for f in DESCRIPTOR_FIELDS:
+            self._write(f"desc_{f.name}", int(descriptor[f.name]))
+        out = self.board.allocate(out_nbytes)
+        buf = self.board.allocate(len(stream_in))
+        buf[:] = stream_in
+        self._write("control", start=1)
+        self.board.dma_recv(out)
+        self.board.dma_send(buf)
+        if not self.board.dma_wait(timeout):
+            received = self.board.received
+            self.board.dma_abort()
+            self.soft_reset()
+            raise BackendError(f"layer {name!r}: DMA did not complete within {timeout:g} s "
+                               f"(received {received} of {out_nbytes} bytes); engine and DMA reset")
+        status = self._read("status")
+        if not status["done"]:
+            # The last beat is out; done follows within a few cycles.
+            for _ in range(64):
+                status = self._read("status")
+                if status["done"]:
+                    break
+            else:
+                self.soft_reset()
+                raise BackendError(f"layer {name!r}: the engine streamed all output but did not "
+                                   f"report done (status {status}); engine reset")
+        return LayerRun(
+            output=np.array(out[:out_nbytes], copy=True),
+            busy_cycles=self._read("perf_busy_cycles")["value"],
+            stall_in_cycles=self._read("perf_stall_in_cycles")["value"],
+            stall_out_cycles=self._read("perf_stall_out_cycles")["value"],
+        )

