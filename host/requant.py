@@ -62,15 +62,20 @@ def requant_params(scale):
     return mult, shift
 
 
-def round_shift(value, shift):
-    """``round(value / 2**shift)`` with ties rounded up, on int64 arrays."""
+def round_shift(value, shift, ties_to_even=False):
+    """``round(value / 2**shift)`` on int64 arrays, ties rounded up (or, with
+    ``ties_to_even``, to the even neighbour, as the average-pooling layers do)."""
     value = np.asarray(value, dtype=np.int64)
     shift = np.asarray(shift, dtype=np.int64)
     half = np.where(shift > 0, np.left_shift(np.int64(1), np.maximum(shift - 1, 0)), 0)
-    return np.right_shift(value + half, shift)
+    out = np.right_shift(value + half, shift)
+    if ties_to_even:
+        low = value & (np.left_shift(np.int64(1), shift) - 1)
+        out = out - ((shift > 0) & (low == half) & (out & 1 == 1))
+    return out
 
 
-def requantize(acc, mult, shift, zero_point, lo=-128, hi=127):
+def requantize(acc, mult, shift, zero_point, lo=-128, hi=127, ties_to_even=False):
     """Requantize int32 accumulators to int8: ``clamp(round(acc*m/2**s) + zp, lo, hi)``.
 
     Parameters
@@ -84,10 +89,13 @@ def requantize(acc, mult, shift, zero_point, lo=-128, hi=127):
         Output zero point.
     lo, hi : int
         Clamp bounds (a fused Relu raises ``lo`` to the zero point).
+    ties_to_even : bool
+        Round exact halves to even instead of up (average pooling only, where
+        halves are frequent: ``sum / 4`` with equal in and out scales).
 
     Returns
     -------
     numpy.ndarray of int8
     """
     prod = np.asarray(acc, dtype=np.int64) * np.asarray(mult, dtype=np.int64)
-    return np.clip(round_shift(prod, shift) + int(zero_point), lo, hi).astype(np.int8)
+    return np.clip(round_shift(prod, shift, ties_to_even) + int(zero_point), lo, hi).astype(np.int8)

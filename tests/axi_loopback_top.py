@@ -35,11 +35,16 @@ class AxiLoopbackTop(wiring.Component):
         m = Module()
         a, s, o = self.s_axil, self.s_axis, self.m_axis
         key, beats = Signal(32), Signal(32)
-        # Writes wait for both address and data; a bad address answers SLVERR.
-        with m.If(a.awvalid & a.wvalid & ~a.bvalid):
-            m.d.comb += [a.awready.eq(1), a.wready.eq(1)]
-            m.d.sync += a.bvalid.eq(1)
-            with m.If(a.awaddr == 0):
+        # Address and data may come in either order (cocotbpynq sends the
+        # address first and waits for AWREADY before it raises WVALID).
+        awaddr, aw_held = Signal(12), Signal()
+        with m.If(a.awvalid & ~aw_held & ~a.bvalid):
+            m.d.comb += a.awready.eq(1)
+            m.d.sync += [awaddr.eq(a.awaddr), aw_held.eq(1)]
+        with m.If(aw_held & a.wvalid & ~a.bvalid):
+            m.d.comb += a.wready.eq(1)
+            m.d.sync += [a.bvalid.eq(1), aw_held.eq(0)]
+            with m.If(awaddr == 0):
                 m.d.sync += [key.eq(a.wdata), a.bresp.eq(0)]
             with m.Else():
                 m.d.sync += a.bresp.eq(2)

@@ -1,0 +1,166 @@
+"""The MAC array: ``pout`` lanes of ``kmax*kmax*pin`` multipliers, adder trees and accumulators."""
+
+from amaranth.hdl import Module, Signal, signed, unsigned
+from amaranth.lib import data, wiring
+from amaranth.lib.wiring import In, Out
+
+from .adder_tree import AdderTree
+from .config import EngineConfig
+
+__all__ = ["MacArray"]
+
+
+def _check_config(config):
+    if not isinstance(config, EngineConfig):
+        raise TypeError(f"config must be an EngineConfig, not {config!r}")
+
+
+def _check_tag_width(tag_width):
+    if isinstance(tag_width, bool) or not isinstance(tag_width, int):
+        raise TypeError(f"tag_width must be a non-negative integer, not {tag_width!r}")
+    if tag_width < 0:
+        raise ValueError(f"tag_width must be a non-negative integer, not {tag_width!r}")
+
+
+class MacArray(wiring.Component):
+    """``pout`` dot products of one ``kmax x kmax x pin`` window, accumulated over input tiles.
+
+    Every cycle with ``i_valid`` multiplies the window by each lane's weights
+    (``T = kmax*kmax*pin`` multipliers per lane, all in parallel), sums the
+    products in a pipelined :class:`~fpgacnn.hdl.adder_tree.AdderTree` and adds
+    the sum to the lane's accumulator. An accumulation group is the run of
+    valid cycles from one with ``i_first`` to one with ``i_last`` (a group of
+    one cycle has both); idle cycles (``i_valid = 0``) may separate its cycles.
+    The cycle after a group's sum is complete, ``o_valid`` is high for one
+    cycle with the sum on ``o_acc`` and the last cycle's ``i_tag`` on ``o_tag``.
+
+    Tap order: tap ``t = (ky*kmax + kx)*pin + p`` of ``i_window`` meets tap
+    ``t`` of each lane's weights. The array never stalls: the caller must be
+    able to take every result.
+
+    Parameters
+    ----------
+    config : EngineConfig
+        Uses ``pin``, ``pout``, ``kmax`` and ``acc_width``.
+    tag_width : int
+        Width of the tag carried from ``i_tag`` to ``o_tag`` (0 for none;
+        inside a design only: Amaranth writes a zero-width top-level port as
+        ``[-1:0]``, which Verilog tools read as two bits).
+
+    Members
+    -------
+    i_valid : In(1)
+        The window and weights are valid this cycle.
+    i_first : In(1)
+        This valid cycle starts a new accumulation group (the old sum is dropped).
+    i_last : In(1)
+        This valid cycle ends the group: its sum is emitted.
+    i_tag : In(tag_width)
+        Carried with the data; sampled on the ``i_last`` cycle.
+    i_window : In(data.ArrayLayout(signed(8), T))
+        The window, tap order as above.
+    i_weights : In(data.ArrayLayout(data.ArrayLayout(signed(8), T), pout))
+        One weight word of the stream format (lane 0 in the low bytes).
+    o_valid : Out(1)
+        One cycle per finished group.
+    o_tag : Out(tag_width)
+    o_acc : Out(data.ArrayLayout(signed(config.acc_width), pout))
+        ``sum over the group of sum_t window[t] * weights[lane][t]``, without
+        bias, in two's complement modulo ``2**acc_width`` (the host keeps
+        layers within ``acc_width``; the adder tree itself is exact).
+
+    Raises
+    ------
+    TypeError
+        If ``config`` is not an :class:`EngineConfig` or ``tag_width`` is not an integer.
+    ValueError
+        If ``tag_width`` is negative.
+
+    Latency
+    -------
+    :attr:`latency` = ``ceil(log2(T)) + 2`` cycles from the ``i_valid & i_last``
+    cycle to its ``o_valid`` cycle: one for the product registers, one per
+    adder-tree level, one for the accumulator. A new group may start on the
+    cycle after the previous ``i_last`` (full throughput).
+    """
+
+    def __init__(self, config, *, tag_width):
+        _check_config(config)
+        _check_tag_width(tag_width)
+        self._config = config
+        self._tag_width = tag_width
+        self._taps = config.kmax * config.kmax * config.pin
+        super().__init__({
+            "i_valid": In(1),
+            "i_first": In(1),
+            "i_last": In(1),
+            "i_tag": In(tag_width),
+            "i_window": In(data.ArrayLayout(signed(8), self._taps)),
+            "i_weights": In(data.ArrayLayout(data.ArrayLayout(signed(8), self._taps), config.pout)),
+            "o_valid": Out(1),
+            "o_tag": Out(tag_width),
+            "o_acc": Out(data.ArrayLayout(signed(config.acc_width), config.pout)),
+        })
+
+    @property
+    def config(self):
+        return self._config
+
+    @property
+    def taps(self):
+        """Multipliers per lane: ``kmax*kmax*pin``."""
+        return self._taps
+
+    @property
+    def tree_levels(self):
+        return (self._taps - 1).bit_length()
+
+    @property
+    def latency(self):
+        """Cycles from an ``i_valid & i_last`` cycle to its ``o_valid`` cycle."""
+        return self.tree_levels + 2
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self._config
+        taps = self._taps
+
+        # Stage 1: registered products, so that a multiplier (one DSP each)
+        # is a pipeline stage of its own.
+        trees = []
+        for lane in range(cfg.pout):
+            tree = m.submodules[f"tree{lane}"] = AdderTree(taps, 16)
+            prods = Signal(data.ArrayLayout(signed(16), taps), name=f"prod{lane}")
+            for t in range(taps):
+                m.d.sync += prods[t].eq(self.i_window[t] * self.i_weights[lane][t])
+            m.d.comb += tree.i_data.eq(prods)
+            trees.append(tree)
+
+        # Side band, delayed alongside the data: 1 (products) + tree levels.
+        side = data.StructLayout({
+            "valid": 1, "first": 1, "last": 1, "tag": unsigned(self._tag_width),
+        })
+        stage = Signal(side, name="side_in")
+        m.d.comb += [
+            stage.valid.eq(self.i_valid),
+            stage.first.eq(self.i_first),
+            stage.last.eq(self.i_last),
+            stage.tag.eq(self.i_tag),
+        ]
+        for i in range(1 + self.tree_levels):
+            nxt = Signal(side, name=f"side_d{i + 1}")
+            m.d.sync += nxt.eq(stage)
+            stage = nxt
+
+        # Accumulator stage.
+        for lane, tree in enumerate(trees):
+            acc = self.o_acc[lane]
+            with m.If(stage.valid):
+                with m.If(stage.first):
+                    m.d.sync += acc.eq(tree.o_sum)
+                with m.Else():
+                    m.d.sync += acc.eq(acc + tree.o_sum)
+        m.d.sync += self.o_valid.eq(stage.valid & stage.last)
+        with m.If(stage.valid & stage.last):
+            m.d.sync += self.o_tag.eq(stage.tag)
+        return m

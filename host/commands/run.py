@@ -1,0 +1,163 @@
+"""``fpgacnn run``: run a quantized model on a backend.
+
+Two forms::
+
+    fpgacnn run MODEL.onnx --input X.npy [--output Y.npy] [--labels L.npy]
+                [--backend reference] [--report REPORT.json]
+    fpgacnn run --example digits [--output Y.npy] [--backend ...] [--report ...]
+
+``X`` and ``Y`` are in the model's own graph dtype and shape, with a batch axis
+first (float32 for a QDQ model with float input and output, int8 for a model
+whose graph input/output is int8). With labels (and always with ``--example``,
+which brings its own held-out data) the top-1 accuracy is printed.
+
+The report is JSON::
+
+    {"backend": "reference", "model": "digits_cnn", "model_file": "...",
+     "batch": 360, "input": {...}, "output": {...},
+     "layers": [{"name": "conv1", "op": "Conv", "input_shape": [1, 8, 8],
+                 "output_shape": [8, 8, 8], "macs": 4608}, ...],
+     "macs_per_image": ..., "total_macs": ...,      # total = per image x batch
+     "accuracy": 0.96}                              # only with labels
+"""
+
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ..arrays import check_array, check_labels, format_shape, load_array
+from ..errors import InputError
+from ..examples import EXAMPLES, load_example
+from ..onnx_import import load_onnx
+from ..reference import ReferenceBackend
+
+__all__ = ["BACKENDS", "add_parser", "run"]
+
+#: The backends ``--backend`` accepts, by name.
+BACKENDS = {"reference": ReferenceBackend}
+
+
+def add_parser(subparsers):
+    p = subparsers.add_parser(
+        "run", help="run a quantized ONNX model on a backend",
+        description="Run a quantized ONNX model on a batch of inputs, or a bundled example "
+                    "on its held-out data (--example), and print the top-1 accuracy when "
+                    "labels are known.")
+    p.add_argument("model", metavar="MODEL.onnx", nargs="?", type=Path,
+                   help="quantized ONNX model (QDQ or QOperator int8)")
+    p.add_argument("--example", choices=sorted(EXAMPLES),
+                   help="run a bundled example model on its bundled held-out data instead of MODEL")
+    p.add_argument("--input", metavar="X.npy", type=Path,
+                   help="input batch (N, ...) in the model's input dtype and shape")
+    p.add_argument("--output", metavar="Y.npy", type=Path,
+                   help="write the output batch here, in the model's output dtype and shape")
+    p.add_argument("--labels", metavar="LABELS.npy", type=Path,
+                   help="integer class labels (N,): print top-1 accuracy")
+    p.add_argument("--backend", choices=sorted(BACKENDS), default="reference",
+                   help="where to run (default: %(default)s)")
+    p.add_argument("--report", metavar="REPORT.json", type=Path,
+                   help="write a JSON report: layers, MACs, batch, accuracy")
+    return p
+
+
+def _tensor_json(spec):
+    return {"name": spec.name, "shape": ["N", *spec.shape], "dtype": np.dtype(spec.dtype).name}
+
+
+def _check_writable(path, argument):
+    if path is not None and not path.parent.is_dir():
+        raise InputError(f"{argument} {path}: directory {path.parent} does not exist")
+
+
+def _float_accuracy(example):
+    """Top-1 accuracy of the example's float model, by onnxruntime (for comparison)."""
+    import onnxruntime as ort
+    session = ort.InferenceSession(str(example.float_model), providers=["CPUExecutionProvider"])
+    logits = session.run(None, {session.get_inputs()[0].name: example.x})[0]
+    return float((logits.argmax(1) == example.y).mean())
+
+
+def _data(args):
+    """What to run on: ``(example or None, model path, x, labels or None, how the
+    user named x, how the user named the labels)``."""
+    if args.example is not None:
+        if args.model is not None:
+            raise InputError(f"give either MODEL.onnx or --example, not both "
+                             f"(got {args.model} and --example {args.example})")
+        for option in ("input", "labels"):
+            if getattr(args, option) is not None:
+                raise InputError(f"--{option} cannot be used with --example "
+                                 f"(the example brings its own held-out data)")
+        example = load_example(args.example)
+        named = f"--example {args.example}"
+        return example, example.model, example.x, example.y, named, named
+    if args.model is None:
+        raise InputError("give a MODEL.onnx to run, or --example " + "|".join(sorted(EXAMPLES)))
+    if args.input is None:
+        raise InputError(f"--input X.npy is required to run {args.model}")
+    if not args.model.is_file():
+        raise InputError(f"MODEL {args.model}: no such file")
+    x = load_array(args.input, "--input")
+    labels = None if args.labels is None else load_array(args.labels, "--labels")
+    return None, args.model, x, labels, f"--input {args.input}", f"--labels {args.labels}"
+
+
+def run(args):
+    example, model_path, x, labels, input_argument, labels_argument = _data(args)
+    _check_writable(args.output, "--output")
+    _check_writable(args.report, "--report")
+
+    model = load_onnx(model_path)
+    check_array(x, name=model.input.name, shape=("N", *model.input.shape),
+                dtype=model.input.dtype, argument=input_argument)
+    batch = len(x)
+    if labels is not None:
+        check_labels(labels, batch, labels_argument)
+        if len(model.output.shape) != 1:
+            raise InputError(
+                f"{labels_argument}: top-1 accuracy needs a model output of shape (N, classes), "
+                f"'{model.output.name}' has shape {format_shape(('N', *model.output.shape))}")
+
+    backend = BACKENDS[args.backend]()
+    start = time.perf_counter()
+    y = backend.run(model, x)
+    seconds = time.perf_counter() - start
+
+    print(f"model {model.name} ({model_path.name}): {len(model.layers)} layers, "
+          f"{model.macs:,} MACs per image")
+    print(f"backend {args.backend}: {batch} image{'s' if batch != 1 else ''} "
+          f"in {seconds:.2f} s")
+    accuracy = None
+    if labels is not None:
+        correct = int((y.argmax(axis=1) == labels).sum())
+        accuracy = correct / batch
+        print(f"top-1 accuracy: {accuracy:.2%} ({correct}/{batch})")
+    if example is not None:
+        print(f"float model (onnxruntime): {_float_accuracy(example):.2%}")
+
+    if args.output is not None:
+        np.save(args.output, y, allow_pickle=False)
+        print(f"wrote {args.output}: {format_shape(y.shape)} {y.dtype}")
+    if args.report is not None:
+        report = {
+            "backend": args.backend,
+            "model": model.name,
+            "model_file": str(model_path),
+            "batch": batch,
+            "input": _tensor_json(model.input),
+            "output": _tensor_json(model.output),
+            "layers": [{"name": layer.name, "op": layer.op,
+                        "input_shape": list(layer.input_shape),
+                        "output_shape": list(layer.output_shape),
+                        "macs": int(layer.macs)} for layer in model.layers],
+            "macs_per_image": int(model.macs),
+            "total_macs": int(model.macs) * batch,
+            "seconds": round(seconds, 6),
+        }
+        if accuracy is not None:
+            report["accuracy"] = accuracy
+        args.report.write_text(json.dumps(report, indent=2) + "\n")
+        print(f"wrote {args.report}")
+    return 0

@@ -1,0 +1,129 @@
+"""A quantized model: layers in topological order plus its graph boundary.
+
+The layers compute on int8 tensors (DESIGN.md s.2). The graph input and output
+keep the dtype the ONNX file gives them (float32 for a QDQ model with float
+I/O, int8 or uint8 otherwise); :meth:`QuantizedModel.quantize_input` and
+:meth:`QuantizedModel.dequantize_output` convert at the boundary exactly as
+onnxruntime's QuantizeLinear / DequantizeLinear do.
+
+Example::
+
+    from fpgacnn.host.onnx_import import load_onnx
+    model = load_onnx("m.onnx")
+    x8 = model.quantize_input(x)           # graph dtype -> int8
+    [(l.name, l.op, l.macs) for l in model.layers]
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .errors import InputError
+
+__all__ = ["TensorSpec", "QuantizedModel"]
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """A graph input or output.
+
+    Members
+    -------
+    name : str
+        The ONNX graph tensor name.
+    shape : tuple of int
+        Per image, without the leading batch axis (``(C, H, W)`` or ``(C,)``).
+    dtype : numpy.dtype
+        The graph tensor's dtype: float32, int8 or uint8.
+    scale : float
+        Quantization scale of the int8 tensor behind it.
+    zero_point : int
+        Its zero point in the int8 domain (a uint8 graph zero point minus 128).
+    """
+
+    name: str
+    shape: tuple
+    dtype: np.dtype
+    scale: float
+    zero_point: int
+
+
+class QuantizedModel:
+    """Layers in topological order, wired by int8 tensor names.
+
+    Parameters
+    ----------
+    name : str
+    layers : list of fpgacnn.host.layers.Layer
+        Topologically ordered: every layer input is ``input_tensor`` or the
+        ``output`` of an earlier layer.
+    input, output : TensorSpec
+    input_tensor, output_tensor : str
+        Names of the int8 tensors behind the graph input and output.
+    """
+
+    def __init__(self, name, layers, input, output, input_tensor, output_tensor):
+        self.name = str(name)
+        self.layers = list(layers)
+        self.input = input
+        self.output = output
+        self.input_tensor = str(input_tensor)
+        self.output_tensor = str(output_tensor)
+        known = {self.input_tensor}
+        for layer in self.layers:
+            for t in layer.inputs:
+                if t not in known:
+                    raise ValueError(f"layer {layer.name!r} reads {t!r} before it is computed")
+            known.add(layer.output)
+        if self.output_tensor not in known:
+            raise ValueError(f"output tensor {self.output_tensor!r} is never computed")
+
+    @property
+    def macs(self):
+        """Multiply-accumulates per image, all layers."""
+        return sum(layer.macs for layer in self.layers)
+
+    def check_input(self, x, what="input"):
+        """Raise :class:`~fpgacnn.host.errors.InputError` unless ``x`` is a batch
+        of the graph input: shape ``(N, *input.shape)``, dtype ``input.dtype``
+        (any float dtype for a float input)."""
+        x = np.asarray(x)
+        want = self.input.dtype
+        if np.issubdtype(want, np.floating):
+            ok = np.issubdtype(x.dtype, np.floating)
+        else:
+            ok = x.dtype == want
+        if not ok:
+            raise InputError(f"{what} has dtype {x.dtype}, model {self.name!r} input "
+                             f"{self.input.name!r} takes {np.dtype(want)}")
+        if x.ndim != len(self.input.shape) + 1 or tuple(x.shape[1:]) != tuple(self.input.shape):
+            raise InputError(f"{what} has shape {tuple(x.shape)}, model {self.name!r} input "
+                             f"{self.input.name!r} takes (N, {', '.join(map(str, self.input.shape))})")
+        if x.shape[0] < 1:
+            raise InputError(f"{what} has an empty batch")
+
+    def quantize_input(self, x):
+        """Graph input -> int8: float ``clip(rint(x / scale) + zp)`` (ties to
+        even, as onnxruntime), uint8 ``x - 128``, int8 unchanged."""
+        self.check_input(x)
+        x = np.asarray(x)
+        if np.issubdtype(self.input.dtype, np.floating):
+            q = np.rint(x.astype(np.float32) / np.float32(self.input.scale))
+            return np.clip(q + self.input.zero_point, -128, 127).astype(np.int8)
+        if self.input.dtype == np.uint8:
+            return (x.astype(np.int16) - 128).astype(np.int8)
+        return x.astype(np.int8)
+
+    def dequantize_output(self, y):
+        """int8 result -> graph output dtype: float ``(y - zp) * scale`` in float32
+        (as onnxruntime), uint8 ``y + 128``, int8 unchanged."""
+        y = np.asarray(y, dtype=np.int8)
+        if np.issubdtype(self.output.dtype, np.floating):
+            d = (y.astype(np.int32) - self.output.zero_point).astype(np.float32)
+            return (d * np.float32(self.output.scale)).astype(self.output.dtype)
+        if self.output.dtype == np.uint8:
+            return (y.astype(np.int16) + 128).astype(np.uint8)
+        return y
+
+    def __repr__(self):
+        return f"<QuantizedModel {self.name!r}: {len(self.layers)} layers, {self.macs} MACs/image>"
