@@ -7,3 +7,14 @@ simulation) and :mod:`fpgacnn.boards` (boards as data).
 """
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name):
+    # The high-level API, imported lazily so that `import fpgacnn` stays light.
+    if name == "Accelerator":
+        from .host.accelerator import Accelerator
+        return Accelerator
+    if name == "EngineConfig":
+        from .hdl.config import EngineConfig
+        return EngineConfig
+    raise AttributeError(f"module 'fpgacnn' has no attribute {name!r}")

