@@ -179,6 +179,7 @@ class Accelerator:
             y = np.empty((batch, c, h, w), np.int8)
         host = sim = 0.0
         cycles = stall_in = stall_out = predicted = 0
+        loaded = None  # the engine keeps the weights of the previous run of this step
         for run in step.runs:
             t0 = time.perf_counter()
             xs, w = run_inputs(step, run, x)
@@ -187,12 +188,17 @@ class Accelerator:
                 config, xs, w, layer.bias[c0:c1], layer.x_zero_point, layer.mult[c0:c1],
                 layer.shift[c0:c1], layer.y_zero_point, clamp=step.clamp,
                 stride=1 if gemm else layer.stride, pads=run.pads, pool=step.pool is not None,
-                name=layer.name)
+                load_weights=run.channels != loaded, name=layer.name)
+            loaded = run.channels
             estimate = layer_cycles(config, desc).cycles
             timeout = (estimate * _TIMEOUT_FACTOR + _TIMEOUT_EXTRA_CYCLES) / self.clock_hz
             t1 = time.perf_counter()
-            result = self.driver.run_layer(desc, data, packing.output_nbytes(config, desc),
-                                           timeout=timeout, name=step.name)
+            try:
+                result = self.driver.run_layer(desc, data, packing.output_nbytes(config, desc),
+                                               timeout=timeout, name=step.name)
+            except BaseException:
+                loaded = None
+                raise
             t2 = time.perf_counter()
             out = packing.unpack_output(config, result.output, desc, c1 - c0)
             if gemm:

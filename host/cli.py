@@ -17,7 +17,7 @@ from ..hdl.config import ConfigError
 __all__ = ["main"]
 
 #: Subcommand modules, in the order ``fpgacnn --help`` lists them.
-COMMANDS = ("run", "quantize", "generate", "boards", "build")
+COMMANDS = ("demo", "run", "sim", "quantize", "generate", "boards", "build")
 
 
 def build_parser():

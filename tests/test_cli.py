@@ -64,8 +64,15 @@ def files(tmp_path, digits):
 
 
 def cli(capsys, *argv):
-    """Run ``fpgacnn *argv``; return (status, stdout, stderr)."""
-    status = main([str(a) for a in argv])
+    """Run ``fpgacnn *argv``; return (status, stdout, stderr).
+
+    ``run`` goes to the reference backend unless a test names another: these
+    tests are about the command, tests/test_sim_backend.py about the engine.
+    """
+    argv = [str(a) for a in argv]
+    if argv[:1] == ["run"] and "--backend" not in argv:
+        argv += ["--backend", "reference"]
+    status = main(argv)
     out, err = capsys.readouterr()
     return status, out, err
 
@@ -183,10 +190,15 @@ def test_run_int8_io_model_rejects_float_input(capsys, tmp_path, files):
 
 def test_backend_choices_are_the_real_backends(capsys, files):
     with pytest.raises(SystemExit) as e:
-        main(["run", str(INT8), "--input", str(files["x"]), "--backend", "sim"])
+        main(["run", str(INT8), "--input", str(files["x"]), "--backend", "fpga"])
     assert e.value.code == 2
-    assert re.search(r"argument --backend: invalid choice: 'sim' \(choose from '?reference'?\)",
-                     capsys.readouterr().err)
+    assert re.search(r"argument --backend: invalid choice: 'fpga' \(choose from '?sim'?, "
+                     r"'?reference'?, '?pynq'?\)", capsys.readouterr().err)
+
+
+def test_waves_need_the_sim_backend(capsys, files, tmp_path):
+    check_error(capsys, r"fpgacnn: error: --waves needs the sim backend, not reference",
+                "run", INT8, "--input", files["x"], "--waves", tmp_path / "w.vcd")
 
 
 # ----------------------------------------------------------------- run: bad input
@@ -393,7 +405,8 @@ def console_script():
 def test_console_script(tmp_path):
     script = console_script()
     assert script, "the fpgacnn console script is not installed next to this Python"
-    ok = subprocess.run([script, "run", "--example", "digits"], capture_output=True, text=True,
+    ok = subprocess.run([script, "run", "--example", "digits", "--backend", "reference"],
+                        capture_output=True, text=True,
                         cwd=tmp_path, timeout=120)
     assert ok.returncode == 0, ok.stderr
     assert re.search(r"^top-1 accuracy: \d+\.\d\d% \(\d+/360\)$", ok.stdout, re.M), ok.stdout

@@ -3,8 +3,14 @@
 Two forms::
 
     fpgacnn run MODEL.onnx --input X.npy [--output Y.npy] [--labels L.npy]
-                [--backend reference] [--report REPORT.json]
+                [--backend sim|reference|pynq] [--report REPORT.json]
+                [--config ENGINE.toml] [--waves FILE.vcd] [--bitfile NAME.bit]
     fpgacnn run --example digits [--output Y.npy] [--backend ...] [--report ...]
+
+``sim`` (the default) generates the engine for ``--config`` (default: the
+default :class:`~fpgacnn.hdl.config.EngineConfig`), builds it with Verilator
+once (cached) and runs the model on the simulated board; ``pynq`` runs it on a
+PYNQ board with ``--bitfile``; ``reference`` is the numpy integer semantics.
 
 ``X`` and ``Y`` are in the model's own graph dtype and shape, with a batch axis
 first (float32 for a QDQ model with float input and output, int8 for a model
@@ -19,6 +25,12 @@ The report is JSON::
                  "output_shape": [8, 8, 8], "macs": 4608}, ...],
      "macs_per_image": ..., "total_macs": ...,      # total = per image x batch
      "accuracy": 0.96}                              # only with labels
+
+On the engine backends each layer also has ``engine`` (bool: on the engine or
+host work), ``cycles``, ``utilization``, ``stall_in_cycles``,
+``stall_out_cycles``, ``runs`` and ``host_seconds``, and the report has
+``total_cycles``, ``clock_mhz``, ``projected_images_per_second`` and the
+engine configuration.
 """
 
 import json
@@ -27,16 +39,36 @@ from pathlib import Path
 
 import numpy as np
 
+from ...hdl.config import EngineConfig
+from ..accelerator import BACKENDS, Accelerator
 from ..arrays import check_array, check_labels, format_shape, load_array
 from ..errors import InputError
 from ..examples import EXAMPLES, load_example
 from ..onnx_import import load_onnx
-from ..reference import ReferenceBackend
 
-__all__ = ["BACKENDS", "add_parser", "run"]
+__all__ = ["add_parser", "run", "add_engine_arguments", "engine_config"]
 
-#: The backends ``--backend`` accepts, by name.
-BACKENDS = {"reference": ReferenceBackend}
+
+def add_engine_arguments(p):
+    """The options every command that runs on an engine backend shares."""
+    p.add_argument("--config", metavar="ENGINE.toml", type=Path,
+                   help="engine configuration (default: the default EngineConfig)")
+    p.add_argument("--waves", metavar="FILE.vcd", type=Path,
+                   help="sim backend: write a waveform of the run (.vcd, or .fst where the "
+                        "lz4 headers are installed)")
+    p.add_argument("--bitfile", metavar="NAME.bit", type=Path,
+                   help="pynq backend: the bitstream (NAME.hwh beside it)")
+    p.add_argument("--clock-mhz", type=float, default=100.0,
+                   help="engine clock for projected throughput (default: %(default)s)")
+
+
+def engine_config(args):
+    """The EngineConfig the user asked for."""
+    return EngineConfig.from_toml(args.config) if args.config is not None else EngineConfig()
+
+
+def _progress(message):
+    print(f"  {message}", flush=True)
 
 
 def add_parser(subparsers):
@@ -55,10 +87,11 @@ def add_parser(subparsers):
                    help="write the output batch here, in the model's output dtype and shape")
     p.add_argument("--labels", metavar="LABELS.npy", type=Path,
                    help="integer class labels (N,): print top-1 accuracy")
-    p.add_argument("--backend", choices=sorted(BACKENDS), default="reference",
-                   help="where to run (default: %(default)s)")
+    p.add_argument("--backend", choices=BACKENDS, default="sim",
+                   help="where to run (default: %(default)s, the engine in Verilator)")
     p.add_argument("--report", metavar="REPORT.json", type=Path,
-                   help="write a JSON report: layers, MACs, batch, accuracy")
+                   help="write a JSON report: layers, MACs, cycles, utilization, batch, accuracy")
+    add_engine_arguments(p)
     return p
 
 
@@ -71,12 +104,14 @@ def _check_writable(path, argument):
         raise InputError(f"{argument} {path}: directory {path.parent} does not exist")
 
 
-def _float_accuracy(example):
-    """Top-1 accuracy of the example's float model, by onnxruntime (for comparison)."""
+def _float_accuracy(example, count=None):
+    """Top-1 accuracy of the example's float model on its first ``count``
+    held-out images, by onnxruntime (for comparison)."""
     import onnxruntime as ort
     session = ort.InferenceSession(str(example.float_model), providers=["CPUExecutionProvider"])
-    logits = session.run(None, {session.get_inputs()[0].name: example.x})[0]
-    return float((logits.argmax(1) == example.y).mean())
+    x, y = example.x[:count], example.y[:count]
+    logits = session.run(None, {session.get_inputs()[0].name: x})[0]
+    return float((logits.argmax(1) == y).mean())
 
 
 def _data(args):
@@ -120,15 +155,23 @@ def run(args):
                 f"{labels_argument}: top-1 accuracy needs a model output of shape (N, classes), "
                 f"'{model.output.name}' has shape {format_shape(('N', *model.output.shape))}")
 
-    backend = BACKENDS[args.backend]()
-    start = time.perf_counter()
-    y = backend.run(model, x)
-    seconds = time.perf_counter() - start
+    if args.waves is not None and args.backend != "sim":
+        raise InputError(f"--waves needs the sim backend, not {args.backend}")
+    config = engine_config(args)
+    with Accelerator(model, backend=args.backend, config=config, waves=args.waves,
+                     bitfile=args.bitfile, clock_hz=args.clock_mhz * 1e6,
+                     progress=_progress) as accelerator:
+        start = time.perf_counter()
+        y = accelerator.run(x)
+        seconds = time.perf_counter() - start
+        engine_report = accelerator.report
 
     print(f"model {model.name} ({model_path.name}): {len(model.layers)} layers, "
           f"{model.macs:,} MACs per image")
     print(f"backend {args.backend}: {batch} image{'s' if batch != 1 else ''} "
           f"in {seconds:.2f} s")
+    if args.backend != "reference":
+        print_cycles(engine_report)
     accuracy = None
     if labels is not None:
         correct = int((y.argmax(axis=1) == labels).sum())
@@ -148,16 +191,57 @@ def run(args):
             "batch": batch,
             "input": _tensor_json(model.input),
             "output": _tensor_json(model.output),
-            "layers": [{"name": layer.name, "op": layer.op,
-                        "input_shape": list(layer.input_shape),
-                        "output_shape": list(layer.output_shape),
-                        "macs": int(layer.macs)} for layer in model.layers],
+            "layers": _layer_json(model, engine_report),
             "macs_per_image": int(model.macs),
             "total_macs": int(model.macs) * batch,
             "seconds": round(seconds, 6),
         }
+        for key in ("engine", "peak_macs_per_cycle", "clock_mhz", "total_cycles", "host_seconds",
+                    "projected_images_per_second"):
+            if key in engine_report:
+                report[key] = engine_report[key]
         if accuracy is not None:
             report["accuracy"] = accuracy
         args.report.write_text(json.dumps(report, indent=2) + "\n")
         print(f"wrote {args.report}")
     return 0
+
+
+def _layer_json(model, engine_report):
+    """Per-layer report entries: the IR's shapes and MACs, plus what the engine measured.
+
+    A fused pair (Conv + MaxPool) is one engine step; both layers get its
+    measurements, the pool marked ``fused_into``.
+    """
+    measured = {}
+    for entry in engine_report.get("layers", []):
+        for part in entry["name"].split("+"):
+            measured[part] = entry
+    layers = []
+    for layer in model.layers:
+        item = {"name": layer.name, "op": layer.op, "input_shape": list(layer.input_shape),
+                "output_shape": list(layer.output_shape), "macs": int(layer.macs)}
+        step = measured.get(layer.name)
+        if step is not None:
+            if step["name"] != layer.name and not step["name"].startswith(layer.name + "+"):
+                item["fused_into"] = step["name"].split("+")[0]
+            else:
+                item.update({k: v for k, v in step.items() if k not in ("name", "op", "macs")})
+        layers.append(item)
+    return layers
+
+
+def print_cycles(report):
+    """The per-layer cycle table of an engine run."""
+    print(f"{'layer':<24} {'op':<14} {'where':<6} {'cycles':>10} {'util':>6} {'host ms':>8}")
+    for entry in report["layers"]:
+        if entry.get("engine"):
+            print(f"{entry['name']:<24} {entry['op']:<14} {'engine':<6} {entry['cycles']:>10,} "
+                  f"{entry['utilization']:>6.1%} {entry['host_seconds'] * 1e3:>8.1f}")
+        else:
+            print(f"{entry['name']:<24} {entry['op']:<14} {'host':<6} {'':>10} {'':>6} "
+                  f"{entry['host_seconds'] * 1e3:>8.1f}")
+    ips = report.get("projected_images_per_second")
+    print(f"total {report['total_cycles']:,} engine cycles for {report['batch']} images; "
+          f"projected {ips:,.0f} images/s at {report['clock_mhz']:g} MHz (engine time only)"
+          if ips else "no engine cycles")
