@@ -1,0 +1,107 @@
+"""Seeded random multi-layer int8 models, built straight from the IR classes.
+
+They cover what the compiler has to get right on the engine: stacks of
+convolutions with kernels 1..3, strides 1..2, padding, Relu, fused and unfused
+max-pools, a residual Add, global average pooling, Flatten and Gemm, with
+channel counts that leave partial tiles.
+"""
+
+import math
+
+import numpy as np
+
+from fpgacnn.host.layers import Add, Conv, Flatten, Gemm, GlobalAveragePool, MaxPool
+from fpgacnn.host.model import QuantizedModel, TensorSpec
+
+
+class _Builder:
+    def __init__(self, seed, shape):
+        self.rng = np.random.default_rng(seed)
+        self.layers = []
+        self.tensor, self.shape = "x", tuple(shape)
+        self.scale, self.zp = 0.05, int(self.rng.integers(-10, 10))
+        self.count = 0
+
+    def _name(self, kind):
+        self.count += 1
+        return f"{kind}{self.count}"
+
+    def _push(self, layer):
+        self.layers.append(layer)
+        self.tensor, self.shape = layer.output, layer.output_shape
+        self.scale, self.zp = layer.y_scale, layer.y_zero_point
+        return layer
+
+    def conv(self, cout, kernel, stride=1, pad=0, relu=True):
+        cin = self.shape[0]
+        weight = self.rng.integers(-127, 128, (cout, cin, kernel, kernel)).astype(np.int8)
+        w_scale = self.rng.uniform(0.5, 1.5, cout) / 127
+        spread = 127 * 70 * math.sqrt(cin * kernel * kernel) * self.scale * w_scale.mean()
+        y_scale, y_zp = spread / 90, int(self.rng.integers(-20, 20))
+        bias = self.rng.integers(-3000, 3000, cout).astype(np.int32)
+        name = self._name("conv")
+        return self._push(Conv(name, [self.tensor], name, self.shape, weight, bias, self.scale,
+                               self.zp, w_scale, y_scale, y_zp, stride=(stride, stride),
+                               pads=(pad,) * 4, lo=y_zp if relu else -128))
+
+    def maxpool(self):
+        name = self._name("pool")
+        return self._push(MaxPool(name, [self.tensor], name, self.shape, (2, 2),
+                                  x_scale=self.scale, x_zero_point=self.zp))
+
+    def residual(self):
+        """conv -> conv, added to the input (same shape)."""
+        skip, skip_scale, skip_zp = self.tensor, self.scale, self.zp
+        c = self.shape[0]
+        self.conv(c, 3, pad=1)
+        self.conv(c, 1, relu=False)
+        name = self._name("add")
+        y_scale = (skip_scale + self.scale) * 0.8
+        return self._push(Add(name, [skip, self.tensor], name, self.shape, skip_scale, skip_zp,
+                              self.scale, self.zp, y_scale, int(self.rng.integers(-10, 10))))
+
+    def gap(self):
+        name = self._name("gap")
+        return self._push(GlobalAveragePool(name, [self.tensor], name, self.shape, self.scale,
+                                            self.zp, self.scale * 0.7, self.zp))
+
+    def flatten(self):
+        name = self._name("flatten")
+        return self._push(Flatten(name, [self.tensor], name, self.shape, self.scale, self.zp))
+
+    def gemm(self, cout, relu=False):
+        cin = self.shape[0]
+        weight = self.rng.integers(-127, 128, (cout, cin)).astype(np.int8)
+        w_scale = self.rng.uniform(0.5, 1.5, cout) / 127
+        y_scale = 127 * 70 * math.sqrt(cin) * self.scale * w_scale.mean() / 90
+        name = self._name("fc")
+        return self._push(Gemm(name, [self.tensor], name, self.shape, weight,
+                               self.rng.integers(-3000, 3000, cout).astype(np.int32), self.scale,
+                               self.zp, w_scale, y_scale, int(self.rng.integers(-20, 20)),
+                               lo=-128))
+
+    def model(self, name):
+        return QuantizedModel(name, self.layers, TensorSpec("x", self.layers[0].input_shape,
+                                                            np.int8, 0.05, self.layers[0].x_zero_point),
+                              TensorSpec(self.tensor, self.shape, np.int8, self.scale, self.zp),
+                              "x", self.tensor)
+
+
+def random_cnn(seed):
+    """A random CNN: its shape varies with the seed, every layer kind appears."""
+    rng = np.random.default_rng(1000 + seed)
+    c0 = int(rng.integers(1, 7))
+    size = int(rng.integers(7, 13))
+    b = _Builder(seed, (c0, size, size))
+    b.conv(int(rng.integers(3, 11)), 3, pad=1)
+    b.conv(int(rng.integers(4, 20)), int(rng.integers(1, 4)), stride=int(rng.integers(1, 3)),
+           pad=int(rng.integers(0, 2)))
+    if b.shape[1] >= 4:
+        b.maxpool()
+    b.residual()
+    b.conv(int(rng.integers(5, 24)), 1, stride=int(rng.integers(1, 3)))
+    if seed % 2:
+        b.gap()
+    b.flatten()
+    b.gemm(int(rng.integers(3, 12)))
+    return b.model(f"random_cnn_{seed}")
