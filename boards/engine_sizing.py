@@ -1,0 +1,192 @@
+"""A default engine for a board: as many multipliers and as much buffer as fit.
+
+:func:`size_engine` picks an :class:`~fpgacnn.hdl.config.EngineConfig` for a
+:class:`~fpgacnn.boards.board.Board` and says why. The rules, in order:
+
+1. ``kmax = 3``: 3x3 is the common kernel, and 1x1 layers and Gemm are
+   remapped onto the 3x3 window without wasting lanes (docs/engine.md).
+2. ``pin`` and ``pout`` (powers of two) give the most MACs per cycle,
+   ``kmax*kmax*pin*pout``, such that the multipliers fit the board's hard
+   multipliers: one per int8 x int8 product (no packing of two products into
+   one DSP is assumed), plus per output lane the requantizer's
+   ``acc_width x (mult_width + 1)`` product, split into tiles of the DSP's
+   operand widths; and the smallest buffers (step 4) must fit the block RAMs,
+   because a weight word is ``pout*kmax*kmax*pin`` bytes wide. Among equal MAC counts the balanced one (``pin == pout``)
+   wins, then the one with more output lanes. If even ``pin = pout = 1`` does
+   not fit (iCE40 UP5K: 8 DSPs), that is chosen and the rest is built from LUTs.
+3. ``stream_width``: 64 bits (the Zynq-7000 HP ports' width), 32 on parts
+   under 10k LUTs, or the nearest width that divides with ``pin`` and ``pout``.
+4. Buffers: starting from a small engine, ``max_channels``,
+   ``max_out_channels`` and ``max_width`` are doubled in turn while the
+   line, weight and parameter buffers fit the block RAMs, counted per memory
+   in whole blocks of the best aspect ratio, leaving 10% of the blocks (at
+   least 2) for FIFOs and skid buffers.
+
+These are estimates of what the generated engine needs, made from the
+config's own buffer-size formulas; the place-and-route report is the truth.
+"""
+
+from dataclasses import dataclass, field
+import math
+
+from ..hdl.config import EngineConfig
+from .board import Board
+
+__all__ = ["Sizing", "size_engine", "multipliers_needed", "bram_blocks_needed"]
+
+_KMAX = 3
+_POWERS = (1, 2, 4, 8, 16, 32, 64)
+_START = {"max_channels": 8, "max_out_channels": 8, "max_width": 16}
+_CAP = {"max_channels": 512, "max_out_channels": 512, "max_width": 512}
+_GROW_ORDER = ("max_channels", "max_out_channels", "max_width")
+#: Bits per output lane in the parameter buffer: bias int32, mult uint16,
+#: shift uint8, reserved uint8 (docs/engine.md, stream formats).
+_PARAM_BITS_PER_LANE = 64
+
+
+def multipliers_needed(config, board):
+    """Hard multipliers ``config`` takes on ``board``: MAC array + requantizers."""
+    r = board.resources
+    mac = config.peak_macs_per_cycle * r.multipliers_for(config.act_width, config.weight_width)
+    requant = config.pout * r.multipliers_for(config.acc_width, config.mult_width + 1)
+    return mac + requant
+
+
+def bram_blocks_needed(config, board):
+    """Block RAMs the line, weight and parameter buffers of ``config`` take on ``board``.
+
+    Returns
+    -------
+    dict
+        ``{"line_buffer": n, "weight_buffer": n, "param_buffer": n, "total": n}``.
+    """
+    r = board.resources
+    banks = config.row_slots * config.kmax
+    line = banks * r.blocks_for(config.line_bank_depth, config.pin * config.act_width)
+    weight = r.blocks_for(config.weight_depth, config.weight_word_bytes * 8)
+    param = r.blocks_for(config.param_depth, config.pout * _PARAM_BITS_PER_LANE)
+    return {"line_buffer": line, "weight_buffer": weight, "param_buffer": param,
+            "total": line + weight + param}
+
+
+@dataclass(frozen=True)
+class Sizing:
+    """A chosen engine and the reasons for it.
+
+    Attributes
+    ----------
+    config : EngineConfig
+    multipliers : int
+        Hard multipliers it is estimated to take (may exceed the board's; see reasons).
+    bram_blocks : dict
+        Block RAMs per buffer, from :func:`bram_blocks_needed`.
+    reasons : list of str
+    """
+
+    config: EngineConfig
+    multipliers: int
+    bram_blocks: dict
+    reasons: list = field(default_factory=list)
+
+    def describe(self):
+        """Several lines: the config, the estimates, the reasons."""
+        c = self.config
+        lines = [f"engine: kmax={c.kmax} pin={c.pin} pout={c.pout} "
+                 f"({c.peak_macs_per_cycle} MACs/cycle), stream_width={c.stream_width}, "
+                 f"max_width={c.max_width}, max_channels={c.max_channels}, "
+                 f"max_out_channels={c.max_out_channels}"]
+        lines += [f"  - {r}" for r in self.reasons]
+        return "\n".join(lines)
+
+
+def _stream_width(pin, pout, resources):
+    # Small parts (iCE40) take 32-bit streams: less packing logic, and the
+    # UART host link is far slower than either width.
+    preferred = (32, 64, 128) if resources.luts < 10000 else (64, 32, 128)
+    for width in preferred:
+        b = width // 8
+        if (pin % b == 0 or b % pin == 0) and (pout % b == 0 or b % pout == 0):
+            return width
+    raise AssertionError("unreachable: pin and pout are powers of two")
+
+
+def _config(pin, pout, sizes, resources):
+    return EngineConfig(pin=pin, pout=pout, kmax=_KMAX,
+                        stream_width=_stream_width(pin, pout, resources), **sizes)
+
+
+def size_engine(board):
+    """Choose the default engine for ``board``.
+
+    Parameters
+    ----------
+    board : Board
+
+    Returns
+    -------
+    Sizing
+    """
+    if not isinstance(board, Board):
+        raise TypeError(f"Board must be a fpgacnn.boards.board.Board, not {board!r}")
+    r = board.resources
+    reasons = []
+    reserve = max(2, math.ceil(0.10 * r.bram_blocks))
+    budget = r.bram_blocks - reserve
+
+    # 2. parallelism from the multipliers
+    candidates = []
+    for pin in _POWERS:
+        for pout in _POWERS:
+            small = _config(pin, pout, _START, r)
+            need = multipliers_needed(small, board)
+            # Wide words need many block RAMs side by side, even when shallow:
+            # the smallest buffers must fit too.
+            if need <= r.multipliers and bram_blocks_needed(small, board)["total"] <= budget:
+                macs = _KMAX * _KMAX * pin * pout
+                candidates.append((macs, -abs(math.log2(pin) - math.log2(pout)), pout, pin))
+    if candidates:
+        _, _, pout, pin = max(candidates)
+        need = multipliers_needed(_config(pin, pout, _START, r), board)
+        reasons.append(
+            f"pin={pin}, pout={pout}: {_KMAX * _KMAX * pin * pout} int8 multipliers + "
+            f"{pout} requantizer(s) = {need} of {r.multipliers} {r.multiplier_kind}; "
+            f"doubling pin or pout would need more multipliers or block RAMs")
+    else:
+        pin = pout = 1
+        need = multipliers_needed(_config(1, 1, _START, r), board)
+        reasons.append(
+            f"pin=1, pout=1: even the smallest 3x3 engine needs {need} multipliers and the "
+            f"board has {r.multipliers} {r.multiplier_kind}; yosys builds the other "
+            f"{need - r.multipliers} from LUTs")
+
+    stream = _stream_width(pin, pout, r)
+    reasons.append(f"stream_width={stream}: 64 bits, 32 on parts under 10k LUTs, "
+                   f"or what pin/pout divide with")
+
+    # 4. buffers from the block RAMs
+    sizes = dict(_START)
+    blocks = bram_blocks_needed(_config(pin, pout, sizes, r), board)
+    if blocks["total"] > budget:
+        reasons.append(
+            f"buffers: the smallest sizes tried ({sizes}) already take {blocks['total']} of "
+            f"{r.bram_blocks} block RAMs ({reserve} kept for FIFOs); they are kept as they are")
+    else:
+        grew = True
+        while grew:
+            grew = False
+            for key in _GROW_ORDER:
+                if sizes[key] >= _CAP[key]:
+                    continue
+                trial = dict(sizes, **{key: sizes[key] * 2})
+                trial_blocks = bram_blocks_needed(_config(pin, pout, trial, r), board)
+                if trial_blocks["total"] <= budget:
+                    sizes, blocks, grew = trial, trial_blocks, True
+        reasons.append(
+            f"buffers: line {blocks['line_buffer']} + weights {blocks['weight_buffer']} + "
+            f"params {blocks['param_buffer']} = {blocks['total']} of {r.bram_blocks} "
+            f"block RAMs ({reserve} kept for FIFOs); doubling any of max_channels, "
+            f"max_out_channels, max_width would not fit (or is at its cap, "
+            f"{_CAP['max_width']})")
+    config = _config(pin, pout, sizes, r)
+    return Sizing(config=config, multipliers=multipliers_needed(config, board),
+                  bram_blocks=blocks, reasons=reasons)

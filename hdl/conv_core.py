@@ -1,0 +1,316 @@
+"""The convolution core: one layer run from descriptor and input stream to output stream.
+
+Datapath (docs/engine.md)::
+
+    i_stream -> StreamLoader -> parameter / weight buffers
+                             -> pixel words -> LineBuffer -> window ---.
+                                weight buffer[co*ci_tiles + ci] -------+-> MacArray
+    MacArray -> parameter lookup -> Requantizer -> (MaxPool2x2) -> output FIFO -> beats -> o_stream
+
+The window generator issues one window (and one weight word) per cycle in the
+order ``for oy: for ox: for co: for ci``. Issue is credit based: a group of
+``ci_tiles`` windows that will produce an output word is started only when
+a place in the output FIFO is reserved for it, so the fixed-latency pipeline
+behind the issue point never needs to stall, whatever the back-pressure on
+``o_stream``.
+"""
+
+import math
+
+import functools
+from amaranth.hdl import Array, Cat, Module, Mux, Signal, unsigned
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.fifo import SyncFIFOBuffered
+from amaranth.lib.wiring import In, Out
+
+from .config import EngineConfig
+from .descriptor import descriptor_layout
+from .line_buffer import LineBuffer
+from .mac_array import MacArray
+from .maxpool import MaxPool2x2
+from .requantizer import Requantizer
+from .stream_loader import StreamLoader
+
+__all__ = ["ConvCore", "pipeline_latency", "output_fifo_depth", "setup_cycles"]
+
+
+@functools.lru_cache(maxsize=None)  # elaborating the blocks is slow; drivers ask per run
+def pipeline_latency(config, pool):
+    """Cycles from the issue of a group's last window to its output word's FIFO write.
+
+    The sum of the blocks' own latencies (line buffer, MAC array, parameter
+    lookup, requantizer, max-pool when ``pool``), for models that need it
+    without building a core.
+    """
+    blocks = (LineBuffer(config), MacArray(config, tag_width=1),
+              Requantizer(config, tag_width=1), MaxPool2x2(config))
+    for block in blocks:
+        block._MustUse__used = True  # built only to ask for their latencies
+    lb, mac, rq, mp = blocks
+    return lb.latency + mac.latency + 1 + rq.latency + (mp.latency if pool else 0)
+
+
+@functools.lru_cache(maxsize=None)
+def setup_cycles(config):
+    """Cycles after ``start`` before the first window can issue."""
+    lb = LineBuffer(config)
+    lb._MustUse__used = True  # built only to ask
+    return lb.setup_cycles
+
+
+#: Output FIFO words beyond the pipeline latency: the FIFO's own latency and the packer's.
+_FIFO_SLACK = 4
+
+
+def output_fifo_depth(config):
+    """Output FIFO words: enough credits to cover the pipeline at one word per cycle."""
+    return pipeline_latency(config, True) + _FIFO_SLACK
+
+
+class ConvCore(wiring.Component):
+    """Runs one layer (``batch`` images) as described by ``desc``.
+
+    Parameters
+    ----------
+    config : EngineConfig
+
+    Members
+    -------
+    desc : In(descriptor_layout())
+        Held stable by the caller while ``busy``.
+    start : In(1)
+        One-cycle pulse; ignored while busy.
+    busy : Out(1)
+    done : Out(1)
+        One-cycle pulse after the last output beat was accepted and the whole
+        input stream was taken.
+    i_stream : In(stream.Signature(unsigned(stream_width)))
+        Parameters, weights (when ``desc.load_weights``), pixels.
+    o_stream : Out(stream.Signature(StructLayout({"data": unsigned(stream_width), "last": 1})))
+        Results, each image padded to whole beats, ``last`` on the batch's final beat.
+    stall_in : Out(1)
+        Busy, no window issued, and the core wants an input beat that is not valid.
+    stall_out : Out(1)
+        Busy, no window issued, and an output beat is held up by ``o_stream.ready``.
+
+    Latency
+    -------
+    :attr:`latency`: cycles from a group's last window issue to its result
+    entering the output FIFO (``pipeline_latency(pool)``).
+    """
+
+    def __init__(self, config):
+        if not isinstance(config, EngineConfig):
+            raise TypeError(f"config must be an EngineConfig, not {config!r}")
+        self._config = config
+        self._co_bits = max(1, (config.max_co_tiles - 1).bit_length())
+        self._tag = data.StructLayout({"co": unsigned(self._co_bits), "produce": 1,
+                                       "img_first": 1})
+        super().__init__({
+            "desc": In(descriptor_layout()),
+            "start": In(1),
+            "busy": Out(1),
+            "done": Out(1),
+            "i_stream": In(stream.Signature(unsigned(config.stream_width))),
+            "o_stream": Out(stream.Signature(data.StructLayout({
+                "data": unsigned(config.stream_width), "last": unsigned(1)}))),
+            "stall_in": Out(1),
+            "stall_out": Out(1),
+        })
+        # Sub-blocks are built here so that their latencies are known up front.
+        self._lb = LineBuffer(config)
+        self._loader = StreamLoader(config)
+        self._mac = MacArray(config, tag_width=self._tag.size)
+        self._rq = Requantizer(config, tag_width=self._tag.size)
+        self._pool = MaxPool2x2(config)
+
+    def pipeline_latency(self, pool):
+        """Cycles from the issue of a group's last window to its output word's FIFO write."""
+        lat = self._lb.latency + self._mac.latency + 1 + self._rq.latency
+        return lat + (self._pool.latency if pool else 0)
+
+    @property
+    def fifo_depth(self):
+        """Output FIFO words (:func:`output_fifo_depth`)."""
+        return self.pipeline_latency(True) + _FIFO_SLACK
+
+    def elaborate(self, platform):
+        cfg = self._config
+        desc = self.desc
+        m = Module()
+        lb, loader, mac, rq, pool = self._lb, self._loader, self._mac, self._rq, self._pool
+        m.submodules.line_buffer = lb
+        m.submodules.loader = loader
+        m.submodules.mac = mac
+        m.submodules.requantizer = rq
+        m.submodules.pool = pool
+        depth = self.fifo_depth
+        m.submodules.fifo = fifo = SyncFIFOBuffered(width=8 * cfg.pout, depth=depth)
+
+        start = self.start & ~self.busy
+        with m.If(start):
+            m.d.sync += self.busy.eq(1)
+        m.d.comb += [
+            lb.desc.eq(desc), loader.desc.eq(desc),
+            lb.start.eq(start), loader.start.eq(start),
+        ]
+        wiring.connect(m, wiring.flipped(self.i_stream), loader.i_stream)
+        wiring.connect(m, loader.o_pixels, lb.w_stream)
+
+        # ---- issue, gated by output credits ---------------------------------
+        credits = Signal(range(depth + 1), init=depth)
+        produce = Signal()
+        reserve = Signal()
+        m.d.comb += [
+            produce.eq(~desc.pool | (lb.oy[0] & lb.ox[0])),
+            lb.en.eq(self.busy & ~(lb.first & produce & (credits == 0))),
+            reserve.eq(lb.issue & lb.first & produce),
+        ]
+        pop = Signal()
+        m.d.sync += credits.eq(credits + pop - reserve)
+        with m.If(start):
+            m.d.sync += credits.eq(depth)
+
+        # Stage 0 -> 2: control travels beside the window read; the weight word
+        # is read from the address registered at stage 1.
+        ctrl = data.StructLayout({"valid": 1, "first": 1, "last": 1, "tag": self._tag})
+        s0 = Signal(ctrl)
+        m.d.comb += [
+            s0.valid.eq(lb.issue), s0.first.eq(lb.first), s0.last.eq(lb.last),
+            s0.tag.co.eq(lb.co), s0.tag.produce.eq(produce),
+            # the tag travels with the group's last window: first word of an image
+            s0.tag.img_first.eq((lb.oy == 0) & (lb.ox == 0) & (lb.co == 0)),
+        ]
+        s1, s2 = Signal(ctrl), Signal(ctrl)
+        widx1 = Signal.like(loader.weight_addr)
+        m.d.sync += [s1.eq(s0), s2.eq(s1), widx1.eq(lb.widx)]
+        m.d.comb += [
+            loader.weight_addr.eq(widx1),
+            mac.i_valid.eq(s2.valid), mac.i_first.eq(s2.first), mac.i_last.eq(s2.last),
+            mac.i_tag.eq(s2.tag), mac.i_window.eq(lb.o_window), mac.i_weights.eq(loader.weight_data),
+        ]
+
+        # ---- parameter lookup (one cycle) and requantization ----------------
+        mac_tag = data.View(self._tag, mac.o_tag)
+        m.d.comb += loader.param_addr.eq(mac_tag.co)
+        acc_valid = Signal()
+        acc_tag = Signal(self._tag.size)
+        acc = Signal.like(mac.o_acc)
+        m.d.sync += [acc_valid.eq(mac.o_valid), acc_tag.eq(mac.o_tag), acc.eq(mac.o_acc)]
+        m.d.comb += [
+            rq.i_valid.eq(acc_valid), rq.i_tag.eq(acc_tag), rq.i_acc.eq(acc),
+            rq.y_zp.eq(desc.y_zp), rq.clamp_lo.eq(desc.clamp_lo), rq.clamp_hi.eq(desc.clamp_hi),
+        ]
+        for lane in range(cfg.pout):
+            rec = loader.param_data[lane]
+            m.d.comb += [
+                rq.i_bias[lane].eq(rec.bias),
+                rq.i_mult[lane].eq(rec.mult),
+                rq.i_shift[lane].eq(rec.shift[:6]),
+            ]
+
+        # ---- optional max-pool, then the output FIFO -------------------------
+        rq_tag = data.View(self._tag, rq.o_tag)
+        m.d.comb += [
+            pool.out_w.eq(desc.out_w), pool.co_tiles.eq(desc.co_tiles),
+            pool.clear.eq(rq.o_valid & rq_tag.img_first),
+            pool.i_valid.eq(rq.o_valid & desc.pool),
+            pool.i_data.eq(rq.o_data),
+        ]
+        with m.If(desc.pool):
+            m.d.comb += [fifo.w_en.eq(pool.o_valid), fifo.w_data.eq(pool.o_data)]
+        with m.Else():
+            m.d.comb += [fifo.w_en.eq(rq.o_valid), fifo.w_data.eq(rq.o_data)]
+
+        # ---- packing words into beats ----------------------------------------
+        out_done = Signal()
+        self._packer(m, fifo, pop, out_done, start)
+
+        # ---- completion and stall reporting ---------------------------------
+        # Results of windows that produce no output (a pooled layer's odd last
+        # row) may still be in flight after the final beat: wait for them too.
+        drain = self.pipeline_latency(True) + 1
+        since_issue = Signal(range(drain + 1), init=drain)
+        with m.If(lb.issue):
+            m.d.sync += since_issue.eq(0)
+        with m.Elif(since_issue != drain):
+            m.d.sync += since_issue.eq(since_issue + 1)
+        idle = lb.r_done & (since_issue == drain)
+        with m.If(self.busy & out_done & loader.done & idle & ~start):
+            m.d.sync += [self.busy.eq(0), out_done.eq(0)]
+            m.d.comb += self.done.eq(1)
+        m.d.comb += [
+            self.stall_out.eq(self.busy & ~lb.issue & self.o_stream.valid & ~self.o_stream.ready),
+            self.stall_in.eq(self.busy & ~lb.issue & ~self.stall_out & loader.wants &
+                             ~self.i_stream.valid),
+        ]
+        return m
+
+    def _packer(self, m, fifo, pop, out_done, start):
+        """FIFO words -> ``o_stream`` beats; sets ``out_done`` on the batch's final beat."""
+        cfg = self._config
+        desc = self.desc
+        wbits, bbits = 8 * cfg.pout, cfg.stream_width
+        ow = Mux(desc.pool, desc.out_w >> 1, desc.out_w)
+        oh = Mux(desc.pool, desc.out_h >> 1, desc.out_h)
+        oco, opx, opy, on = (Signal(16, name=n) for n in ("o_co", "o_px", "o_py", "o_n"))
+        img_end = (oco == desc.co_tiles - 1) & (opx == ow - 1) & (opy == oh - 1)
+        batch_end = img_end & (on == desc.batch - 1)
+        with m.If(pop):
+            with m.If(oco == desc.co_tiles - 1):
+                m.d.sync += oco.eq(0)
+                with m.If(opx == ow - 1):
+                    m.d.sync += opx.eq(0)
+                    with m.If(opy == oh - 1):
+                        m.d.sync += [opy.eq(0), on.eq(on + 1)]
+                    with m.Else():
+                        m.d.sync += opy.eq(opy + 1)
+                with m.Else():
+                    m.d.sync += opx.eq(opx + 1)
+            with m.Else():
+                m.d.sync += oco.eq(oco + 1)
+        with m.If(start):
+            m.d.sync += [oco.eq(0), opx.eq(0), opy.eq(0), on.eq(0)]
+
+        out = self.o_stream
+        accepted = out.valid & out.ready
+        with m.If(accepted & out.payload.last):
+            m.d.sync += out_done.eq(1)
+
+        if wbits <= bbits:
+            # Several words per beat; an image's last word ends its beat (zero padded).
+            per_beat = bbits // wbits
+            slots = [Signal(wbits, name=f"asm_{i}") for i in range(per_beat)]
+            idx = Signal(range(per_beat))
+            completes = (idx == per_beat - 1) | img_end
+            free = ~out.valid | out.ready
+            m.d.comb += [pop.eq(self.busy & fifo.r_rdy & (~completes | free)),
+                         fifo.r_en.eq(pop)]
+            merged = [Mux(idx == i, fifo.r_data, slots[i]) for i in range(per_beat)]
+            with m.If(pop & completes):
+                m.d.sync += [out.valid.eq(1), out.payload.data.eq(Cat(*merged)),
+                             out.payload.last.eq(batch_end), idx.eq(0)]
+                m.d.sync += [s.eq(0) for s in slots]
+            with m.Else():
+                with m.If(out.ready):
+                    m.d.sync += out.valid.eq(0)
+                with m.If(pop):
+                    m.d.sync += idx.eq(idx + 1)
+                    m.d.sync += Array(slots)[idx].eq(fifo.r_data)
+        else:
+            # A word spans several beats.
+            per_word = wbits // bbits
+            held = Signal(wbits)
+            left = Signal(range(per_word + 1))
+            held_last = Signal()
+            m.d.comb += [
+                out.valid.eq(left != 0),
+                out.payload.data.eq(held[:bbits]),
+                out.payload.last.eq(held_last & (left == 1)),
+                pop.eq(self.busy & fifo.r_rdy & ((left == 0) | ((left == 1) & out.ready))),
+                fifo.r_en.eq(pop),
+            ]
+            with m.If(pop):
+                m.d.sync += [held.eq(fifo.r_data), left.eq(per_word), held_last.eq(batch_end)]
+            with m.Elif(accepted):
+                m.d.sync += [held.eq(held >> bbits), left.eq(left - 1)]

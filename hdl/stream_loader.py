@@ -1,0 +1,226 @@
+"""Input-stream unpacker of the convolution engine, with the parameter and weight buffers.
+
+One layer run's input stream (docs/engine.md, Stream formats) is, in order:
+parameter groups (``pout`` records of 8 bytes per output tile), weight words
+(``pout*kmax*kmax*pin`` bytes per (output tile, input tile)), then the pixels
+of every image as ``pin``-byte words; each section is padded to whole beats.
+The :class:`StreamLoader` writes the first two into their buffer memories a
+beat at a time (write ports with beat granularity, so no wide assembly
+register is needed) and hands the pixel words on, one per cycle, to the line
+buffer.
+"""
+
+from amaranth.hdl import Array, Cat, Module, Signal, signed, unsigned
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from .config import EngineConfig
+from .descriptor import descriptor_layout
+
+__all__ = ["PARAM_RECORD", "StreamLoader"]
+
+#: One output channel's parameters, as in the stream (8 bytes, little-endian).
+PARAM_RECORD = data.StructLayout({
+    "bias": signed(32),
+    "mult": unsigned(16),
+    "shift": unsigned(8),
+    "reserved": unsigned(8),
+})
+
+
+def _beats(nbytes, beat):
+    return -(-nbytes // beat)
+
+
+class StreamLoader(wiring.Component):
+    """Unpacks the input stream into parameter records, weight words and pixel words.
+
+    Parameters
+    ----------
+    config : EngineConfig
+
+    Members
+    -------
+    desc : In(descriptor_layout())
+        Held stable from ``start`` until ``done``.
+    start : In(1)
+        Pulse: expect a new layer run's stream (parameters and weights first
+        when ``desc.load_weights``).
+    i_stream : In(stream.Signature(unsigned(stream_width)))
+    o_pixels : Out(stream.Signature(unsigned(8*pin)))
+        The pixel words of the whole batch, NHWC order.
+    wants : Out(1)
+        A beat would be taken this cycle if it were valid.
+    done : Out(1)
+        Every beat of the run has been taken (also high after reset).
+    param_addr : In(range(param_depth))
+    param_data : Out(data.ArrayLayout(PARAM_RECORD, pout))
+        The parameter group at ``param_addr`` of the previous cycle.
+    weight_addr : In(range(weight_depth))
+    weight_data : Out(data.ArrayLayout(data.ArrayLayout(signed(8), kmax*kmax*pin), pout))
+        The weight word at ``weight_addr`` of the previous cycle (MacArray's ``i_weights``).
+    """
+
+    def __init__(self, config):
+        if not isinstance(config, EngineConfig):
+            raise TypeError(f"config must be an EngineConfig, not {config!r}")
+        self._config = config
+        taps = config.kmax * config.kmax * config.pin
+        super().__init__({
+            "desc": In(descriptor_layout()),
+            "start": In(1),
+            "i_stream": In(stream.Signature(unsigned(config.stream_width))),
+            "o_pixels": Out(stream.Signature(unsigned(8 * config.pin))),
+            "wants": Out(1),
+            "done": Out(1, init=1),
+            "param_addr": In(range(config.param_depth)),
+            "param_data": Out(data.ArrayLayout(PARAM_RECORD, config.pout)),
+            "weight_addr": In(range(config.weight_depth)),
+            "weight_data": Out(data.ArrayLayout(data.ArrayLayout(signed(8), taps), config.pout)),
+        })
+
+    @property
+    def param_beats(self):
+        """Beats per parameter group."""
+        return _beats(self._config.pout * PARAM_RECORD.size // 8, self._config.stream_bytes)
+
+    @property
+    def weight_beats(self):
+        """Beats per weight word."""
+        return _beats(self._config.weight_word_bytes, self._config.stream_bytes)
+
+    def elaborate(self, platform):
+        cfg = self._config
+        beat_bits = cfg.stream_width
+        desc = self.desc
+        m = Module()
+
+        pbeats, wbeats = self.param_beats, self.weight_beats
+        params = Memory(shape=unsigned(pbeats * beat_bits), depth=cfg.param_depth, init=[])
+        weights = Memory(shape=unsigned(wbeats * beat_bits), depth=cfg.weight_depth, init=[])
+        m.submodules.params = params
+        m.submodules.weights = weights
+        pw = params.write_port(granularity=beat_bits)
+        ww = weights.write_port(granularity=beat_bits)
+        pr = params.read_port()
+        wr = weights.read_port()
+        m.d.comb += [
+            pr.addr.eq(self.param_addr),
+            self.param_data.as_value().eq(pr.data),
+            wr.addr.eq(self.weight_addr),
+            self.weight_data.as_value().eq(wr.data),
+            pw.data.eq(Cat(*([self.i_stream.payload] * pbeats))),
+            ww.data.eq(Cat(*([self.i_stream.payload] * wbeats))),
+        ]
+
+        beat_no = Signal(range(max(pbeats, wbeats, cfg.pin // cfg.stream_bytes, 1) + 1))
+        co, ci = Signal(16), Signal(16)
+        word_addr = Signal(range(cfg.weight_depth + 1))
+        px_ci, px_x, px_y, px_n = (Signal(16, name=n) for n in ("px_ci", "px_x", "px_y", "px_n"))
+        take = self.i_stream.valid & self.i_stream.ready
+
+        # Position in the pixel section; the last word of an image also ends its beat.
+        last_ci = px_ci == desc.ci_tiles - 1
+        last_x = px_x == desc.in_w - 1
+        last_y = px_y == desc.in_h - 1
+        image_end = last_ci & last_x & last_y
+        batch_end = image_end & (px_n == desc.batch - 1)
+
+        def advance_pixel():
+            with m.If(last_ci):
+                m.d.sync += px_ci.eq(0)
+                with m.If(last_x):
+                    m.d.sync += px_x.eq(0)
+                    with m.If(last_y):
+                        m.d.sync += [px_y.eq(0), px_n.eq(px_n + 1)]
+                    with m.Else():
+                        m.d.sync += px_y.eq(px_y + 1)
+                with m.Else():
+                    m.d.sync += px_x.eq(px_x + 1)
+            with m.Else():
+                m.d.sync += px_ci.eq(px_ci + 1)
+
+        with m.FSM(name="section"):
+            with m.State("IDLE"):
+                with m.If(self.start):
+                    m.d.sync += [beat_no.eq(0), co.eq(0), ci.eq(0), word_addr.eq(0),
+                                 px_ci.eq(0), px_x.eq(0), px_y.eq(0), px_n.eq(0),
+                                 self.done.eq(0)]
+                    with m.If(desc.load_weights):
+                        m.next = "PARAMS"
+                    with m.Else():
+                        m.next = "PIXELS"
+
+            with m.State("PARAMS"):
+                m.d.comb += [self.i_stream.ready.eq(1), self.wants.eq(1),
+                             pw.addr.eq(co), pw.en.eq(take << beat_no)]
+                with m.If(take):
+                    with m.If(beat_no == pbeats - 1):
+                        m.d.sync += [beat_no.eq(0), co.eq(co + 1)]
+                        with m.If(co == desc.co_tiles - 1):
+                            m.d.sync += co.eq(0)
+                            m.next = "WEIGHTS"
+                    with m.Else():
+                        m.d.sync += beat_no.eq(beat_no + 1)
+
+            with m.State("WEIGHTS"):
+                m.d.comb += [self.i_stream.ready.eq(1), self.wants.eq(1),
+                             ww.addr.eq(word_addr), ww.en.eq(take << beat_no)]
+                with m.If(take):
+                    with m.If(beat_no == wbeats - 1):
+                        m.d.sync += [beat_no.eq(0), word_addr.eq(word_addr + 1)]
+                        with m.If(ci == desc.ci_tiles - 1):
+                            m.d.sync += [ci.eq(0), co.eq(co + 1)]
+                            with m.If(co == desc.co_tiles - 1):
+                                m.next = "PIXELS"
+                        with m.Else():
+                            m.d.sync += ci.eq(ci + 1)
+                    with m.Else():
+                        m.d.sync += beat_no.eq(beat_no + 1)
+
+            with m.State("PIXELS"):
+                if cfg.stream_bytes >= cfg.pin:
+                    # Several words per beat: the beat is taken with its last word.
+                    per_beat = cfg.stream_bytes // cfg.pin
+                    words = [self.i_stream.payload[i * 8 * cfg.pin:(i + 1) * 8 * cfg.pin]
+                             for i in range(per_beat)]
+                    m.d.comb += [
+                        self.o_pixels.valid.eq(self.i_stream.valid),
+                        self.o_pixels.payload.eq(Array(words)[beat_no]),
+                        self.i_stream.ready.eq(self.o_pixels.ready &
+                                               ((beat_no == per_beat - 1) | image_end)),
+                        self.wants.eq(self.o_pixels.ready),
+                    ]
+                    with m.If(self.o_pixels.valid & self.o_pixels.ready):
+                        advance_pixel()
+                        with m.If((beat_no == per_beat - 1) | image_end):
+                            m.d.sync += beat_no.eq(0)
+                        with m.Else():
+                            m.d.sync += beat_no.eq(beat_no + 1)
+                        with m.If(batch_end):
+                            m.d.sync += self.done.eq(1)
+                            m.next = "IDLE"
+                else:
+                    # A word spans several beats: collect all but the last.
+                    per_word = cfg.pin // cfg.stream_bytes
+                    held = Signal((per_word - 1) * beat_bits)
+                    collecting = beat_no != per_word - 1
+                    m.d.comb += [
+                        self.o_pixels.valid.eq(self.i_stream.valid & ~collecting),
+                        self.o_pixels.payload.eq(Cat(held, self.i_stream.payload)),
+                        self.i_stream.ready.eq(collecting | self.o_pixels.ready),
+                        self.wants.eq(collecting | self.o_pixels.ready),
+                    ]
+                    with m.If(take):
+                        with m.If(collecting):
+                            m.d.sync += [beat_no.eq(beat_no + 1),
+                                         held.eq(Cat(held[beat_bits:], self.i_stream.payload)
+                                                 if per_word > 2 else self.i_stream.payload)]
+                        with m.Else():
+                            m.d.sync += beat_no.eq(0)
+                            advance_pixel()
+                            with m.If(batch_end):
+                                m.d.sync += self.done.eq(1)
+                                m.next = "IDLE"
+        return m

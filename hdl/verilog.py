@@ -1,0 +1,97 @@
+"""Emit an engine: Verilog, register map (JSON, C header) and a configuration summary.
+
+Everything written is derived from one :class:`~fpgacnn.hdl.config.EngineConfig`;
+:func:`write_engine` is what ``fpgacnn generate`` and the simulation builds call.
+"""
+
+from pathlib import Path
+
+from amaranth.back import verilog
+
+from .config import EngineConfig
+from .regmap import build_regmap
+
+__all__ = ["TOP_NAME", "engine_verilog", "config_summary", "write_engine"]
+
+#: Verilog module name of the generated top.
+TOP_NAME = "fpgacnn_engine"
+
+
+def engine_verilog(config, *, name=TOP_NAME):
+    """Verilog text of :class:`~fpgacnn.hdl.engine.ConvEngine` for ``config``.
+
+    Source locations are left out so the text depends only on the
+    configuration and the generator sources.
+    """
+    from .engine import ConvEngine
+    if not isinstance(config, EngineConfig):
+        raise TypeError(f"config must be an EngineConfig, not {config!r}")
+    return verilog.convert(ConvEngine(config), name=name, emit_src=False)
+
+
+def _bytes(n):
+    if n >= 1 << 20:
+        return f"{n:,} B ({n / (1 << 20):.2f} MiB)"
+    if n >= 1 << 10:
+        return f"{n:,} B ({n / (1 << 10):.1f} KiB)"
+    return f"{n:,} B"
+
+
+def config_summary(config):
+    """A human-readable summary: parameters, peak throughput, buffer sizes."""
+    c = config
+    regs = build_regmap(c)
+    rows = [("parameter", "value")]
+    rows += [(k, str(v)) for k, v in c.as_dict().items()]
+    lines = [f"fpgacnn engine: {TOP_NAME}", ""]
+    width = max(len(k) for k, _ in rows)
+    lines += [f"  {k:<{width}}  {v}" for k, v in rows[1:]]
+    lines += [
+        "",
+        f"  peak MACs/cycle         {c.peak_macs_per_cycle:,}  "
+        f"({c.kmax}x{c.kmax} window x pin {c.pin} x pout {c.pout})",
+        f"  stream                  {c.stream_bytes} bytes/beat",
+        f"  line buffer             {c.row_slots} row slots x {c.kmax} banks x "
+        f"{c.line_bank_depth} words x {c.pin} B = {_bytes(c.line_buffer_bytes)}",
+        f"  weight buffer           {c.weight_depth} words x {c.weight_word_bytes} B = "
+        f"{_bytes(c.weight_buffer_bytes)}",
+        f"  parameter buffer        {c.param_depth} words x {c.pout} lanes x 8 B = "
+        f"{_bytes(c.param_depth * c.pout * 8)}",
+        f"  limits                  width <= {c.max_width}, channels <= {c.max_channels}, "
+        f"output channels per run <= {c.max_out_channels}, stride <= {c.max_stride}",
+        f"  registers               {len(regs)} (AXI4-Lite, {1 << regs.addr_width} B window)",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def write_engine(config, out_dir, *, name=TOP_NAME):
+    """Write ``<name>.v``, ``<name>_regs.json``, ``<name>_regs.h`` and ``<name>_summary.txt``.
+
+    Parameters
+    ----------
+    config : EngineConfig
+    out_dir : path-like
+        Created if missing.
+    name : str
+        Verilog module name and file stem.
+
+    Returns
+    -------
+    dict
+        ``{"verilog", "regmap_json", "c_header", "summary"}`` -> :class:`~pathlib.Path`.
+    """
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    regs = build_regmap(config)
+    paths = {
+        "verilog": out_dir / f"{name}.v",
+        "regmap_json": out_dir / f"{name}_regs.json",
+        "c_header": out_dir / f"{name}_regs.h",
+        "summary": out_dir / f"{name}_summary.txt",
+    }
+    paths["verilog"].write_text(engine_verilog(config, name=name))
+    paths["regmap_json"].write_text(regs.to_json())
+    paths["c_header"].write_text(regs.c_header())
+    paths["summary"].write_text(config_summary(config))
+    return paths

@@ -1,0 +1,272 @@
+"""Analytic cycle count of one layer run on the convolution engine (docs/engine.md).
+
+The model follows the engine's schedule at the granularity of rows:
+
+- the parameters and weights stream in first, one beat per cycle;
+- the line-buffer writer stores input rows at one ``pin``-byte word per cycle
+  (``pin/B`` cycles per word when a word spans several beats), but may only
+  start a row once its slot is free, i.e. once the output row that still
+  needed the slot's previous row has been issued;
+- output row ``oy`` is issued once its input rows are complete, one window per
+  cycle: ``out_w*co_tiles*ci_tiles`` cycles, or longer when the output stream
+  (``pout/B`` beats per output word) is slower than the array;
+- the last results then drain through the pipeline and the output packer.
+
+It assumes the input stream is always valid and the output stream always
+ready (back-pressure only adds cycles). RTL cycle counts are exact and are the
+reference; tests check this model against them within 2%.
+
+Examples
+--------
+>>> from fpgacnn.hdl.config import EngineConfig
+>>> cfg = EngineConfig(pin=8, pout=8, kmax=3, stream_width=64)
+>>> est = conv_cycles(cfg, (1, 32, 16, 16), (32, 32, 3, 3), pads=(1, 1, 1, 1))
+>>> est.bound, round(est.compute_utilization, 2) > 0.9
+('compute', True)
+"""
+
+import math
+from dataclasses import dataclass, field
+
+__all__ = ["CycleEstimate", "layer_cycles", "conv_cycles"]
+
+#: Cycles from ``start`` to the first beat the loader takes.
+_START_CYCLES = 1
+
+
+@dataclass(frozen=True)
+class CycleEstimate:
+    """Cycle count of one layer run.
+
+    Members
+    -------
+    cycles : int
+        From ``start`` to ``done`` (the cycles ``busy`` is high).
+    macs : int
+        Useful multiply-accumulates of the run (the layer's, or the array's
+        issued ones when the caller did not say).
+    peak_macs_per_cycle : int
+    load_cycles : int
+        Parameter and weight beats.
+    compute_cycles : int
+        Cycles in which a window is issued.
+    input_wait_cycles : int
+        Cycles the array waited for input rows (line-buffer fill included).
+    output_wait_cycles : int
+        Extra cycles imposed by the output stream's bandwidth.
+    tail_cycles : int
+        Pipeline drain and the last output beats.
+    bound : str
+        What bounds the run: ``"compute"``, ``"input"``, ``"output"`` or ``"weights"``.
+    reason : str
+        One sentence saying why.
+    """
+
+    cycles: int
+    macs: int
+    peak_macs_per_cycle: int
+    load_cycles: int
+    compute_cycles: int
+    input_wait_cycles: int
+    output_wait_cycles: int
+    tail_cycles: int
+    bound: str
+    reason: str
+    detail: dict = field(default_factory=dict, compare=False)
+
+    @property
+    def utilization(self):
+        """``macs / (cycles * peak)``."""
+        return self.macs / (self.cycles * self.peak_macs_per_cycle)
+
+    @property
+    def compute_utilization(self):
+        """Utilization counting only the cycles after the weights are in."""
+        return self.macs / ((self.cycles - self.load_cycles) * self.peak_macs_per_cycle)
+
+
+def _pipeline(config, pool):
+    # The core's latencies come from its blocks; asking them keeps one truth.
+    from ..hdl.conv_core import pipeline_latency
+    return pipeline_latency(config, pool), pipeline_latency(config, True) + 1
+
+
+def _setup(config):
+    from ..hdl.conv_core import setup_cycles
+    return setup_cycles(config)
+
+
+def _fifo_depth(config):
+    from ..hdl.conv_core import output_fifo_depth
+    return output_fifo_depth(config)
+
+
+def _produced(oy, out_w, out_h, co, pool):
+    """Indices (within the output row's groups, ``ox*co + c``) of the groups that emit a word."""
+    if not pool:
+        return range(out_w * co)
+    if oy % 2 == 0 or oy >= 2 * (out_h // 2):
+        return range(0)
+    return [ox * co + c for ox in range(1, 2 * (out_w // 2), 2) for c in range(co)]
+
+
+def layer_cycles(config, desc, *, macs=None):
+    """Cycle count of the layer run ``desc`` (a descriptor dict, as from ``pack_layer``).
+
+    Parameters
+    ----------
+    config : fpgacnn.hdl.config.EngineConfig
+    desc : mapping
+        Descriptor values keyed by field name.
+    macs : int, optional
+        The layer's real MACs (for the utilization); default: the MACs the
+        array issues, ``out_h*out_w*co_tiles*ci_tiles*peak*batch``.
+
+    Returns
+    -------
+    CycleEstimate
+    """
+    beat, pin, pout, k = config.stream_bytes, config.pin, config.pout, config.kmax
+    slots = config.row_slots
+    in_h, in_w = int(desc["in_h"]), int(desc["in_w"])
+    ci, co = int(desc["ci_tiles"]), int(desc["co_tiles"])
+    out_h, out_w = int(desc["out_h"]), int(desc["out_w"])
+    s, pt, batch = int(desc["stride"]), int(desc["pad_top"]), int(desc["batch"])
+    pool = bool(desc["pool"])
+    peak = config.peak_macs_per_cycle
+    if macs is None:
+        macs = out_h * out_w * co * ci * peak * batch
+
+    load = 0
+    if desc["load_weights"]:
+        load = co * math.ceil(pout * 8 / beat) + co * ci * math.ceil(config.weight_word_bytes / beat)
+    t0 = _START_CYCLES + load
+
+    per_word_in = max(1, pin // beat)            # cycles per line-buffer word
+    row_in = in_w * ci * per_word_in             # cycles to write one input row
+    per_word_out = max(1, pout // beat)          # cycles per output word
+    issue = out_w * co * ci                      # cycles to issue one output row
+    latency, drain = _pipeline(config, pool)
+    depth = _fifo_depth(config)
+
+    rows = batch * in_h
+    orows = batch * out_h
+    w_end = []      # cycle from which input row g counts as written
+    r_start, r_end = [], []
+    j_free = 0      # output rows issued before the writer may start its next row
+    wait_in = wait_out = 0
+    pops = []       # output-word pop cycles (only kept while they can throttle the issue)
+    last_pop = -(1 << 60)
+    g = j = 0
+    while g < rows or j < orows:
+        # Writer: row g may start once every output row that needs row g - slots is issued.
+        if g < rows:
+            while j_free < orows and _need(j_free, in_h, out_h, s, pt) + slots <= g:
+                j_free += 1
+            if j_free <= len(r_end):
+                freed = t0 if j_free == 0 else r_end[j_free - 1]
+                prev = w_end[-1] if w_end else t0
+                if freed > prev:  # blocked: the loader collected all but a word's last beat
+                    end = max(prev + row_in, freed + row_in - (per_word_in - 1))
+                else:
+                    end = prev + row_in
+                w_end.append(end)
+                g += 1
+                continue
+        # Reader: output row j once its input rows are written.
+        n, oy = divmod(j, out_h)
+        target = n * in_h + min(oy * s - pt + k, in_h)
+        prev = r_end[-1] if r_end else max(t0, _setup(config))
+        start = max(prev, w_end[target - 1])
+        wait_in += start - prev
+        groups = _produced(oy, out_w, out_h, co, pool)
+        if per_word_out <= ci:
+            # Pops keep up with results: the issue never waits for credits.
+            end = start + issue
+            if groups:
+                last_group = start + groups[-1] * ci + ci - 1
+                last_pop = max(last_group + latency + 2, last_pop + len(groups) * per_word_out)
+        else:
+            # Output-bound rows: follow each word; a group issues once its credit is back.
+            t = start
+            g_at = 0
+            for gi in groups:
+                t = max(t + (gi - g_at) * ci, 0)
+                g_at = gi
+                if len(pops) >= depth:
+                    t = max(t, pops[-depth] + 1)
+                written = t + ci - 1 + latency
+                last_pop = max(written + 2, last_pop + per_word_out)
+                pops.append(last_pop)
+            end = max(t + (out_w * co - g_at) * ci, start + issue)
+            wait_out += end - start - issue
+        r_start.append(start)
+        r_end.append(end)
+        j += 1
+
+    last_issue = r_end[-1] - 1
+    done = max(last_pop + 1 + per_word_out, last_issue + drain + 1, w_end[-1])
+    compute = orows * issue
+    tail = done - r_end[-1]
+    fill = r_start[0] - t0
+    total = done
+    # What each resource needs on its own; the largest bounds the run.
+    n_words = batch * sum(len(_produced(oy, out_w, out_h, co, pool)) for oy in range(out_h))
+    demand = {"compute": compute, "input": rows * row_in, "output": n_words * per_word_out,
+              "weights": load}
+    bound = max(demand, key=demand.get)
+    if bound == "compute":
+        reason = (f"the array: {orows} output rows x {out_w} px x {co} output tiles x "
+                  f"{ci} input tiles, one window per cycle ({compute} cycles)")
+    elif bound == "input":
+        reason = (f"input bandwidth: {rows} input rows of {in_w} px x {ci} tiles at "
+                  f"{per_word_in} cycle(s) per {pin}-byte word ({rows * row_in} cycles) "
+                  f"against {compute} compute cycles")
+    elif bound == "output":
+        reason = (f"output bandwidth: {n_words} words of {pout} bytes at {per_word_out} "
+                  f"beats each ({n_words * per_word_out} cycles) against {compute} "
+                  f"compute cycles")
+    else:
+        reason = (f"weight loading: {load} beats of parameters and weights against "
+                  f"{compute} compute cycles")
+    return CycleEstimate(
+        cycles=int(total), macs=int(macs), peak_macs_per_cycle=peak, load_cycles=load,
+        compute_cycles=compute, input_wait_cycles=int(wait_in), output_wait_cycles=int(wait_out),
+        tail_cycles=int(tail), bound=bound, reason=reason,
+        detail={"fill": fill, "first_issue": r_start[0], "last_issue": last_issue,
+                "latency": latency})
+
+
+def _need(j, in_h, out_h, s, pt):
+    n, oy = divmod(j, out_h)
+    return n * in_h + max(0, oy * s - pt)
+
+
+def conv_cycles(config, x_shape, w_shape, *, stride=1, pads=(0, 0, 0, 0), pool=False,
+                remap=None, load_weights=True, name="layer"):
+    """Cycle count of a convolution given by its shapes (mapped as :func:`pack_layer` does).
+
+    Parameters
+    ----------
+    config : fpgacnn.hdl.config.EngineConfig
+    x_shape, w_shape : tuple of int
+        ``(N, Cin, H, W)`` and ``(Cout, Cin, KH, KW)``.
+    stride, pads, pool, remap, load_weights, name
+        As for :func:`fpgacnn.host.packing.pack_layer`.
+
+    Returns
+    -------
+    CycleEstimate
+        ``macs`` are the layer's real MACs, so the utilization counts padding
+        lanes and embedded kernel taps as waste.
+
+    Raises
+    ------
+    fpgacnn.host.errors.MappingError
+        The layer does not fit the engine.
+    """
+    from .packing import map_layer
+    geo = map_layer(config, x_shape, w_shape, stride=stride, pads=pads, pool=pool, remap=remap,
+                    name=name)
+    desc = dict(geo, load_weights=int(bool(load_weights)))
+    return layer_cycles(config, desc, macs=geo["macs"])

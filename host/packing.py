@@ -1,0 +1,387 @@
+"""The host side of the engine's stream format (docs/engine.md).
+
+:func:`pack_layer` turns one quantized convolution (plain numpy arrays, NCHW /
+OIHW) into the layer descriptor and the bytes of the engine's input stream;
+:func:`unpack_output` turns the bytes of the output stream back into an int8
+NCHW tensor. On the way, the layer is checked against the engine's limits, and
+mapped onto the engine: kernels smaller than ``kmax`` are embedded in a
+``kmax x kmax`` grid, 1x1 convolutions are remapped so that all
+``kmax*kmax*pin`` multipliers work, channels are padded to whole tiles, and the
+input zero point is folded into the bias.
+
+Examples
+--------
+>>> import numpy as np
+>>> from fpgacnn.hdl.config import EngineConfig
+>>> cfg = EngineConfig(pin=2, pout=2, kmax=3, stream_width=32, max_width=16, max_channels=8,
+...                    max_out_channels=8)
+>>> x = np.zeros((1, 3, 5, 5), np.int8); w = np.ones((4, 3, 3, 3), np.int8)
+>>> desc, data = pack_layer(cfg, x, w, np.zeros(4, np.int32), 0, [1 << 15] * 4, [16] * 4, 0,
+...                         pads=(1, 1, 1, 1))
+>>> desc["out_h"], desc["ci_tiles"], desc["co_tiles"], len(data)
+(5, 2, 2, 276)
+"""
+
+import math
+
+import numpy as np
+
+from ..hdl.descriptor import DESCRIPTOR_FIELDS
+from .errors import InputError, MappingError
+
+__all__ = ["PARAM_RECORD_BYTES", "map_layer", "pack_layer", "unpack_output", "output_nbytes", "input_nbytes",
+           "use_remap"]
+
+#: Bytes per output-channel parameter record: bias int32, mult uint16, shift uint8, reserved.
+PARAM_RECORD_BYTES = 8
+
+_FIELD_RANGES = {f.name: ((-(1 << (f.width - 1)), (1 << (f.width - 1)) - 1) if f.signed
+                          else (0, (1 << f.width) - 1)) for f in DESCRIPTOR_FIELDS}
+
+
+def _beats(nbytes, beat):
+    return -(-nbytes // beat)
+
+
+def _pad_to_beat(buf, beat):
+    buf = np.ascontiguousarray(buf, dtype=np.uint8).ravel()
+    return np.concatenate([buf, np.zeros(_beats(buf.size, beat) * beat - buf.size, np.uint8)])
+
+
+def _pair(value, what, name):
+    if np.ndim(value) == 0:
+        value = (value, value)
+    value = tuple(int(v) for v in value)
+    if len(value) != 2 or any(v < 1 for v in value):
+        raise InputError(f"{name}: {what} must be a positive integer or a pair of them, "
+                         f"not {value!r}")
+    return value
+
+
+def _int8_array(value, what, name, ndim):
+    a = np.asarray(value)
+    if a.dtype != np.int8:
+        raise InputError(f"{name}: {what} must be int8, not {a.dtype}")
+    if a.ndim != ndim:
+        raise InputError(f"{name}: {what} must have {ndim} dimensions, not shape {a.shape}")
+    return a
+
+
+def _per_channel(value, what, name, cout, lo, hi):
+    a = np.asarray(value)
+    if not np.issubdtype(a.dtype, np.integer):
+        raise InputError(f"{name}: {what} must be integers, not {a.dtype}")
+    a = np.broadcast_to(a.astype(np.int64), (cout,)) if a.ndim == 0 else a.astype(np.int64)
+    if a.shape != (cout,):
+        raise InputError(f"{name}: {what} must have shape ({cout},), not {a.shape}")
+    bad = (a < lo) | (a > hi)
+    if bad.any():
+        c = int(np.argmax(bad))
+        raise MappingError(f"{name}: {what}[{c}] = {a[c]} is outside the engine's range "
+                           f"{lo}..{hi}")
+    return a
+
+
+def _scalar(value, what, name, lo, hi):
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise InputError(f"{name}: {what} must be an integer, not {value!r}")
+    if not lo <= int(value) <= hi:
+        raise MappingError(f"{name}: {what} = {value} is outside {lo}..{hi}")
+    return int(value)
+
+
+def use_remap(config, cin, kernel, remap=None):
+    """Whether a layer runs through the 1x1 remap (docs/engine.md).
+
+    A 1x1 layer is remapped when ``kmax > 1`` and the remap needs fewer input
+    tiles than the plain layout (i.e. whenever ``Cin > pin``); ``remap`` forces
+    the choice (``True`` is an error for kernels other than 1x1).
+    """
+    is_1x1 = tuple(kernel) == (1, 1)
+    if remap is None:
+        if not is_1x1 or config.kmax == 1:
+            return False
+        g = math.ceil(cin / config.kmax ** 2)
+        return math.ceil(g / config.pin) < math.ceil(cin / config.pin)
+    if remap and not is_1x1:
+        raise InputError(f"the 1x1 remap needs a 1x1 kernel, not {kernel[0]}x{kernel[1]}")
+    return bool(remap) and config.kmax > 1
+
+
+_GEOMETRY_FIELDS = ("in_h", "in_w", "ci_tiles", "co_tiles", "out_h", "out_w", "stride",
+                    "pad_top", "pad_left", "batch", "pool")
+
+
+def map_layer(config, x_shape, w_shape, *, stride=1, pads=(0, 0, 0, 0), pool=False, remap=None,
+              name="layer"):
+    """How a convolution of the given shapes runs on the engine, checked against its limits.
+
+    Parameters
+    ----------
+    config : fpgacnn.hdl.config.EngineConfig
+    x_shape : (int, int, int, int)
+        Input shape ``(N, Cin, H, W)``.
+    w_shape : (int, int, int, int)
+        Weight shape ``(Cout, Cin, KH, KW)``.
+    stride, pads, pool, remap, name
+        As for :func:`pack_layer`.
+
+    Returns
+    -------
+    dict
+        The geometry fields of the descriptor (``in_h``, ``in_w``, ``ci_tiles``,
+        ``co_tiles``, ``out_h``, ``out_w``, ``stride``, ``pad_top``, ``pad_left``,
+        ``batch``, ``pool``), plus ``remap`` (bool) and ``macs``: the layer's
+        real multiply-accumulates for the whole batch.
+
+    Raises
+    ------
+    InputError
+        Inconsistent shapes or bad stride / pads.
+    MappingError
+        The layer does not fit the engine; the message names the limit.
+    """
+    n, cin, h, wd = (int(v) for v in x_shape)
+    cout, wcin, kh, kw = (int(v) for v in w_shape)
+    if wcin != cin:
+        raise InputError(f"{name}: input has {cin} channels, weights expect {wcin}")
+    if min(n, cin, h, wd, cout, kh, kw) < 1:
+        raise InputError(f"{name}: empty tensor (input {tuple(x_shape)}, weights {tuple(w_shape)})")
+    kmax, pin, pout = config.kmax, config.pin, config.pout
+    sy, sx = _pair(stride, "stride", name)
+    pads = tuple(int(p) for p in pads)
+    if len(pads) != 4 or min(pads) < 0:
+        raise InputError(f"{name}: pads must be four non-negative integers "
+                         f"(top, left, bottom, right), not {pads!r}")
+    if kh > kmax or kw > kmax:
+        raise MappingError(f"{name}: kernel {kh}x{kw} exceeds the engine's kmax {kmax}")
+    out_h = (h + pads[0] + pads[2] - kh) // sy + 1
+    out_w = (wd + pads[1] + pads[3] - kw) // sx + 1
+    if out_h < 1 or out_w < 1:
+        raise MappingError(f"{name}: the {kh}x{kw} kernel does not fit the padded "
+                           f"{h}x{wd} input (no output)")
+    if pool and (out_h < 2 or out_w < 2):
+        raise MappingError(f"{name}: a 2x2 max-pool needs at least a 2x2 output, "
+                           f"not {out_h}x{out_w}")
+    macs = n * out_h * out_w * cout * cin * kh * kw
+    remapped = use_remap(config, cin, (kh, kw), remap)
+    if remapped:
+        cin = math.ceil(cin / kmax ** 2)
+        h, wd = kmax * out_h, kmax * out_w
+        sy = sx = kmax
+        pads = (0, 0, 0, 0)
+    elif sy != sx:
+        raise MappingError(f"{name}: stride {sy}x{sx} is not square; the engine has one stride")
+    if sy > kmax:
+        raise MappingError(f"{name}: stride {sy} exceeds the engine's maximum stride {kmax}")
+    if pads[0] > kmax - 1 or pads[1] > kmax - 1:
+        raise MappingError(f"{name}: top/left padding {pads[0]}/{pads[1]} exceeds kmax-1 = "
+                           f"{kmax - 1}")
+    ci_tiles = math.ceil(cin / pin)
+    co_tiles = math.ceil(cout / pout)
+    words = math.ceil(wd / kmax) * ci_tiles
+    if words > config.line_bank_depth:
+        raise MappingError(
+            f"{name}: in_w*ci_tiles ({wd} px x {ci_tiles} tiles = {words} words per bank of "
+            f"{kmax} columns) exceeds line buffer bank depth {config.line_bank_depth} "
+            f"(max_width {config.max_width} at max_channels {config.max_channels})")
+    if co_tiles > config.param_depth:
+        raise MappingError(f"{name}: {cout} output channels ({co_tiles} tiles) exceed the "
+                           f"parameter buffer ({config.param_depth} tiles of {pout}); "
+                           f"tile the output channels")
+    if co_tiles * ci_tiles > config.weight_depth:
+        raise MappingError(f"{name}: weights of {co_tiles}x{ci_tiles} tiles exceed the weight "
+                           f"buffer depth {config.weight_depth}; tile the output channels")
+    if kmax * kmax * pin * ci_tiles * 128 * 128 >= 1 << (config.acc_width - 1):
+        raise MappingError(f"{name}: {ci_tiles} input tiles can overflow the "
+                           f"{config.acc_width}-bit accumulator")
+    geo = dict(in_h=h, in_w=wd, ci_tiles=ci_tiles, co_tiles=co_tiles, out_h=out_h,
+               out_w=out_w, stride=sy, pad_top=pads[0], pad_left=pads[1], batch=n,
+               pool=int(bool(pool)))
+    for key, value in geo.items():
+        flo, fhi = _FIELD_RANGES[key]
+        if not flo <= value <= fhi:
+            raise MappingError(f"{name}: {key} = {value} does not fit the descriptor "
+                               f"field ({flo}..{fhi})")
+    geo.update(remap=remapped, macs=macs)
+    return geo
+
+
+def pack_layer(config, x, w, bias, x_zp, mult, shift, y_zp, *, clamp=(-128, 127), stride=1,
+               pads=(0, 0, 0, 0), pool=False, load_weights=True, remap=None, name="layer"):
+    """Pack one convolution layer run (descriptor + input stream bytes).
+
+    Parameters
+    ----------
+    config : fpgacnn.hdl.config.EngineConfig
+    x : numpy.ndarray of int8, shape (N, Cin, H, W)
+        The batch of input images.
+    w : numpy.ndarray of int8, shape (Cout, Cin, KH, KW)
+    bias : array_like of int, shape (Cout,), or None
+        int32 bias at scale ``x_scale*w_scale[c]`` (not yet folded).
+    x_zp, y_zp : int
+        Input and output zero points (int8).
+    mult, shift : array_like of int, shape (Cout,) or scalar
+        Requantization multiplier (uint16) and right shift (0..63) per output
+        channel, from :func:`fpgacnn.host.requant.requant_params`.
+    clamp : (int, int)
+        Output clamp ``(lo, hi)`` (a fused Relu raises ``lo`` to ``y_zp``).
+    stride : int or (int, int)
+    pads : (int, int, int, int)
+        ``(top, left, bottom, right)``.
+    pool : bool
+        Fuse a 2x2 stride-2 max-pool (floor mode) on the output.
+    load_weights : bool
+        Stream the parameters and weights (else the engine keeps the previous
+        ones, which must be this layer's).
+    remap : bool or None
+        Run a 1x1 layer through the remap; ``None`` decides (:func:`use_remap`).
+    name : str
+        Layer name used in error messages.
+
+    Returns
+    -------
+    desc : dict
+        Descriptor values keyed by :data:`fpgacnn.hdl.descriptor.DESCRIPTOR_FIELDS` names.
+    data : numpy.ndarray of uint8
+        The input stream, a whole number of beats.
+
+    Raises
+    ------
+    InputError
+        An array has the wrong dtype or shape.
+    MappingError
+        The layer does not fit the engine; the message names the limit.
+    """
+    x = _int8_array(x, "input", name, 4)
+    w = _int8_array(w, "weights", name, 4)
+    x_zp = _scalar(x_zp, "x_zp", name, -128, 127)
+    y_zp = _scalar(y_zp, "y_zp", name, -128, 127)
+    lo = _scalar(clamp[0], "clamp_lo", name, -128, 127)
+    hi = _scalar(clamp[1], "clamp_hi", name, -128, 127)
+    if lo > hi:
+        raise MappingError(f"{name}: clamp_lo {lo} is above clamp_hi {hi}")
+    geo = map_layer(config, x.shape, w.shape, stride=stride, pads=pads, pool=pool,
+                    remap=remap, name=name)
+    kmax, pin, pout, beat = config.kmax, config.pin, config.pout, config.stream_bytes
+    n, cin, h, wd = x.shape
+    cout, _, kh, kw = w.shape
+    bias = np.zeros(cout, np.int64) if bias is None else \
+        _per_channel(bias, "bias", name, cout, -(1 << 31), (1 << 31) - 1)
+    mult = _per_channel(mult, "mult", name, cout, 0, (1 << 16) - 1)
+    shift = _per_channel(shift, "shift", name, cout, 0, 63)
+    folded = bias - x_zp * w.astype(np.int64).sum(axis=(1, 2, 3))
+    if folded.min() < -(1 << 31) or folded.max() >= 1 << 31:
+        c = int(np.argmax((folded < -(1 << 31)) | (folded >= 1 << 31)))
+        raise MappingError(f"{name}: folded bias b - x_zp*sum(w) of channel {c} "
+                           f"({folded[c]}) does not fit int32")
+
+    if geo["remap"]:
+        # Pad and subsample on the host: the remapped layer is unpadded, stride kmax.
+        sy, sx = _pair(stride, "stride", name)
+        pads = tuple(int(p) for p in pads)
+        oh, ow = geo["out_h"], geo["out_w"]
+        xp = np.pad(x, ((0, 0), (0, 0), (pads[0], pads[2]), (pads[1], pads[3])),
+                    constant_values=x_zp)[:, :, ::sy, ::sx][:, :, :oh, :ow]
+        g = math.ceil(cin / kmax ** 2)
+        xc = np.zeros((n, kmax * kmax * g, oh, ow), np.int8)
+        xc[:, :cin] = xp
+        # channel (ky*kmax + kx)*g + j of pixel (y, x) -> channel j of pixel (kmax*y+ky, kmax*x+kx)
+        x = xc.reshape(n, kmax, kmax, g, oh, ow).transpose(0, 3, 4, 1, 5, 2) \
+              .reshape(n, g, oh * kmax, ow * kmax)
+        wc = np.zeros((cout, kmax * kmax * g), np.int8)
+        wc[:, :cin] = w[:, :, 0, 0]
+        w = wc.reshape(cout, kmax, kmax, g).transpose(0, 3, 1, 2)
+        n, cin, h, wd = x.shape
+        kh = kw = kmax
+    ci_tiles, co_tiles = geo["ci_tiles"], geo["co_tiles"]
+    desc = {key: geo[key] for key in _GEOMETRY_FIELDS}
+    desc.update(x_zp=x_zp, y_zp=y_zp, clamp_lo=lo, clamp_hi=hi,
+                load_weights=int(bool(load_weights)))
+
+    sections = []
+    if load_weights:
+        rec = np.zeros((co_tiles * pout, PARAM_RECORD_BYTES), np.uint8)
+        rec[:cout, 0:4] = folded.astype("<i4").view(np.uint8).reshape(cout, 4)
+        rec[:cout, 4:6] = mult.astype("<u2").view(np.uint8).reshape(cout, 2)
+        rec[:cout, 6] = shift.astype(np.uint8)
+        for co in range(co_tiles):
+            sections.append(_pad_to_beat(rec[co * pout:(co + 1) * pout], beat))
+        wk = np.zeros((co_tiles * pout, ci_tiles * pin, kmax, kmax), np.int8)
+        wk[:cout, :cin, :kh, :kw] = w
+        # word (co, ci): for lane: for ky: for kx: for p
+        wk = wk.reshape(co_tiles, pout, ci_tiles, pin, kmax, kmax).transpose(0, 2, 1, 4, 5, 3)
+        for co in range(co_tiles):
+            for ci in range(ci_tiles):
+                sections.append(_pad_to_beat(wk[co, ci].view(np.uint8), beat))
+    xk = np.zeros((n, ci_tiles * pin, h, wd), np.int8)
+    xk[:, :cin] = x
+    for img in xk:
+        sections.append(_pad_to_beat(img.transpose(1, 2, 0).view(np.uint8), beat))
+    return desc, np.concatenate(sections)
+
+
+def _out_geometry(desc):
+    oh, ow = int(desc["out_h"]), int(desc["out_w"])
+    if desc["pool"]:
+        oh, ow = oh // 2, ow // 2
+    return oh, ow
+
+
+def output_nbytes(config, desc):
+    """Bytes of the output stream of the layer run ``desc`` (whole beats)."""
+    oh, ow = _out_geometry(desc)
+    per_image = _beats(oh * ow * int(desc["co_tiles"]) * config.pout, config.stream_bytes)
+    return int(desc["batch"]) * per_image * config.stream_bytes
+
+
+def input_nbytes(config, desc):
+    """Bytes of the input stream of the layer run ``desc`` (whole beats)."""
+    beat, pout, co, ci = config.stream_bytes, config.pout, int(desc["co_tiles"]), int(desc["ci_tiles"])
+    total = 0
+    if desc["load_weights"]:
+        total += co * _beats(pout * PARAM_RECORD_BYTES, beat)
+        total += co * ci * _beats(config.weight_word_bytes, beat)
+    image = int(desc["in_h"]) * int(desc["in_w"]) * ci * config.pin
+    total += int(desc["batch"]) * _beats(image, beat)
+    return total * beat
+
+
+def unpack_output(config, raw, desc, out_channels):
+    """Read the output stream of a layer run back into int8 NCHW.
+
+    Parameters
+    ----------
+    config : fpgacnn.hdl.config.EngineConfig
+    raw : bytes or numpy.ndarray of uint8
+        The whole output stream (``output_nbytes(config, desc)`` bytes).
+    desc : dict
+        The descriptor returned by :func:`pack_layer`.
+    out_channels : int
+        The layer's real output channels (the padding lanes are dropped).
+
+    Returns
+    -------
+    numpy.ndarray of int8, shape (batch, out_channels, OH, OW)
+        ``OH, OW`` are ``out_h, out_w``, halved (floor) when ``pool``.
+
+    Raises
+    ------
+    InputError
+        ``raw`` does not have the expected length.
+    """
+    raw = np.frombuffer(bytes(raw), np.uint8) if not isinstance(raw, np.ndarray) \
+        else raw.astype(np.uint8, copy=False).ravel()
+    expected = output_nbytes(config, desc)
+    if raw.size != expected:
+        raise InputError(f"output stream has {raw.size} bytes, expected {expected}")
+    oh, ow = _out_geometry(desc)
+    co_tiles, batch = int(desc["co_tiles"]), int(desc["batch"])
+    if not 1 <= out_channels <= co_tiles * config.pout:
+        raise InputError(f"out_channels {out_channels} does not fit {co_tiles} tiles of "
+                         f"{config.pout}")
+    per_image = expected // batch
+    used = oh * ow * co_tiles * config.pout
+    imgs = raw.reshape(batch, per_image)[:, :used].view(np.int8)
+    return np.ascontiguousarray(
+        imgs.reshape(batch, oh, ow, co_tiles * config.pout).transpose(0, 3, 1, 2)[:, :out_channels])

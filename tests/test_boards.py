@@ -1,0 +1,284 @@
+"""Boards as data: loading, listing, validation errors, default engine sizing, CLI."""
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from fpgacnn.boards.board import BOARD_DIR, BoardError, list_boards, load_board, load_board_file
+from fpgacnn.boards.engine_sizing import bram_blocks_needed, multipliers_needed, size_engine
+from fpgacnn.hdl.config import EngineConfig
+from fpgacnn.host.cli import main
+
+REQUIRED = {"ulx3s-12f", "ulx3s-25f", "ulx3s-45f", "ulx3s-85f", "orangecrab-25f",
+            "ecpix5-85f", "icebreaker", "pynq-z1", "pynq-z2", "zcu104", "kv260", "ultra96-v2"}
+
+GOOD = """\
+title = "Test board"
+family = "ecp5"
+device = "LFE5U-25F"
+package = "BG381"
+speed = "6"
+toolchain = "open"
+host_link = "uart"
+platform = "amaranth_boards.ulx3s:ULX3S_25F_Platform"
+
+[resources]
+luts = 24288
+multipliers = 28
+multiplier_kind = "MULT18X18D"
+multiplier_shape = "18x18"
+bram_blocks = 56
+bram_block_bits = 18432
+bram_aspects = ["16384x1", "512x36"]
+
+[clock]
+resource = "clk25"
+input_mhz = 25
+target_mhz = 100
+"""
+
+
+def test_required_boards_are_shipped():
+    assert REQUIRED <= {b.name for b in list_boards()}
+
+
+def test_list_is_sorted_and_every_file_is_a_board():
+    boards = list_boards()
+    assert [b.name for b in boards] == sorted(p.stem for p in BOARD_DIR.glob("*.toml"))
+
+
+@pytest.mark.parametrize("name", sorted(REQUIRED))
+def test_board_facts_are_consistent(name):
+    b = load_board(name)
+    r = b.resources
+    assert r.luts > 0 and r.bram_blocks > 0 and r.multipliers > 0
+    for depth, width in r.bram_aspects:
+        assert depth * width <= r.bram_block_bits
+    assert b.clock.target_mhz > 0 and b.clock.input_mhz > 0
+    if b.toolchain == "vivado":
+        assert b.vivado is not None and b.host_link == "zynq-axi"
+    else:
+        assert b.vivado is None and b.platform is not None
+
+
+@pytest.mark.parametrize("name", sorted(b.name for b in list_boards() if b.toolchain == "open"))
+def test_open_board_matches_its_amaranth_platform(name):
+    b = load_board(name)
+    cls = b.platform_class()
+    assert cls.device == b.device
+    assert cls.package == b.package
+    if b.family == "ecp5":
+        assert cls.speed == b.speed
+    platform = cls()
+    resource_names = {r.name for r in platform.resources.values()}
+    assert b.clock.resource in resource_names
+    clock = platform.lookup(b.clock.resource)
+    assert clock.clock.frequency == pytest.approx(b.clock.input_mhz * 1e6)
+
+
+def test_known_part_figures():
+    # ECP5 data sheet table 1.1 and the Zynq selection guides.
+    b = load_board("ulx3s-85f")
+    assert (b.device, b.resources.multipliers, b.resources.bram_blocks) == ("LFE5U-85F", 156, 208)
+    b = load_board("icebreaker")
+    assert (b.device, b.resources.multipliers, b.resources.bram_blocks, b.resources.luts) == \
+        ("iCE40UP5K", 8, 30, 5280)
+    b = load_board("pynq-z2")
+    assert (b.part, b.resources.multipliers, b.resources.bram_blocks) == \
+        ("xc7z020clg400-1", 220, 140)
+    assert b.vivado.pynq == "3.1"
+
+
+def test_load_is_case_insensitive():
+    assert load_board("ULX3S-85F").name == "ulx3s-85f"
+
+
+def test_unknown_board_lists_known_ones():
+    with pytest.raises(BoardError, match=r"^unknown board 'nope' \(known: .*\bulx3s-85f\b.*\)$"):
+        load_board("nope")
+
+
+def _write(tmp_path, text, name="test-board"):
+    path = tmp_path / f"{name}.toml"
+    path.write_text(text)
+    return path
+
+
+def test_good_file_loads(tmp_path):
+    b = load_board_file(_write(tmp_path, GOOD))
+    assert b.name == "test-board" and b.resources.bram_aspects == ((16384, 1), (512, 36))
+
+
+def test_adding_a_board_is_adding_a_file(tmp_path):
+    _write(tmp_path, GOOD, "my-board")
+    assert [b.name for b in list_boards(tmp_path)] == ["my-board"]
+    assert load_board("my-board", tmp_path).title == "Test board"
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda t: t.replace('luts = 24288\n', ''), r"resources\.luts: missing"),
+    (lambda t: t.replace('title = "Test board"\n', 'title = "x"\ncolour = "red"\n'),
+     r"colour: unknown field"),
+    (lambda t: t.replace('luts = 24288', 'luts = "many"'), r"resources\.luts: must be int, not 'many'"),
+    (lambda t: t.replace('luts = 24288', 'luts = 0'), r"resources\.luts: must be positive, not 0"),
+    (lambda t: t.replace('family = "ecp5"', 'family = "virtex"'),
+     r"family: must be one of ecp5, ice40, zynq7, zynqmp, not 'virtex'"),
+    (lambda t: t.replace('toolchain = "open"', 'toolchain = "vivado"'),
+     r"toolchain: must be 'open' for family 'ecp5', not 'vivado'"),
+    (lambda t: t.replace('"512x36"', '"512by36"'),
+     r"resources\.bram_aspects\[1\]: must be 'DEPTHxWIDTH' like '512x36', not '512by36'"),
+    (lambda t: t.replace('"512x36"', '"1024x36"'),
+     r"resources\.bram_aspects\[1\]: 1024x36 holds more than bram_block_bits \(18432\)"),
+    (lambda t: t.replace('host_link = "uart"', 'host_link = "carrier-pigeon"'),
+     r"host_link: must be one of uart, spi, usb-acm, zynq-axi, not 'carrier-pigeon'"),
+    (lambda t: t.replace('platform = "amaranth_boards.ulx3s:ULX3S_25F_Platform"\n', ''),
+     r"platform: missing \(the open flow takes pins"),
+    (lambda t: t.replace('target_mhz = 100', 'target_mhz = true'),
+     r"clock\.target_mhz: must be int or float, not True"),
+    (lambda t: t + '\n[vivado]\nboard_part = "x"\n',
+     r"vivado: only for Vivado boards, not family 'ecp5'"),
+    (lambda t: t.replace('[clock]', '[clock'), r"not valid TOML"),
+])
+def test_validation_errors_name_file_and_field(tmp_path, edit, message):
+    path = _write(tmp_path, edit(GOOD))
+    with pytest.raises(BoardError, match="^" + re.escape(str(path)) + ": " + message):
+        load_board_file(path)
+
+
+def test_vivado_board_needs_vivado_table(tmp_path):
+    text = (BOARD_DIR / "pynq-z2.toml").read_text()
+    text = text[:text.index("[vivado]")]
+    path = _write(tmp_path, text)
+    with pytest.raises(BoardError,
+                       match="^" + re.escape(str(path)) + r": vivado: missing \(needed by family 'zynq7'\)$"):
+        load_board_file(path)
+
+
+def test_bad_file_name(tmp_path):
+    path = _write(tmp_path, GOOD, "Bad_Name")
+    with pytest.raises(BoardError, match=r": board file names are lower-case letters"):
+        load_board_file(path)
+
+
+def test_broken_file_is_not_skipped_when_listing(tmp_path):
+    _write(tmp_path, GOOD, "good")
+    _write(tmp_path, GOOD.replace("luts = 24288\n", ""), "broken")
+    with pytest.raises(BoardError, match=r"broken\.toml: resources\.luts: missing$"):
+        list_boards(tmp_path)
+
+
+def test_block_ram_counting():
+    r = load_board("ulx3s-85f").resources
+    assert r.blocks_for(352, 32) == 1     # 512x36
+    assert r.blocks_for(704, 32) == 2     # 1024x18 twice, or 512x36 twice
+    assert r.blocks_for(256, 1152) == 32  # 512x36, 32 side by side
+    assert r.blocks_for(16384, 1) == 1
+    assert r.multipliers_for(8, 8) == 1 and r.multipliers_for(32, 17) == 2
+
+
+# -- default engine sizing ----------------------------------------------------
+
+@pytest.mark.parametrize("name", sorted(REQUIRED))
+def test_sizing_fits_the_board(name):
+    board = load_board(name)
+    s = size_engine(board)
+    c = s.config
+    assert isinstance(c, EngineConfig) and c.kmax == 3
+    r = board.resources
+    budget = r.bram_blocks - max(2, -(-r.bram_blocks // 10))
+    assert s.bram_blocks == bram_blocks_needed(c, board)
+    assert s.bram_blocks["total"] <= budget
+    assert s.multipliers == multipliers_needed(c, board)
+    if s.multipliers > r.multipliers:
+        # Only when even the smallest engine does not fit the DSPs.
+        assert (c.pin, c.pout) == (1, 1)
+        assert re.search(r"builds the other \d+ from LUTs", s.describe())
+    else:
+        # Maximal: doubling either parallelism breaks a budget.
+        for bigger in (dict(pin=c.pin * 2), dict(pout=c.pout * 2)):
+            try:
+                trial = EngineConfig(**{**c.as_dict(), **bigger, "max_width": 16,
+                                        "max_channels": 8, "max_out_channels": 8})
+            except Exception:
+                continue
+            assert (multipliers_needed(trial, board) > r.multipliers
+                    or bram_blocks_needed(trial, board)["total"] > budget)
+    # Maximal buffers: doubling any limit breaks the block RAM budget or a cap.
+    for key in ("max_channels", "max_out_channels", "max_width"):
+        value = getattr(c, key)
+        if value >= 512:
+            continue
+        trial = EngineConfig(**{**c.as_dict(), key: value * 2})
+        assert bram_blocks_needed(trial, board)["total"] > budget, key
+
+
+def test_sizing_ulx3s_85f_is_the_144_mac_array():
+    c = size_engine(load_board("ulx3s-85f")).config
+    assert (c.kmax, c.pin, c.pout, c.peak_macs_per_cycle) == (3, 4, 4, 144)
+
+
+def test_sizing_explains_itself():
+    text = size_engine(load_board("ulx3s-85f")).describe()
+    assert re.match(r"^engine: kmax=3 pin=4 pout=4 \(144 MACs/cycle\)", text)
+    assert "152 of 156 MULT18X18D" in text
+    assert re.search(r"of 208 block RAMs", text)
+
+
+def test_sizing_rejects_non_board():
+    with pytest.raises(TypeError, match=r"^Board must be a fpgacnn\.boards\.board\.Board, not 'x'$"):
+        size_engine("x")
+
+
+# -- CLI ------------------------------------------------------------------------
+
+def test_cli_boards_table(capsys):
+    assert main(["boards"]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert lines[0].split()[:3] == ["board", "part", "LUTs"]
+    for name in REQUIRED:
+        assert re.search(rf"^{re.escape(name)}\s", out, re.M)
+    assert re.search(r"^ulx3s-85f\s+LFE5U-85F\s+83,640\s+156 MULT18X18D\s+208 x 18 Kbit\s+100 MHz"
+                     r"\s+open\s+uart$", out, re.M)
+
+
+def test_cli_boards_json(capsys):
+    assert main(["boards", "--json"]) == 0
+    data = {b["name"]: b for b in json.loads(capsys.readouterr().out)}
+    assert REQUIRED <= set(data)
+    assert data["kv260"]["resources"]["multipliers"] == 1248
+
+
+def test_cli_build_unknown_board(tmp_path, capsys):
+    assert main(["build", "--board", "nope", "-o", str(tmp_path / "out")]) == 1
+    assert re.match(r"^fpgacnn: error: unknown board 'nope' \(known: ", capsys.readouterr().err)
+
+
+def test_cli_build_zynq_without_vivado(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    out_dir = tmp_path / "out"
+    config = tmp_path / "engine.toml"
+    config.write_text("[engine]\npin = 1\npout = 1\nmax_width = 8\nmax_channels = 8\n"
+                      "max_out_channels = 8\n")
+    status = main(["build", "--board", "pynq-z2", "--config", str(config), "-o", str(out_dir)])
+    out = capsys.readouterr().out
+    assert status == 3
+    assert (out_dir / "fpgacnn.tcl").is_file()
+    assert (out_dir / "rtl" / "fpgacnn_engine.v").is_file()
+    assert (out_dir / "rtl" / "fpgacnn_axi.v").is_file()
+    assert EngineConfig.from_toml(out_dir / "engine.toml") == EngineConfig.from_toml(config)
+    assert re.search(r"^vivado is not on PATH, so nothing was built\. To build, run:\n"
+                     rf"  cd {re.escape(str(out_dir.resolve()))} && vivado -mode batch .*"
+                     r"-source fpgacnn\.tcl$", out, re.M)
+
+
+@pytest.mark.slow  # generates the Verilog of a 144-MAC engine (~30 s)
+def test_cli_build_prints_default_engine(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    assert main(["build", "--board", "pynq-z1", "-o", str(tmp_path / "out")]) == 3
+    out = capsys.readouterr().out
+    assert re.search(r"^no --config: default engine for pynq-z1\nengine: kmax=3 pin=4 pout=4 ",
+                     out, re.M)

@@ -1,0 +1,103 @@
+"""``fpgacnn generate``: the files it writes and its errors."""
+
+from pathlib import Path
+import re
+
+import pytest
+
+from fpgacnn.hdl.config import EngineConfig
+from fpgacnn.hdl.regmap import RegisterMap, build_regmap
+from fpgacnn.hdl.verilog import TOP_NAME
+from fpgacnn.host.cli import main
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+SMALL = """\
+[engine]
+pin = 4
+pout = 4
+kmax = 3
+stream_width = 32
+max_width = 16
+max_channels = 16
+max_out_channels = 16
+"""
+
+
+def generate(tmp_path, toml_text, capsys, *extra):
+    cfg = tmp_path / "engine.toml"
+    cfg.write_text(toml_text)
+    code = main(["generate", "--config", str(cfg), "-o", str(tmp_path / "out"), *extra])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_writes_verilog_regmap_and_summary(tmp_path, capsys):
+    code, out, err = generate(tmp_path, SMALL, capsys)
+    assert code == 0, err
+    config = EngineConfig(pin=4, pout=4, kmax=3, stream_width=32, max_width=16,
+                          max_channels=16, max_out_channels=16)
+    d = tmp_path / "out"
+    verilog = (d / f"{TOP_NAME}.v").read_text()
+    assert f"module {TOP_NAME}(" in verilog
+    for port in ("s_axil__awaddr", "s_axil__rdata", "s_axis__tdata", "s_axis__tready",
+                 "m_axis__tdata", "m_axis__tlast", "m_axis__tvalid"):
+        assert port in verilog
+    regs = RegisterMap.from_json((d / f"{TOP_NAME}_regs.json").read_text())
+    assert regs.config == config
+    assert list(regs) == list(build_regmap(config))
+    assert (d / f"{TOP_NAME}_regs.h").read_text() == build_regmap(config).c_header()
+    summary = (d / f"{TOP_NAME}_summary.txt").read_text()
+    assert "peak MACs/cycle         144" in summary
+    assert f"{config.line_buffer_bytes:,} B" in summary
+    assert f"{config.weight_buffer_bytes:,} B" in summary
+    assert summary in out
+    assert out.count("wrote ") == 4
+
+
+def test_example_config_is_the_default():
+    assert EngineConfig.from_toml(EXAMPLES / "engine_default.toml") == EngineConfig()
+
+
+@pytest.mark.parametrize("text,message", [
+    ("pin = [", r"^fpgacnn: error: .*engine\.toml: not valid TOML \(.+\)$"),
+    ("[engine]\npinn = 4\n", r"^fpgacnn: error: .*engine\.toml: unknown engine parameter 'pinn' \(known: "),
+    ("[engine]\npin = 0\n", r"^fpgacnn: error: pin must be between 1 and 64, not 0$"),
+    ("[engine]\nstream_width = 48\n", r"^fpgacnn: error: stream_width must be 32, 64 or 128, not 48$"),
+    ("[engine]\npin = 3\n", r"^fpgacnn: error: pin \(3 bytes per word\) and stream_width \(8 bytes per beat\) "
+                            r"must divide one another$"),
+    ("[engine]\nkmax = \"3\"\n", r"^fpgacnn: error: kmax must be an integer, not '3'$"),
+])
+def test_bad_configuration_is_named(tmp_path, capsys, text, message):
+    code, out, err = generate(tmp_path, text, capsys)
+    assert code == 1
+    assert err.count("\n") == 1
+    assert re.match(message, err.strip()), err
+    assert not (tmp_path / "out").exists()
+
+
+def test_missing_config_file(tmp_path, capsys):
+    code = main(["generate", "--config", str(tmp_path / "nope.toml"), "-o", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert re.match(r"^fpgacnn: error: .*nope\.toml: no such configuration file$", err.strip())
+
+
+def test_output_must_be_a_directory(tmp_path, capsys):
+    (tmp_path / "out").write_text("")
+    code, out, err = generate(tmp_path, SMALL, capsys)
+    assert code == 1
+    assert re.match(r"^fpgacnn: error: .*out: exists and is not a directory$", err.strip())
+
+
+def test_output_option_is_required(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["generate"])
+    assert e.value.code == 2
+    assert "-o/--output" in capsys.readouterr().err
+
+
+def test_verilog_needs_an_engine_config():
+    from fpgacnn.hdl.verilog import engine_verilog
+    with pytest.raises(TypeError, match=r"^config must be an EngineConfig, not 'pin=4'$"):
+        engine_verilog("pin=4")

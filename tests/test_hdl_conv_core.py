@@ -1,0 +1,184 @@
+import gc
+import warnings
+
+import numpy as np
+import pytest
+from numpy.testing import assert_array_equal
+
+from fpgacnn.hdl.config import EngineConfig
+from fpgacnn.hdl.conv_core import ConvCore
+from fpgacnn.host.cycle_model import layer_cycles
+from fpgacnn.host.errors import MappingError
+from fpgacnn.host.packing import pack_layer, unpack_output
+
+from conv_core_helpers import run_core
+from engine_model_helpers import emulate_engine
+from test_packing import random_layer, reference, set_weights
+
+CFG = EngineConfig(pin=2, pout=2, kmax=3, stream_width=32, max_width=12, max_channels=12,
+                   max_out_channels=8)
+
+
+def layers_for(cfg, seed, count):
+    """Random layers covering k 1/2/3, stride 1..3, pads, pool, batch, several tiles."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(count):
+        k = [3, 2, 1, 3, 3][i % 5]
+        layer = random_layer(rng, cfg, k=k, stride=int(rng.integers(1, k + 1)),
+                             batch=int(rng.integers(1, 3)))
+        if i % 4 == 3:  # several input and output tiles
+            h, w = (int(v) for v in rng.integers(3, 7, 2))
+            layer["x"] = rng.integers(-128, 128, (layer["x"].shape[0], 5, h, w), dtype=np.int8)
+            set_weights(rng, layer, rng.integers(-128, 128, (6, 5, k, k), dtype=np.int8))
+        out.append(layer)
+    return out
+
+
+def check_runs(cfg, layers, results, descs):
+    for layer, desc, res in zip(layers, descs, results):
+        raw, _ = res
+        y = unpack_output(cfg, raw, desc, layer["w"].shape[0])
+        assert_array_equal(y, reference(layer))
+
+
+@pytest.mark.parametrize("in_pause, out_pause", [(0.0, 0.0), (0.3, 0.4)],
+                         ids=["full-rate", "pauses"])
+def test_random_layers_bit_exact(in_pause, out_pause):
+    layers = layers_for(CFG, 11 + int(in_pause * 10), 6)
+    packed = [pack_layer(CFG, **layer) for layer in layers]
+    results = run_core(CFG, packed, seed=3, in_pause=in_pause, out_pause=out_pause)
+    check_runs(CFG, layers, results, [d for d, _ in packed])
+    if not in_pause and not out_pause:
+        for (desc, _), (_, cycles) in zip(packed, results):
+            model = layer_cycles(CFG, desc).cycles
+            assert abs(model - cycles) <= 0.02 * cycles, f"{desc}: RTL {cycles}, model {model}"
+
+
+@pytest.mark.parametrize("cfg", [
+    EngineConfig(pin=2, pout=4, kmax=3, stream_width=64, max_width=10, max_channels=8,
+                 max_out_channels=8),   # several pixel and output words per beat
+    EngineConfig(pin=4, pout=4, kmax=1, stream_width=32, max_width=8, max_channels=8,
+                 max_out_channels=8),   # 1x1 engine: one bank, two row slots
+], ids=["beat8", "kmax1"])
+def test_other_geometries(cfg):
+    rng = np.random.default_rng(cfg.kmax)
+    layers = []
+    for i in range(4):
+        k = int(rng.integers(1, cfg.kmax + 1))
+        layer = random_layer(rng, cfg, k=k, stride=int(rng.integers(1, k + 1)))
+        if i % 2:
+            layer["x"] = rng.integers(-128, 128, (1, 7, 5, 6), dtype=np.int8)
+            set_weights(rng, layer, rng.integers(-128, 128, (6, 7, k, k), dtype=np.int8))
+        layers.append(layer)
+    packed = [pack_layer(cfg, **layer) for layer in layers]
+    results = run_core(cfg, packed, seed=4, in_pause=0.25, out_pause=0.25)
+    check_runs(cfg, layers, results, [d for d, _ in packed])
+
+
+def test_reuse_weights_and_reset_mid_layer():
+    rng = np.random.default_rng(5)
+    a = random_layer(rng, CFG, k=3, stride=1, pool=True, batch=1)
+    b = dict(a, x=rng.integers(-128, 128, (2,) + a["x"].shape[1:], dtype=np.int8))
+    c = random_layer(rng, CFG, k=2, stride=2, pool=False, batch=1)
+    runs = [pack_layer(CFG, **a), pack_layer(CFG, **b, load_weights=False),
+            pack_layer(CFG, **c), pack_layer(CFG, **c)]
+    results = run_core(CFG, runs, seed=1, in_pause=0.2, out_pause=0.2, reset_run=2)
+    assert results[2] is None
+    check_runs(CFG, [a, b, c], [results[0], results[1], results[3]],
+               [runs[0][0], runs[1][0], runs[3][0]])
+
+
+def test_1x1_remap_and_wide_words():
+    # pout*8 > stream width (a word spans beats), pin > beat (a pixel spans beats).
+    cfg = EngineConfig(pin=8, pout=8, kmax=2, stream_width=32, max_width=8, max_channels=16,
+                       max_out_channels=16)
+    rng = np.random.default_rng(8)
+    a = random_layer(rng, cfg, k=1, stride=1, pool=False, batch=2)
+    a["x"] = rng.integers(-128, 128, (2, 20, 3, 4), dtype=np.int8)
+    set_weights(rng, a, rng.integers(-128, 128, (10, 20, 1, 1), dtype=np.int8))
+    b = random_layer(rng, cfg, k=2, stride=1, pool=True, batch=1)
+    packed = [pack_layer(cfg, **a), pack_layer(cfg, **b)]
+    assert packed[0][0]["stride"] == 2  # remapped
+    results = run_core(cfg, packed, seed=2, in_pause=0.2, out_pause=0.3)
+    check_runs(cfg, [a, b], results, [d for d, _ in packed])
+
+
+def test_output_matches_engine_model_byte_for_byte():
+    rng = np.random.default_rng(9)
+    layer = random_layer(rng, CFG, k=3, stride=2, pool=False, batch=2)
+    desc, data = pack_layer(CFG, **layer)
+    (raw, _), = run_core(CFG, [(desc, data)])
+    assert_array_equal(raw, emulate_engine(CFG, desc, data))
+
+
+def test_stall_outputs_name_the_stream_that_holds_the_core_up():
+    rng = np.random.default_rng(12)
+    layer = random_layer(rng, CFG, k=3, stride=1, pool=False, batch=1)
+    run = pack_layer(CFG, **layer)
+    stalls = []
+    for in_pause, out_pause in [(0, 0), (0.5, 0), (0, 0.7)]:
+        run_core(CFG, [run], seed=6, in_pause=in_pause, out_pause=out_pause, stalls=stalls)
+    assert stalls[0] == (0, 0)
+    assert stalls[1][0] > 0 and stalls[1][1] == 0
+    assert stalls[2][0] == 0 and stalls[2][1] > 0
+
+
+def test_config_type_is_checked():
+    with warnings.catch_warnings():  # the half-built component is never elaborated
+        warnings.simplefilter("ignore")
+        with pytest.raises(TypeError, match=r"^config must be an EngineConfig, not 3$"):
+            ConvCore(3)
+        gc.collect()
+
+
+SWEEP_CONFIGS = [
+    CFG,
+    EngineConfig(pin=1, pout=4, kmax=2, stream_width=32, max_width=12, max_channels=8,
+                 max_out_channels=8),
+    EngineConfig(pin=4, pout=8, kmax=3, stream_width=32, max_width=12, max_channels=12,
+                 max_out_channels=16),
+    EngineConfig(pin=2, pout=1, kmax=4, stream_width=64, max_width=12, max_channels=8,
+                 max_out_channels=8),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(8))
+def test_random_sweep(seed):
+    """Wider random sweep (run with -m slow): shapes, strides up to kmax, pads, pool,
+    batches, pauses, resets; cycles against the model on the runs without pauses."""
+    rng = np.random.default_rng(100 + seed)
+    cfg = SWEEP_CONFIGS[seed % len(SWEEP_CONFIGS)]
+    layers = []
+    while len(layers) < 4:
+        k = int(rng.integers(1, cfg.kmax + 1))
+        s = int(rng.integers(1, cfg.kmax + 1))
+        layer = random_layer(rng, cfg, k=k, stride=s, batch=int(rng.integers(1, 3)))
+        cin, cout = (int(v) for v in rng.integers(1, 10, 2))
+        h, w = (int(v) for v in rng.integers(k, 9, 2))
+        layer["x"] = rng.integers(-128, 128, (layer["x"].shape[0], cin, h, w), dtype=np.int8)
+        set_weights(rng, layer, rng.integers(-128, 128, (cout, cin, k, k), dtype=np.int8))
+        pads = tuple(int(p) for p in rng.integers(0, min(k, cfg.kmax - 1) + 1, 4))
+        oh = (h + pads[0] + pads[2] - k) // s + 1
+        ow = (w + pads[1] + pads[3] - k) // s + 1
+        layer.update(pads=pads, pool=bool(rng.random() < 0.3 and oh >= 2 and ow >= 2))
+        try:
+            pack_layer(cfg, **layer)
+        except MappingError:
+            continue  # does not fit this small engine
+        layers.append(layer)
+    packed = [pack_layer(cfg, **layer) for layer in layers]
+    pauses = [(0, 0), (0.3, 0.3), (0.6, 0.1), (0.1, 0.7)][seed % 4]
+    reset = 1 if seed % 3 == 2 else None
+    results = run_core(cfg, packed, seed=seed, in_pause=pauses[0], out_pause=pauses[1],
+                       reset_run=reset)
+    for i, (layer, (desc, _), res) in enumerate(zip(layers, packed, results)):
+        if i == reset:
+            assert res is None
+            continue
+        raw, cycles = res
+        assert_array_equal(unpack_output(cfg, raw, desc, layer["w"].shape[0]), reference(layer))
+        if pauses == (0, 0):
+            model = layer_cycles(cfg, desc).cycles
+            assert abs(model - cycles) <= 0.02 * cycles, f"{desc}: RTL {cycles}, model {model}"

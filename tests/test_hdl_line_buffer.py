@@ -1,0 +1,151 @@
+import numpy as np
+import pytest
+from numpy.testing import assert_array_equal
+
+from amaranth.sim import Simulator
+
+from fpgacnn.hdl.config import EngineConfig
+from fpgacnn.hdl.descriptor import descriptor_layout
+from fpgacnn.hdl.line_buffer import LineBuffer
+
+CFG = EngineConfig(pin=2, pout=2, kmax=3, stream_width=32, max_width=12, max_channels=6,
+                   max_out_channels=4)
+
+
+def make_desc(**kw):
+    d = dict(in_h=1, in_w=1, ci_tiles=1, co_tiles=1, out_h=1, out_w=1, stride=1, pad_top=0,
+             pad_left=0, batch=1, x_zp=0, y_zp=0, clamp_lo=-128, clamp_hi=127, pool=0,
+             load_weights=1)
+    d.update(kw)
+    return d
+
+
+def expected_windows(cfg, desc, x):
+    """Windows in schedule order: (n, oy, ox, co, ci) -> kmax*kmax*pin int8."""
+    k, pin, s = cfg.kmax, cfg.pin, desc["stride"]
+    out = []
+    for img in x:
+        for oy in range(desc["out_h"]):
+            for ox in range(desc["out_w"]):
+                for co in range(desc["co_tiles"]):
+                    for ci in range(desc["ci_tiles"]):
+                        win = np.full((k, k, pin), desc["x_zp"], np.int8)
+                        for ky in range(k):
+                            for kx in range(k):
+                                y = oy * s - desc["pad_top"] + ky
+                                xx = ox * s - desc["pad_left"] + kx
+                                if 0 <= y < desc["in_h"] and 0 <= xx < desc["in_w"]:
+                                    win[ky, kx] = img[ci * pin:(ci + 1) * pin, y, xx]
+                        out.append(win.ravel())
+    return np.array(out)
+
+
+def pixel_words(cfg, x):
+    """NHWC pin-byte words as integers (byte p = channel ci*pin + p)."""
+    n, c, h, w = x.shape
+    b = x.transpose(0, 2, 3, 1).reshape(-1, cfg.pin).view(np.uint8).astype(np.int64)
+    return (b << (8 * np.arange(cfg.pin))).sum(axis=1)
+
+
+def run_line_buffer(cfg, desc, x, *, seed=0, in_pause=0.0, en_pause=0.0):
+    dut = LineBuffer(cfg)
+    words = pixel_words(cfg, x)
+    expect = expected_windows(cfg, desc, x)
+    rng = np.random.default_rng(seed)
+    got = []
+    issues = []
+
+    async def writer(ctx):
+        ctx.set(dut.desc, descriptor_layout().const(desc))
+        ctx.set(dut.start, 1)
+        await ctx.tick()
+        ctx.set(dut.start, 0)
+        for word in words:
+            while rng.random() < in_pause:
+                ctx.set(dut.w_stream.valid, 0)
+                await ctx.tick()
+            ctx.set(dut.w_stream.valid, 1)
+            ctx.set(dut.w_stream.payload, int(word))
+            await ctx.tick().until(dut.w_stream.ready)
+        ctx.set(dut.w_stream.valid, 0)
+
+    async def reader(ctx):
+        await ctx.tick()
+        cycles = 0
+        while len(got) < len(expect):
+            ctx.set(dut.en, int(rng.random() >= en_pause))
+            _, _, valid, window, issue = await ctx.tick().sample(dut.o_valid, dut.o_window,
+                                                                  dut.issue)
+            cycles += 1
+            issues.append(issue)
+            if valid:
+                got.append([int(v) for v in window])
+            assert cycles < 20000, "line buffer hung"
+        assert ctx.get(dut.r_done)
+        for _ in range(200):  # unused trailing rows may still be arriving
+            if ctx.get(dut.w_done):
+                break
+            await ctx.tick()
+        assert ctx.get(dut.w_done)
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(writer)
+    sim.add_testbench(reader)
+    sim.run()
+    assert_array_equal(np.array(got, np.int8), expect)
+    return issues
+
+
+def random_case(rng, *, stride=None, pads=None, batch=None):
+    k = CFG.kmax
+    s = stride or int(rng.integers(1, k + 1))
+    pt, pl = pads if pads is not None else (int(v) for v in rng.integers(0, k, 2))
+    h, w = (int(v) for v in rng.integers(1, 7, 2))
+    ci_tiles = int(rng.integers(1, 4))
+    out_h = max(1, (h + pt + int(rng.integers(0, k)) - k) // s + 1)
+    out_w = max(1, (w + pl + int(rng.integers(0, k)) - k) // s + 1)
+    n = batch or int(rng.integers(1, 4))
+    desc = make_desc(in_h=h, in_w=w, ci_tiles=ci_tiles, co_tiles=int(rng.integers(1, 3)),
+                     out_h=out_h, out_w=out_w, stride=s, pad_top=pt, pad_left=pl, batch=n,
+                     x_zp=int(rng.integers(-128, 128)))
+    x = rng.integers(-128, 128, (n, ci_tiles * CFG.pin, h, w), dtype=np.int8)
+    return desc, x
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_windows(seed):
+    rng = np.random.default_rng(seed)
+    desc, x = random_case(rng)
+    run_line_buffer(CFG, desc, x, seed=seed, in_pause=0.3 * (seed % 2), en_pause=0.3 * (seed % 3 == 1))
+
+
+def test_slot_reuse_with_a_slow_reader():
+    # The writer runs far ahead; every slot is reused several times within an image.
+    rng = np.random.default_rng(10)
+    desc = make_desc(in_h=9, in_w=4, ci_tiles=1, co_tiles=1, out_h=9, out_w=4, stride=1,
+                     pad_top=1, pad_left=1, batch=2, x_zp=5)
+    x = rng.integers(-128, 128, (2, CFG.pin, 9, 4), dtype=np.int8)
+    run_line_buffer(CFG, desc, x, en_pause=0.8)
+
+
+@pytest.mark.parametrize("stride", [2, 3])
+def test_strides_skip_dropped_windows(stride):
+    rng = np.random.default_rng(stride)
+    desc, x = random_case(rng, stride=stride, pads=(0, 1), batch=2)
+    run_line_buffer(CFG, desc, x)
+
+
+def test_full_rate_once_rows_are_present():
+    # 3x3 stride 1, ci_tiles*co_tiles = 4 cycles per pixel: the writer (1 word per
+    # pixel per tile) keeps ahead, so after the first rows one window issues per cycle.
+    rng = np.random.default_rng(7)
+    desc = make_desc(in_h=6, in_w=5, ci_tiles=2, co_tiles=2, out_h=6, out_w=5, stride=1,
+                     pad_top=1, pad_left=1, batch=2)
+    x = rng.integers(-128, 128, (2, 2 * CFG.pin, 6, 5), dtype=np.int8)
+    issues = run_line_buffer(CFG, desc, x)
+    first = issues.index(1)
+    last = len(issues) - 1 - issues[::-1].index(1)
+    windows = 2 * 6 * 5 * 4
+    # the second image's first rows are written while the first image finishes
+    assert last - first + 1 == windows

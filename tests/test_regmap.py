@@ -1,0 +1,159 @@
+"""The register map: derived from the configuration and the descriptor, exported consistently."""
+
+from dataclasses import fields
+import subprocess
+import shutil
+
+import pytest
+
+from fpgacnn.hdl.config import EngineConfig
+from fpgacnn.hdl.descriptor import DESCRIPTOR_FIELDS
+from fpgacnn.hdl.regmap import (MAGIC, VERSION, RegisterMap, RegisterMapBuilder,
+                                RegisterMapError, build_regmap)
+from fpgacnn.host.errors import BackendError
+
+CONFIG = EngineConfig(pin=4, pout=8, kmax=3, max_width=40, max_channels=24,
+                      max_out_channels=16, stream_width=32, acc_width=24)
+
+
+@pytest.fixture
+def regs():
+    return build_regmap(CONFIG)
+
+
+def test_addresses_are_unique_aligned_and_fit(regs):
+    addrs = [r.address for r in regs]
+    assert len(set(addrs)) == len(addrs)
+    assert all(a % 4 == 0 and a + 4 <= 1 << regs.addr_width for a in addrs)
+    for group in ("id", "ctrl", "desc", "perf"):
+        assert regs.group(group)[0].address % 64 == 0
+    assert regs["magic"].address == 0
+
+
+def test_id_rom_holds_every_parameter(regs):
+    assert regs["magic"].value == MAGIC == int.from_bytes(b"FCNN", "little")
+    assert regs.decode("version", regs["version"].value) == {"major": VERSION[0], "minor": VERSION[1]}
+    for f in fields(EngineConfig):
+        reg = regs[f"cfg_{f.name}"]
+        assert reg.access == "const"
+        assert reg.value == getattr(CONFIG, f.name)
+
+
+def test_descriptor_registers_follow_the_descriptor(regs):
+    desc = regs.group("desc")
+    assert [r.name for r in desc] == [f"desc_{f.name}" for f in DESCRIPTOR_FIELDS]
+    for r, f in zip(desc, DESCRIPTOR_FIELDS):
+        assert r.access == "rw"
+        (field,) = r.fields
+        assert (field.width, field.signed) == (f.width, f.signed)
+
+
+def test_control_status_and_counters(regs):
+    assert regs["control"].access == "pulse"
+    assert regs.encode("control", start=1) == 1
+    assert regs.encode("control", soft_reset=1) == 2
+    assert regs.decode("status", 3) == {"busy": 1, "done": 1}
+    for name in ("perf_busy_cycles", "perf_stall_in_cycles", "perf_stall_out_cycles"):
+        assert regs[name].access == "ro" and regs[name].width == 32
+
+
+def test_signed_fields_round_trip(regs):
+    for v in (-128, -3, 0, 127):
+        word = regs.encode("desc_x_zp", v)
+        assert 0 <= word < 256
+        assert regs.decode("desc_x_zp", word) == {"value": v}
+
+
+def test_field_range_is_checked(regs):
+    with pytest.raises(RegisterMapError, match=r"^field 'value' holds -128\.\.127, not 128$"):
+        regs.encode("desc_x_zp", 128)
+    with pytest.raises(RegisterMapError, match=r"^field 'value' holds 0\.\.15, not -1$"):
+        regs.encode("desc_stride", -1)
+    with pytest.raises(RegisterMapError, match=r"^register 'control' has no field 'go' "):
+        regs.encode("control", go=1)
+    with pytest.raises(RegisterMapError, match=r"^no register named 'nope'$"):
+        regs["nope"]
+
+
+def test_json_round_trip(regs):
+    again = RegisterMap.from_json(regs.to_json())
+    assert list(again) == list(regs)
+    assert again.config == CONFIG
+    assert again.to_json() == regs.to_json()
+
+
+def test_malformed_json_is_refused():
+    with pytest.raises(RegisterMapError, match=r"^not an fpgacnn register map"):
+        RegisterMap.from_json('{"format": "other"}')
+    with pytest.raises(RegisterMapError, match=r"^malformed register map JSON"):
+        RegisterMap.from_json("[1, 2")
+
+
+def test_read_config_checks_the_rom(regs):
+    rom = {r.address: r.value for r in regs if r.access == "const"}
+    assert regs.read_config(rom.__getitem__) == CONFIG
+
+    bad_magic = {**rom, 0: 0xDEADBEEF}
+    with pytest.raises(BackendError, match=r"^no fpgacnn engine at this address: ID magic is 0xdeadbeef"):
+        regs.read_config(bad_magic.__getitem__)
+
+    bad_version = dict(rom)
+    bad_version[regs.address("version")] = regs.encode("version", major=VERSION[0] + 1, minor=0)
+    with pytest.raises(BackendError, match=rf"^engine register map version {VERSION[0] + 1}\.0 "):
+        regs.read_config(bad_version.__getitem__)
+
+    bad_param = dict(rom)
+    bad_param[regs.address("cfg_pin")] = 0
+    with pytest.raises(BackendError, match=r"^pin must be between 1 and 64, not 0$"):
+        regs.read_config(bad_param.__getitem__)
+
+
+def test_builder_rejects_bad_declarations():
+    b = RegisterMapBuilder()
+    with pytest.raises(RegisterMapError, match=r"^begin_group\(\) before add\(\)$"):
+        b.add("x", "rw", [("value", 8)])
+    b.begin_group("g")
+    b.add("x", "rw", [("value", 8)])
+    with pytest.raises(RegisterMapError, match=r"^register 'x' declared twice$"):
+        b.add("x", "rw", [("value", 8)])
+    with pytest.raises(RegisterMapError, match=r"^register 'y': fields take 33 bits, more than 32$"):
+        b.add("y", "rw", [("a", 16), ("b", 17)])
+    with pytest.raises(RegisterMapError, match=r"^const register 'z' needs a value$"):
+        b.add("z", "const", [("value", 8)])
+    with pytest.raises(RegisterMapError, match=r"^register 'w': access must be one of"):
+        b.add("w", "rw1c", [("value", 8)])
+    with pytest.raises(RegisterMapError, match=r"^register name must be a lower-case identifier, not 'Q'$"):
+        b.add("Q", "rw", [("value", 8)])
+
+
+def test_builder_refuses_overflowing_the_address_space():
+    b = RegisterMapBuilder(addr_width=4)
+    b.begin_group("g")
+    for i in range(4):
+        b.add(f"r{i}", "rw", [("value", 8)])
+    with pytest.raises(RegisterMapError, match=r"^register 'r4' at 0x10 does not fit a 4-bit address space$"):
+        b.add("r4", "rw", [("value", 8)])
+
+
+@pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler")
+def test_c_header_compiles_and_agrees(regs, tmp_path):
+    (tmp_path / "fpgacnn_regs.h").write_text(regs.c_header())
+    checks = [
+        ("FPGACNN_MAGIC", MAGIC),
+        ("FPGACNN_REG_MAGIC_VALUE", MAGIC),
+        ("FPGACNN_REG_CONTROL", regs.address("control")),
+        ("FPGACNN_REG_CONTROL_SOFT_RESET_MASK", regs["control"].field("soft_reset").mask),
+        ("FPGACNN_REG_STATUS_DONE_SHIFT", regs["status"].field("done").offset),
+        ("FPGACNN_REG_DESC_X_ZP", regs.address("desc_x_zp")),
+        ("FPGACNN_REG_DESC_X_ZP_WIDTH", 8),
+        ("FPGACNN_REG_CFG_PIN_VALUE", CONFIG.pin),
+        ("FPGACNN_REG_PERF_STALL_OUT_CYCLES", regs.address("perf_stall_out_cycles")),
+    ]
+    body = "\n".join(f'    printf("%lu\\n", (unsigned long)({name}));' for name, _ in checks)
+    (tmp_path / "main.c").write_text(
+        '#include <stdio.h>\n#include "fpgacnn_regs.h"\n'
+        f"int main(void) {{\n{body}\n    return 0;\n}}\n")
+    subprocess.run(["cc", "-Wall", "-Werror", "-o", str(tmp_path / "main"), str(tmp_path / "main.c")],
+                   check=True, cwd=tmp_path)
+    out = subprocess.run([str(tmp_path / "main")], check=True, capture_output=True, text=True).stdout
+    assert [int(x) for x in out.split()] == [v for _, v in checks]
