@@ -41,6 +41,23 @@ def test_pynq_board_code_path_on_rtl(tmp_path):
     assert (total, failed) == (1, 0)
 
 
+def test_pynq_backend_runs_the_example_model_on_the_engine_rtl(tmp_path):
+    """Accelerator(backend="pynq") on ConvEngine's RTL: same output as the reference."""
+    import json
+    from conftest import SMALL_ENGINE
+    from fpgacnn.hdl.verilog import TOP_NAME, engine_verilog
+    from fpgacnn.sim.verilator import build_engine, run_cocotb as run_engine_cocotb
+    build = build_engine(SMALL_ENGINE)
+    hwh = simulation_hwh(engine_verilog(SMALL_ENGINE), top=TOP_NAME)
+    (tmp_path / "design.hwh").write_text(hwh)
+    result = run_engine_cocotb(build, "cocotb_pynq_engine", test_dir=tmp_path, env={
+        "HWH_LOCATION_DIR": str(tmp_path), "COCOTB_SYS_ARGV": "fpgacnn",
+        "FPGACNN_CONFIG": json.dumps(SMALL_ENGINE.as_dict()),
+        "PYTHONPATH": os.pathsep.join([str(TESTS), *sys.path])})
+    assert result.failed == [], result.messages
+    assert len(result.passed) == 1
+
+
 def test_hwh_locates_engine_and_dma(tmp_path):
     from amaranth.back import verilog
     text = verilog.convert(AxiLoopbackTop(32), name="fpgacnn_engine")
