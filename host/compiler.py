@@ -170,17 +170,35 @@ def compile_model(model, config, *, batch=1):
             pool = pool if _fusable_pool(layer, pool, readers) else None
             step = EngineStep(layer, pool)
             step.runs = _conv_runs(config, layer, pool is not None)
+            _check_runs(config, step, batch)
             steps.append(step)
             i += 2 if pool is not None else 1
         elif isinstance(layer, Gemm):
             step = EngineStep(layer)
             step.runs = _gemm_runs(config, layer, batch)
+            _check_runs(config, step, batch)
             steps.append(step)
             i += 1
         else:
             steps.append(HostStep(layer))
             i += 1
     return Program(model, config, steps)
+
+
+def _check_runs(config, step, batch):
+    """Every run against the engine's limits (packing's rules), before anything runs."""
+    layer = step.layer
+    for run in step.runs:
+        (c0, c1), (x0, x1) = run.channels, run.in_cols
+        if isinstance(layer, Gemm):
+            x_shape, w_shape, stride = (1, layer.weight.shape[1], 1, x1 - x0), \
+                (c1 - c0, layer.weight.shape[1], 1, 1), 1
+        else:
+            cin, h, _ = layer.input_shape
+            x_shape, w_shape, stride = (batch, cin, h, x1 - x0), \
+                (c1 - c0, *layer.weight.shape[1:]), layer.stride
+        packing.map_layer(config, x_shape, w_shape, stride=stride, pads=run.pads,
+                          pool=step.pool is not None, name=f"layer {layer.name!r}")
 
 
 def _channel_groups(config, layer, cin_words):

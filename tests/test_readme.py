@@ -32,7 +32,7 @@ def test_readme_has_exactly_two_fresh_machine_commands():
     assert len(commands) == 2, commands
     run, test = commands
     assert re.fullmatch(r"python3 -m venv \.venv && \.venv/bin/pip install -e '\.\[dev\]' && "
-                        r"\.venv/bin/fpgacnn run --example digits", run), run
+                        r"\.venv/bin/fpgacnn demo", run), run
     assert re.fullmatch(r"python3 -m venv \.venv && \.venv/bin/pip install -e '\.\[dev\]' && "
                         r"\.venv/bin/python -m pytest", test), test
 
@@ -60,8 +60,15 @@ def test_readme_links_exist():
 
 
 def test_readme_python_example_runs(capsys):
-    first = re.findall(r"^```python\n(.*?)^```$", README.read_text(), re.M | re.S)[0]
-    exec(compile(first, "README.md", "exec"), {})
+    first, on_the_board = re.findall(r"^```python\n(.*?)^```$", README.read_text(), re.M | re.S)[:2]
+    namespace = {}
+    exec(compile(first, "README.md", "exec"), namespace)
     out = capsys.readouterr().out
     assert re.search(r"^conv1 Conv \(8, 8, 8\) 4608$", out, re.M), out
     assert re.search(r"^top-1: 0\.9\d+$", out, re.M), out
+    exec(compile(on_the_board, "README.md", "exec"), namespace)
+    out = capsys.readouterr().out
+    assert re.search(r"^top-1: 0\.9\d+$", out, re.M), out
+    assert re.search(r"^conv2\+pool Conv\+MaxPool \d+ 0\.\d+$", out, re.M), out
+    assert re.search(r"^flatten Flatten host None$", out, re.M), out
+    assert re.search(r"^\d+ cycles; \d+ images/s at 100\.0 MHz$", out, re.M), out

@@ -134,11 +134,14 @@ def test_thousand_single_image_runs_do_not_grow(small_engine_board):
     assert _rss_kib() - rss < 4096, f"resident memory grew by {_rss_kib() - rss} KiB"
 
 
-@pytest.mark.parametrize("shape", [(32, 5, 15), (32, 5, 18), (8, 5, 18), (32, 7, 6)])
-def test_pooled_layer_with_odd_height(small_engine_board, shape):
-    """Floor-mode pooling drops the last conv row; the engine must still finish."""
+@pytest.mark.parametrize("shape, cout", [((32, 5, 15), 6), ((32, 5, 18), 6), ((8, 5, 18), 6),
+                                         ((32, 7, 6), 6), ((16, 5, 15), 16), ((16, 5, 15), 12),
+                                         ((16, 9, 9), 16)])
+def test_pooled_layer_with_odd_height(small_engine_board, shape, cout):
+    """Floor-mode pooling drops the last conv row (a whole row of results the
+    output FIFO never sees); the engine must still finish."""
     from fpgacnn.host.commands.sim import random_layer_model
-    model = random_layer_model(shape, 6, kernel=3, stride=1, pad=1, pool=True, seed=4)
+    model = random_layer_model(shape, cout, kernel=3, stride=1, pad=1, pool=True, seed=4)
     x = np.random.default_rng(4).integers(-128, 128, (2, *shape), dtype=np.int8)
     acc = Accelerator(model, config=SMALL_ENGINE, board=small_engine_board)
     assert_array_equal(acc.run_int8(x), ReferenceBackend().run_int8(model, x))
