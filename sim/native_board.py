@@ -276,6 +276,7 @@ class _Lib:
             "board_dma_recv_busy": ([vp], i),
             "board_dma_wait": ([vp, u64], i),
             "board_dma_abort": ([vp], None),
+            "board_free_run": ([vp, u64], None),
         }
         for name, (args, res) in sig.items():
             fn = getattr(lib, name)
@@ -437,3 +438,22 @@ class SimulatedBoard:
         """Cancel both DMA channels (as a DMA reset would)."""
         self._lib.board_dma_abort(self._h())
         self._pinned = []
+
+    # -- benchmarking -----------------------------------------------------------
+
+    def free_run(self, cycles):
+        """Clock the model ``cycles`` cycles with no host work (the speed ceiling).
+
+        The input stream holds a constant valid beat and the output stream is
+        always ready, so an engine started beforehand stays busy; the DMA model
+        and the AXI-Lite master are bypassed. Only for benchmarks: the engine
+        is left mid-run, :meth:`reset` the board afterwards.
+
+        Raises
+        ------
+        BackendError
+            If a DMA transfer is running (the free run would corrupt it).
+        """
+        if any(self.dma_busy()):
+            raise BackendError("free_run needs idle DMA channels; dma_abort() or reset() first")
+        self._lib.board_free_run(self._h(), int(cycles))
