@@ -39,8 +39,8 @@ _POWERS = (1, 2, 4, 8, 16, 32, 64)
 _START = {"max_channels": 8, "max_out_channels": 8, "max_width": 16}
 _CAP = {"max_channels": 512, "max_out_channels": 512, "max_width": 512}
 _GROW_ORDER = ("max_channels", "max_out_channels", "max_width")
-#: Bits per output lane in the parameter buffer: bias int32, mult uint16,
-#: shift uint8, reserved uint8 (docs/engine.md, stream formats).
+#: Bits per output lane in the parameter buffer: bias int32, mult uint24,
+#: shift uint8 (docs/engine.md, stream formats).
 _PARAM_BITS_PER_LANE = 64
 
 

@@ -217,7 +217,7 @@ def _check_board(board):
 _ALWAYS = re.compile(r"^(\d+\. Executing \w+|Info: (Device utilisation|Running|Routing\.\.|"
                      r"Routing complete|Max frequency for clock|Program finished))")
 _SOMETIMES = re.compile(r"^(\d+\.\d+\. Executing \w+|Info: +at iteration #\d+|Info: +\d+ \|)")
-_QUIET_SECONDS = 5.0
+_QUIET_SECONDS = 15.0
 _HEARTBEAT_SECONDS = 30.0
 
 

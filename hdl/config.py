@@ -43,8 +43,9 @@ class EngineConfig:
     acc_width : int
         Accumulator width in bits (16..48).
     mult_width : int
-        Requantization multiplier width (unsigned), at least
-        :data:`fpgacnn.host.requant.MULT_BITS`.
+        Requantization multiplier width (unsigned); must equal
+        :data:`fpgacnn.host.requant.MULT_BITS` (24), the integer contract's width
+        and the width of the multiplier in the stream's parameter records.
     max_width : int
         Widest input row (pixels) the line buffer holds at ``max_channels``.
     max_channels : int
@@ -67,7 +68,7 @@ class EngineConfig:
     act_width: int = 8
     weight_width: int = 8
     acc_width: int = 32
-    mult_width: int = 16
+    mult_width: int = 24
     max_width: int = 64
     max_channels: int = 64
     max_out_channels: int = 64
@@ -81,7 +82,7 @@ class EngineConfig:
         _check_int("act_width", self.act_width, 8, 8)
         _check_int("weight_width", self.weight_width, 8, 8)
         _check_int("acc_width", self.acc_width, 16, 48)
-        _check_int("mult_width", self.mult_width, MULT_BITS, 24)
+        _check_int("mult_width", self.mult_width, MULT_BITS, MULT_BITS)
         _check_int("max_width", self.max_width, 1, 4096)
         _check_int("max_channels", self.max_channels, 1, 4096)
         _check_int("max_out_channels", self.max_out_channels, 1, 4096)

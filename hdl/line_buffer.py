@@ -158,21 +158,22 @@ class LineBuffer(wiring.Component):
         rslot0 = Signal(range(slots))  # slot of the current image's row ytop
         img_slot = Signal(range(slots))  # slot of the current image's row 0
 
-        # First row (of the current image) still needed by an output row not yet
-        # issued, and the number of rows the current output row needs.
-        rneed = Signal(signed(19))
+        # Rows (of the current image) the current output row needs, and the first
+        # row the writer may not start yet: row_slots past the first row still
+        # needed. Registered with ytop, so that the issue path is one compare.
         rtarget = Signal(signed(19))
-        ybot = Signal(signed(19))
-        m.d.comb += ybot.eq(ytop + k)
-        m.d.comb += [
-            rneed.eq(Mux(ytop < 0, 0, ytop)),
-            rtarget.eq(Mux(ybot > desc.in_h, desc.in_h, ybot)),
-        ]
+        rlimit = Signal(signed(19))
+
+        def row_bounds(y):
+            ybot = Signal(signed(19))
+            m.d.comb += ybot.eq(y + k)
+            return [rtarget.eq(Mux(ybot > desc.in_h, desc.in_h, ybot)),
+                    rlimit.eq(Mux(y < 0, 0, y) + slots)]
 
         # ---- writer logic -----------------------------------------------------
         can_write = Signal()
         m.d.comb += [
-            can_write.eq(~self.w_done & (self.r_done | (avail < rneed + slots))),
+            can_write.eq(~self.w_done & (self.r_done | (avail < rlimit))),
             self.w_stream.ready.eq(can_write),
         ]
         wen = self.w_stream.valid & can_write
@@ -225,7 +226,8 @@ class LineBuffer(wiring.Component):
             v = Signal(signed(8))
             m.d.comb += v.eq(slot - desc.pad_top)
             return [ytop.eq(-desc.pad_top),
-                    rslot0.eq(_mod_once(v, slots)), img_slot.eq(slot)] + row_start()
+                    rslot0.eq(_mod_once(v, slots)), img_slot.eq(slot)] + \
+                row_bounds(-desc.pad_top) + row_start()
 
         with m.If(self.start):
             m.d.sync += [wci.eq(0), wx.eq(0), wy.eq(0), wimg.eq(0), wbank.eq(0), wbase.eq(0),
@@ -255,6 +257,7 @@ class LineBuffer(wiring.Component):
                             m.d.comb += rs.eq(rslot0 + desc.stride)
                             m.d.sync += [oy.eq(oy + 1), ytop.eq(ytop + desc.stride),
                                          rslot0.eq(_mod_once(rs, slots))]
+                            m.d.sync += row_bounds(ytop + desc.stride)
                     with m.Else():
                         bs = Signal(range(2 * k + 1))
                         m.d.comb += bs.eq(bank0 + desc.stride)

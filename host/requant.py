@@ -15,8 +15,11 @@ import numpy as np
 
 __all__ = ["MULT_BITS", "MAX_SHIFT", "requant_params", "round_shift", "requantize"]
 
-#: Width of the unsigned requantization multiplier: ``2**15 <= m < 2**16``.
-MULT_BITS = 16
+#: Width of the unsigned requantization multiplier: ``2**23 <= m < 2**24``. It
+#: matches float32's 24-bit mantissa, in which onnxruntime computes its scales:
+#: with 16 bits the rounding error compounds over a network to ~98% exact
+#: agreement with onnxruntime; with 24 bits it is 100% on the tested models.
+MULT_BITS = 24
 #: Largest right shift; smaller scales lose multiplier bits (and round to 0).
 MAX_SHIFT = 63
 
@@ -32,7 +35,7 @@ def requant_params(scale):
     Returns
     -------
     mult : numpy.ndarray of int64
-        ``MULT_BITS``-bit unsigned multipliers, normalised to ``[2**15, 2**16)``
+        ``MULT_BITS``-bit unsigned multipliers, normalised to ``[2**23, 2**24)``
         unless the shift saturated at ``MAX_SHIFT``.
     shift : numpy.ndarray of int64
         Right shifts in ``[0, MAX_SHIFT]``.

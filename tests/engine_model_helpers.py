@@ -32,8 +32,8 @@ def emulate_engine(config, desc, data, state=None):
             recs.append(chunk.reshape(pout, 8))
         rec = np.concatenate(recs)
         state["bias"] = rec[:, 0:4].copy().view("<i4").ravel().astype(np.int64)
-        state["mult"] = rec[:, 4:6].copy().view("<u2").ravel().astype(np.int64)
-        state["shift"] = rec[:, 6].astype(np.int64)
+        state["mult"] = (rec[:, 4:8].copy().view("<u4").ravel() & 0xFF_FFFF).astype(np.int64)
+        state["shift"] = rec[:, 7].astype(np.int64)
         wt = np.zeros((co_t, ci_t, pout, k, k, pin), np.int8)
         for co in range(co_t):
             for ci in range(ci_t):

@@ -216,13 +216,14 @@ def test_sizing_fits_the_board(name):
 
 
 def test_sizing_ulx3s_85f_is_the_144_mac_array():
+    # 144 MACs + 2 lanes x 4 DSPs of 32x25-bit requantization = 152 of 156 DSPs
     c = size_engine(load_board("ulx3s-85f")).config
-    assert (c.kmax, c.pin, c.pout, c.peak_macs_per_cycle) == (3, 4, 4, 144)
+    assert (c.kmax, c.pin, c.pout, c.peak_macs_per_cycle) == (3, 8, 2, 144)
 
 
 def test_sizing_explains_itself():
     text = size_engine(load_board("ulx3s-85f")).describe()
-    assert re.match(r"^engine: kmax=3 pin=4 pout=4 \(144 MACs/cycle\)", text)
+    assert re.match(r"^engine: kmax=3 pin=8 pout=2 \(144 MACs/cycle\)", text)
     assert "152 of 156 MULT18X18D" in text
     assert re.search(r"of 208 block RAMs", text)
 

@@ -107,10 +107,10 @@ def _reference(segments):
 
 
 @pytest.mark.parametrize("acc_width, mult_width, mult_source", [
-    (32, 16, "scales"),
-    (24, 16, "scales"),
-    (32, 20, "random"),
-    (16, 16, "random"),
+    (32, 24, "scales"),
+    (24, 24, "scales"),
+    (32, 24, "random"),
+    (16, 24, "random"),
 ])
 def test_requantizer_matches_reference(acc_width, mult_width, mult_source):
     cfg = EngineConfig(pout=4, acc_width=acc_width, mult_width=mult_width)
@@ -162,7 +162,7 @@ def test_requantizer_rejects_bad_parameters():
 def test_requantizer_converts_to_verilog():
     from amaranth.back import verilog
     text = verilog.convert(Requantizer(EngineConfig(pout=2), tag_width=2), name="requantizer")
-    for port in ("input [63:0] i_acc;", "input [63:0] i_bias;", "input [31:0] i_mult;",
+    for port in ("input [63:0] i_acc;", "input [63:0] i_bias;", "input [47:0] i_mult;",
                  "input [11:0] i_shift;", "input [7:0] clamp_lo;", "output [15:0] o_data;",
                  "output [1:0] o_tag;"):
         assert port in text

