@@ -203,7 +203,7 @@ class Accelerator:
             out = packing.unpack_output(config, result.output, desc, c1 - c0)
             if gemm:
                 b0, b1 = run.in_cols
-                y[b0:b1, c0:c1] = out[0, :, 0, :].T
+                y[b0:b1, c0:c1] = out[0].reshape(c1 - c0, -1)[:, :b1 - b0].T
             else:
                 o0, o1 = run.out_cols
                 y[:, c0:c1, :, o0:o1] = out[:, :, :y.shape[2], :]

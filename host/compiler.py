@@ -15,7 +15,9 @@ Within a layer the compiler tiles:
 - columns, when an input row does not fit the line buffer (vertical strips
   with a halo of ``k - stride`` columns; strips of a pooled layer hold whole
   pooling pairs);
-- Gemm batches, laid along the image width of a 1x1 convolution.
+- Gemm batches, laid out as a 2-D image of a 1x1 convolution (as wide as
+  the line buffer allows, as many rows as it takes), so that a batch runs
+  like a 1x1 layer instead of one row at a time.
 
 Weights, biases and requantization parameters are sliced here once; the
 stream bytes themselves are packed by :mod:`fpgacnn.host.packing`.
@@ -47,12 +49,16 @@ class EngineRun:
         Output columns ``[o0, o1)`` produced (after pooling, if fused).
     pads : (int, int, int, int)
         Padding of this strip ``(top, left, bottom, right)``.
+    grid : (int, int) or None
+        Gemm runs: the batch images ``in_cols`` laid out as ``(rows, width)``
+        pixels of a 1x1 convolution (the last row padded).
     """
 
     channels: tuple
     in_cols: tuple
     out_cols: tuple
     pads: tuple
+    grid: tuple = None
 
 
 @dataclass
@@ -191,7 +197,7 @@ def _check_runs(config, step, batch):
     for run in step.runs:
         (c0, c1), (x0, x1) = run.channels, run.in_cols
         if isinstance(layer, Gemm):
-            x_shape, w_shape, stride = (1, layer.weight.shape[1], 1, x1 - x0), \
+            x_shape, w_shape, stride = (1, layer.weight.shape[1], *run.grid), \
                 (c1 - c0, layer.weight.shape[1], 1, 1), 1
         else:
             cin, h, _ = layer.input_shape
@@ -250,7 +256,7 @@ def _conv_runs(config, layer, pooled):
 
 
 def _gemm_runs(config, layer, batch):
-    """Runs of one Gemm: output-channel groups x batch chunks (the width of the 1x1 image)."""
+    """Runs of one Gemm: output-channel groups x batch chunks, each a 2-D 1x1-conv image."""
     cout, cin = layer.weight.shape
     remap = packing.use_remap(config, cin, (1, 1))
     ci_tiles = math.ceil((math.ceil(cin / config.kmax ** 2) if remap else cin) / config.pin)
@@ -261,8 +267,12 @@ def _gemm_runs(config, layer, batch):
         raise MappingError(f"layer {layer.name!r}: {cin} input features do not fit the line buffer "
                            f"(bank depth {config.line_bank_depth} words; max_channels "
                            f"{config.max_channels})")
-    chunks = [(b, min(b + per_run, batch)) for b in range(0, batch, per_run)]
-    return [EngineRun((c0, c1), chunk, chunk, (0, 0, 0, 0))
+    width = min(batch, per_run)
+    # Rows are bounded by the descriptor's 16-bit row count (kmax rows each when remapped).
+    per_chunk = width * (0xFFFF // (config.kmax if remap else 1))
+    chunks = [(b, min(b + per_chunk, batch)) for b in range(0, batch, per_chunk)]
+    return [EngineRun((c0, c1), chunk, chunk, (0, 0, 0, 0),
+                      grid=(math.ceil((chunk[1] - chunk[0]) / width), width))
             for c0, c1 in _channel_groups(config, layer, ci_tiles) for chunk in chunks]
 
 
@@ -275,7 +285,10 @@ def run_inputs(step, run, x):
     c0, c1 = run.channels
     if isinstance(layer, Gemm):
         b0, b1 = run.in_cols
-        xs = np.ascontiguousarray(x[b0:b1].T[None, :, None, :])  # (1, C, 1, batch chunk)
+        rows, width = run.grid
+        flat = np.zeros((x.shape[1], rows * width), np.int8)  # padding pixels: results dropped
+        flat[:, :b1 - b0] = x[b0:b1].T
+        xs = flat.reshape(1, x.shape[1], rows, width)
         w = layer.weight[c0:c1, :, None, None]
     else:
         x0, x1 = run.in_cols

@@ -135,8 +135,11 @@ class EngineDriver:
                                f"(received {received} of {out_nbytes} bytes); engine and DMA reset")
         status = self._read("status")
         if not status["done"]:
-            # The last beat is out; done follows within a few cycles.
-            for _ in range(64):
+            # The last beat is out, but the engine may still be computing windows
+            # whose results are dropped (a pooled layer's odd last row): poll for
+            # done for the rest of the time budget (an MMIO read takes >= 4 cycles).
+            polls = max(64, int(timeout * getattr(self.board, "clock_hz", 100e6) / 4))
+            for _ in range(polls):
                 status = self._read("status")
                 if status["done"]:
                     break
