@@ -140,10 +140,8 @@ class TopPorts:
 
 
 def _cache_root():
-    root = os.environ.get("FPGACNN_CACHE")
-    if root:
-        return Path(root) / "verilator"
-    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "fpgacnn" / "verilator"
+    from .verilator import cache_dir  # one cache folder for every Verilator build
+    return cache_dir()
 
 
 def build_board_library(verilog, *, top="top", trace=None, cache_dir=None, progress=None):
@@ -159,7 +157,7 @@ def build_board_library(verilog, *, top="top", trace=None, cache_dir=None, progr
         Compile in waveform support of this format (a separate cached build).
         FST needs the lz4 development headers (Debian: liblz4-dev).
     cache_dir : path-like, optional
-        Where builds are kept; default ``$FPGACNN_CACHE/verilator`` or
+        Where builds are kept; default ``$FPGACNN_CACHE_DIR/verilator`` or
         ``~/.cache/fpgacnn/verilator``.
     progress : callable, optional
         Called with one-line status messages while building.
