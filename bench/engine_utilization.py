@@ -30,10 +30,9 @@ from pathlib import Path
 import numpy as np
 
 from fpgacnn.hdl.config import EngineConfig
-from fpgacnn.host import packing
 from fpgacnn.host.accelerator import Accelerator, open_board
 from fpgacnn.host.commands.sim import random_layer_model
-from fpgacnn.host.compiler import compile_model, run_inputs
+from fpgacnn.host.compiler import compile_model, pack_run
 from fpgacnn.host.cycle_model import layer_cycles
 from fpgacnn.host.layers import Gemm
 from fpgacnn.host.model import QuantizedModel, TensorSpec
@@ -77,17 +76,9 @@ def gemm_model(cin, cout, seed):
 
 def predicted(config, step, x):
     """Per-run cycle-model estimates, packed exactly as the accelerator packs the runs."""
-    layer = step.layer
-    gemm = isinstance(layer, Gemm)
     loaded, estimates = None, []
     for run in step.runs:
-        xs, w = run_inputs(step, run, x)
-        c0, c1 = run.channels
-        desc, _ = packing.pack_layer(
-            config, xs, w, layer.bias[c0:c1], layer.x_zero_point, layer.mult[c0:c1],
-            layer.shift[c0:c1], layer.y_zero_point, clamp=step.clamp,
-            stride=1 if gemm else layer.stride, pads=run.pads, pool=step.pool is not None,
-            load_weights=run.channels != loaded, name=layer.name)
+        desc, _ = pack_run(config, step, run, x, load_weights=run.channels != loaded)
         loaded = run.channels
         estimates.append((desc, layer_cycles(config, desc)))
     return estimates

@@ -45,7 +45,7 @@ from fpgacnn.hdl.config import EngineConfig  # noqa: E402
 from fpgacnn.host import packing  # noqa: E402
 from fpgacnn.host.accelerator import Accelerator, open_board  # noqa: E402
 from fpgacnn.host.commands.sim import random_layer_model  # noqa: E402
-from fpgacnn.host.compiler import compile_model, run_inputs  # noqa: E402
+from fpgacnn.host.compiler import compile_model, pack_run  # noqa: E402
 from fpgacnn.host.cycle_model import layer_cycles  # noqa: E402
 from fpgacnn.host.engine_driver import EngineDriver  # noqa: E402
 from fpgacnn.host.examples import load_example  # noqa: E402
@@ -60,11 +60,7 @@ def pack(config, model, x):
     """Descriptor and input stream of the model's single engine run."""
     step = compile_model(model, config, batch=len(x)).steps[0]
     (run,) = step.runs
-    layer = step.layer
-    xs, w = run_inputs(step, run, x)
-    return packing.pack_layer(config, xs, w, layer.bias, layer.x_zero_point, layer.mult,
-                              layer.shift, layer.y_zero_point, clamp=step.clamp,
-                              stride=layer.stride, pads=run.pads, pool=False, name=layer.name)
+    return pack_run(config, step, run, x)
 
 
 def sim_backend(config, board, desc, data, want_bytes, repeats):
@@ -175,7 +171,6 @@ def host_parts(config, acc, x8, repeats):
         if not hasattr(step, "runs"):
             continue
         layer = step.layer
-        gemm = layer.op == "Gemm"
         # Packing time depends on shapes only, so zeros of the step's input shape do.
         x = np.zeros((len(x8), *layer.input_shape), np.int8)
         pack_s = model_s = float("inf")
@@ -184,14 +179,7 @@ def host_parts(config, acc, x8, repeats):
             loaded = None
             for run in step.runs:
                 t0 = time.perf_counter()
-                xs, w = run_inputs(step, run, x)
-                c0, c1 = run.channels
-                desc, _ = packing.pack_layer(
-                    config, xs, w, layer.bias[c0:c1], layer.x_zero_point, layer.mult[c0:c1],
-                    layer.shift[c0:c1], layer.y_zero_point, clamp=step.clamp,
-                    stride=1 if gemm else layer.stride, pads=run.pads,
-                    pool=step.pool is not None, load_weights=run.channels != loaded,
-                    name=layer.name)
+                desc, _ = pack_run(config, step, run, x, load_weights=run.channels != loaded)
                 loaded = run.channels
                 t1 = time.perf_counter()
                 layer_cycles(config, desc)

@@ -38,7 +38,6 @@ import re
 import shlex
 import shutil
 import subprocess
-import sys
 import threading
 import time
 

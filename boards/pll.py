@@ -9,7 +9,6 @@ and reports that achieved frequency, not the requested one.
 """
 
 from dataclasses import dataclass
-import os
 from pathlib import Path
 import re
 import shutil
@@ -17,7 +16,7 @@ import subprocess
 import sys
 import tempfile
 
-from amaranth.hdl import Instance, Signal
+from amaranth.hdl import Instance
 
 from ..host.errors import BackendError
 

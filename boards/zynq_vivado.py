@@ -22,7 +22,6 @@
 :func:`run_vivado` runs it when ``vivado`` is on ``PATH``.
 """
 
-import os
 from pathlib import Path
 import re
 import shutil

@@ -15,9 +15,8 @@ behind the issue point never needs to stall, whatever the back-pressure on
 ``o_stream``.
 """
 
-import math
-
 import functools
+
 from amaranth.hdl import Array, Cat, Module, Mux, Signal, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered

@@ -17,13 +17,12 @@ stream packing and the :class:`~fpgacnn.host.engine_driver.EngineDriver`.
 """
 
 import time
-from pathlib import Path
 
 import numpy as np
 
 from ..hdl.config import EngineConfig
 from . import packing
-from .compiler import EngineStep, compile_model, run_inputs
+from .compiler import EngineStep, compile_model, pack_run
 from .cycle_model import layer_cycles
 from .engine_driver import EngineDriver
 from .errors import InputError
@@ -182,13 +181,8 @@ class Accelerator:
         loaded = None  # the engine keeps the weights of the previous run of this step
         for run in step.runs:
             t0 = time.perf_counter()
-            xs, w = run_inputs(step, run, x)
             c0, c1 = run.channels
-            desc, data = packing.pack_layer(
-                config, xs, w, layer.bias[c0:c1], layer.x_zero_point, layer.mult[c0:c1],
-                layer.shift[c0:c1], layer.y_zero_point, clamp=step.clamp,
-                stride=1 if gemm else layer.stride, pads=run.pads, pool=step.pool is not None,
-                load_weights=run.channels != loaded, name=layer.name)
+            desc, data = pack_run(config, step, run, x, load_weights=run.channels != loaded)
             loaded = run.channels
             estimate = layer_cycles(config, desc).cycles
             timeout = (estimate * _TIMEOUT_FACTOR + _TIMEOUT_EXTRA_CYCLES) / self.clock_hz

@@ -32,7 +32,7 @@ from . import packing
 from .errors import MappingError
 from .layers import Conv, Gemm, MaxPool
 
-__all__ = ["EngineRun", "EngineStep", "HostStep", "Program", "compile_model"]
+__all__ = ["EngineRun", "EngineStep", "HostStep", "Program", "compile_model", "run_inputs", "pack_run"]
 
 
 @dataclass(frozen=True)
@@ -295,3 +295,17 @@ def run_inputs(step, run, x):
         xs = np.ascontiguousarray(x[:, :, :, x0:x1])
         w = layer.weight[c0:c1]
     return xs, w
+
+
+def pack_run(config, step, run, x, *, load_weights=True):
+    """Descriptor and input stream of one run: :func:`run_inputs`, then
+    :func:`fpgacnn.host.packing.pack_layer` with the layer's parameters for
+    the run's output channels. Returns ``(desc, data)``."""
+    layer = step.layer
+    xs, w = run_inputs(step, run, x)
+    c0, c1 = run.channels
+    return packing.pack_layer(
+        config, xs, w, layer.bias[c0:c1], layer.x_zero_point, layer.mult[c0:c1],
+        layer.shift[c0:c1], layer.y_zero_point, clamp=step.clamp,
+        stride=1 if isinstance(layer, Gemm) else layer.stride, pads=run.pads,
+        pool=step.pool is not None, load_weights=load_weights, name=layer.name)

@@ -8,7 +8,6 @@ weights, symmetric, one scale per output channel; int8 (or uint8) activations
 with one scale and zero point per tensor; int32 bias; min/max calibration.
 """
 
-import logging
 import tempfile
 from pathlib import Path
 

@@ -17,7 +17,7 @@ from ..errors import BackendError, InputError
 from ..examples import load_example
 from ..onnx_import import load_onnx
 from ..reference import ReferenceBackend
-from .run import _float_accuracy, add_engine_arguments, engine_config, print_cycles
+from .run import _float_accuracy, add_engine_arguments, engine_config, print_cycles, print_progress
 
 __all__ = ["add_parser", "run"]
 
@@ -34,10 +34,6 @@ def add_parser(subparsers):
                    help="write the run's JSON report")
     add_engine_arguments(p)
     return p
-
-
-def _progress(message):
-    print(f"  {message}", flush=True)
 
 
 def run(args):
@@ -59,7 +55,7 @@ def run(args):
           f"{args.clock_mhz:g} MHz")
     start = time.perf_counter()
     with Accelerator(model, backend="sim", config=config, waves=args.waves,
-                     clock_hz=args.clock_mhz * 1e6, progress=_progress) as accelerator:
+                     clock_hz=args.clock_mhz * 1e6, progress=print_progress) as accelerator:
         print(f"simulated board ready in {time.perf_counter() - start:.0f} s")
         start = time.perf_counter()
         y_rtl = accelerator.run(x)

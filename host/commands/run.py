@@ -67,7 +67,8 @@ def engine_config(args):
     return EngineConfig.from_toml(args.config) if args.config is not None else EngineConfig()
 
 
-def _progress(message):
+def print_progress(message):
+    """Progress lines of long builds and runs, indented under the command's own output."""
     print(f"  {message}", flush=True)
 
 
@@ -160,7 +161,7 @@ def run(args):
     config = engine_config(args)
     with Accelerator(model, backend=args.backend, config=config, waves=args.waves,
                      bitfile=args.bitfile, clock_hz=args.clock_mhz * 1e6,
-                     progress=_progress) as accelerator:
+                     progress=print_progress) as accelerator:
         start = time.perf_counter()
         y = accelerator.run(x)
         seconds = time.perf_counter() - start

@@ -20,14 +20,14 @@ import re
 import numpy as np
 
 from ..accelerator import Accelerator
-from ..compiler import compile_model
+from ..compiler import compile_model, pack_run
 from ..cycle_model import layer_cycles
 from ..errors import BackendError, InputError
 from ..layers import Conv, MaxPool
 from ..model import QuantizedModel, TensorSpec
 from ..onnx_import import load_onnx
 from ..reference import ReferenceBackend
-from .run import add_engine_arguments, engine_config
+from .run import add_engine_arguments, engine_config, print_progress
 
 __all__ = ["add_parser", "run", "random_layer_model", "model_layer_model"]
 
@@ -130,10 +130,6 @@ def model_layer_model(path, name, batch, seed):
     return one, x_layer
 
 
-def _progress(message):
-    print(f"  {message}", flush=True)
-
-
 def run(args):
     if args.batch < 1:
         raise InputError(f"--batch must be at least 1, not {args.batch}")
@@ -158,7 +154,7 @@ def run(args):
           f"output {'x'.join(map(str, model.output.shape))}, batch {args.batch}, "
           f"{step.macs * args.batch:,} MACs, {len(step.runs)} engine run(s)")
     with Accelerator(model, backend="sim", config=config, waves=args.waves,
-                     clock_hz=args.clock_mhz * 1e6, progress=_progress) as accelerator:
+                     clock_hz=args.clock_mhz * 1e6, progress=print_progress) as accelerator:
         y = accelerator.run_int8(x)
         entry = accelerator.report["layers"][0]
     want = ReferenceBackend().run_int8(model, x)
@@ -169,15 +165,7 @@ def run(args):
     print(f"utilization: {entry['utilization']:.1%} of {config.peak_macs_per_cycle} MACs/cycle; "
           f"stalled on input {entry['stall_in_cycles']:,}, on output {entry['stall_out_cycles']:,} cycles")
     if len(step.runs) == 1:
-        from .. import packing
-        from ..compiler import run_inputs
-        xs, w = run_inputs(step, step.runs[0], x)
-        layer = step.layer
-        desc, _ = packing.pack_layer(config, xs, w, layer.bias, layer.x_zero_point, layer.mult,
-                                     layer.shift, layer.y_zero_point, clamp=step.clamp,
-                                     stride=layer.stride if isinstance(layer, Conv) else 1,
-                                     pads=step.runs[0].pads, pool=step.pool is not None,
-                                     name=layer.name)
+        desc, _ = pack_run(config, step, step.runs[0], x)
         estimate = layer_cycles(config, desc, macs=step.macs * args.batch)
         print(f"bound: {estimate.bound} ({estimate.reason})")
     if args.waves is not None:
