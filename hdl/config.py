@@ -9,11 +9,18 @@ through :meth:`EngineConfig.from_toml`.
 from dataclasses import dataclass, fields, asdict
 import math
 
-__all__ = ["EngineConfig", "ConfigError"]
+__all__ = ["EngineConfig", "ConfigError", "require_config"]
 
 
 class ConfigError(ValueError):
     """An engine parameter is out of range; the message names it."""
+
+
+def require_config(config):
+    """Raise :class:`TypeError` unless ``config`` is an :class:`EngineConfig`
+    (every generator checks this before anything else)."""
+    if not isinstance(config, EngineConfig):
+        raise TypeError(f"config must be an EngineConfig, not {config!r}")
 
 
 def _check_int(name, value, lo, hi=None):

@@ -22,7 +22,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
-from .config import EngineConfig
+from .config import require_config
 from .descriptor import descriptor_layout
 from .line_buffer import LineBuffer
 from .mac_array import MacArray
@@ -99,8 +99,7 @@ class ConvCore(wiring.Component):
     """
 
     def __init__(self, config):
-        if not isinstance(config, EngineConfig):
-            raise TypeError(f"config must be an EngineConfig, not {config!r}")
+        require_config(config)
         self._config = config
         self._co_bits = max(1, (config.max_co_tiles - 1).bit_length())
         self._tag = data.StructLayout({"co": unsigned(self._co_bits), "produce": 1,

@@ -11,7 +11,7 @@ from amaranth.lib.wiring import In, Out
 
 from .axi_lite import AXI4LiteSignature, AXI4LiteSlave
 from .axi_stream import AXI4StreamSignature
-from .config import EngineConfig
+from .config import require_config
 from .conv_core import ConvCore
 from .csr_bank import CSRBank
 from .descriptor import DESCRIPTOR_FIELDS, descriptor_layout
@@ -59,8 +59,7 @@ class ConvEngine(wiring.Component):
     """
 
     def __init__(self, config):
-        if not isinstance(config, EngineConfig):
-            raise TypeError(f"config must be an EngineConfig, not {config!r}")
+        require_config(config)
         self._config = config
         self._regmap = build_regmap(config)
         super().__init__({

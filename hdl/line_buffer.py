@@ -22,7 +22,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from .config import EngineConfig
+from .config import require_config
 from .descriptor import descriptor_layout
 
 __all__ = ["LineBuffer"]
@@ -70,8 +70,7 @@ class LineBuffer(wiring.Component):
     """
 
     def __init__(self, config):
-        if not isinstance(config, EngineConfig):
-            raise TypeError(f"config must be an EngineConfig, not {config!r}")
+        require_config(config)
         self._config = config
         k, pin = config.kmax, config.pin
         super().__init__({

@@ -5,14 +5,9 @@ from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from .adder_tree import AdderTree
-from .config import EngineConfig
+from .config import require_config
 
 __all__ = ["MacArray"]
-
-
-def _check_config(config):
-    if not isinstance(config, EngineConfig):
-        raise TypeError(f"config must be an EngineConfig, not {config!r}")
 
 
 def _check_tag_width(tag_width):
@@ -85,7 +80,7 @@ class MacArray(wiring.Component):
     """
 
     def __init__(self, config, *, tag_width):
-        _check_config(config)
+        require_config(config)
         _check_tag_width(tag_width)
         self._config = config
         self._tag_width = tag_width

@@ -7,7 +7,7 @@ from amaranth.lib import data, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from .mac_array import _check_config
+from .config import require_config
 
 __all__ = ["MaxPool2x2"]
 
@@ -63,7 +63,7 @@ class MaxPool2x2(wiring.Component):
     """
 
     def __init__(self, config):
-        _check_config(config)
+        require_config(config)
         self._config = config
         self._depth = math.ceil(config.max_width / 2) * config.max_co_tiles
         super().__init__({

@@ -32,7 +32,7 @@ Examples
 from dataclasses import dataclass, fields as dc_fields
 import json
 
-from .config import EngineConfig
+from .config import EngineConfig, require_config
 from .descriptor import DESCRIPTOR_FIELDS
 
 __all__ = [
@@ -457,8 +457,7 @@ def build_regmap(config):
     -------
     RegisterMap
     """
-    if not isinstance(config, EngineConfig):
-        raise TypeError(f"config must be an EngineConfig, not {config!r}")
+    require_config(config)
     b = RegisterMapBuilder()
 
     b.begin_group("id")

@@ -4,7 +4,8 @@ from amaranth.hdl import Const, Module, Signal, signed, unsigned
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
-from .mac_array import _check_config, _check_tag_width
+from .config import require_config
+from .mac_array import _check_tag_width
 
 __all__ = ["Requantizer"]
 
@@ -69,7 +70,7 @@ class Requantizer(wiring.Component):
     """
 
     def __init__(self, config, *, tag_width):
-        _check_config(config)
+        require_config(config)
         _check_tag_width(tag_width)
         self._config = config
         self._tag_width = tag_width

@@ -15,7 +15,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from .config import EngineConfig
+from .config import require_config
 from .descriptor import descriptor_layout
 
 __all__ = ["PARAM_RECORD", "StreamLoader"]
@@ -62,8 +62,7 @@ class StreamLoader(wiring.Component):
     """
 
     def __init__(self, config):
-        if not isinstance(config, EngineConfig):
-            raise TypeError(f"config must be an EngineConfig, not {config!r}")
+        require_config(config)
         self._config = config
         taps = config.kmax * config.kmax * config.pin
         super().__init__({

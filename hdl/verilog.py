@@ -8,7 +8,7 @@ from pathlib import Path
 
 from amaranth.back import verilog
 
-from .config import EngineConfig
+from .config import require_config
 from .regmap import build_regmap
 
 __all__ = ["TOP_NAME", "engine_verilog", "config_summary", "write_engine"]
@@ -24,8 +24,7 @@ def engine_verilog(config, *, name=TOP_NAME):
     configuration and the generator sources.
     """
     from .engine import ConvEngine
-    if not isinstance(config, EngineConfig):
-        raise TypeError(f"config must be an EngineConfig, not {config!r}")
+    require_config(config)
     return verilog.convert(ConvEngine(config), name=name, emit_src=False)
 
 

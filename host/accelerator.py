@@ -16,6 +16,7 @@ Backends:
 stream packing and the :class:`~fpgacnn.host.engine_driver.EngineDriver`.
 """
 
+import functools
 import time
 
 import numpy as np
@@ -37,6 +38,13 @@ BACKENDS = ("sim", "reference", "pynq")
 
 #: Slack on top of the cycle model before a run counts as hung.
 _TIMEOUT_FACTOR, _TIMEOUT_EXTRA_CYCLES = 4, 200_000
+
+
+@functools.lru_cache(maxsize=4096)
+def _predicted_cycles(config, desc_items):
+    """The cycle model's count of one run. The same descriptors recur on every
+    ``run(x)`` of a model, and the model steps through the layer row by row."""
+    return layer_cycles(config, dict(desc_items)).cycles
 
 
 def open_board(backend, config, *, waves=None, bitfile=None, clock_hz=100e6, progress=None):
@@ -184,7 +192,7 @@ class Accelerator:
             c0, c1 = run.channels
             desc, data = pack_run(config, step, run, x, load_weights=run.channels != loaded)
             loaded = run.channels
-            estimate = layer_cycles(config, desc).cycles
+            estimate = _predicted_cycles(config, tuple(sorted(desc.items())))
             timeout = (estimate * _TIMEOUT_FACTOR + _TIMEOUT_EXTRA_CYCLES) / self.clock_hz
             t1 = time.perf_counter()
             try:
