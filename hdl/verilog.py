@@ -11,10 +11,13 @@ from amaranth.back import verilog
 from .config import require_config
 from .regmap import build_regmap
 
-__all__ = ["TOP_NAME", "engine_verilog", "config_summary", "write_engine"]
+__all__ = ["TOP_NAME", "UART_TOP_NAME", "engine_verilog", "uart_top_verilog",
+           "config_summary", "write_engine"]
 
 #: Verilog module name of the generated top.
 TOP_NAME = "fpgacnn_engine"
+#: Verilog module name of the engine behind the UART bridge (open boards, serial-link simulation).
+UART_TOP_NAME = "fpgacnn_uart_top"
 
 
 def engine_verilog(config, *, name=TOP_NAME):
@@ -26,6 +29,21 @@ def engine_verilog(config, *, name=TOP_NAME):
     from .engine import ConvEngine
     require_config(config)
     return verilog.convert(ConvEngine(config), name=name, emit_src=False)
+
+
+def uart_top_verilog(config, *, clocks_per_bit, fifo_depth=None, name=UART_TOP_NAME):
+    """Verilog text of :class:`~fpgacnn.hdl.uart_top.UartEngineTop` for ``config``.
+
+    Ports: ``clk``, ``rst`` (active high), ``uart_rx``, ``uart_tx``; the
+    protocol is docs/host_link.md. ``fifo_depth=None`` takes the bridge's
+    default (:data:`~fpgacnn.hdl.host_bridge.DEFAULT_FIFO_DEPTH`).
+    """
+    from .host_bridge import DEFAULT_FIFO_DEPTH
+    from .uart_top import UartEngineTop
+    require_config(config)
+    top = UartEngineTop(config, clocks_per_bit=clocks_per_bit,
+                        fifo_depth=DEFAULT_FIFO_DEPTH if fifo_depth is None else fifo_depth)
+    return verilog.convert(top, name=name, emit_src=False)
 
 
 def _bytes(n):

@@ -11,9 +11,12 @@ Backends:
 - ``sim`` (default): the generated engine in Verilator on a simulated board
   (:class:`fpgacnn.sim.native_board.SimulatedBoard`), exact cycle counts.
 - ``pynq``: a PYNQ board running a bitstream built by ``fpgacnn build``.
+- ``serial``: an open board (ECP5/iCE40) whose bitstream holds the engine
+  behind the UART bridge (:class:`fpgacnn.host.serial_board.SerialBoard`);
+  ``port="sim"`` simulates that bitstream (bridge and engine in Verilator).
 
-``sim`` and ``pynq`` share everything above the board: the compiler, the
-stream packing and the :class:`~fpgacnn.host.engine_driver.EngineDriver`.
+``sim``, ``pynq`` and ``serial`` share everything above the board: the
+compiler, the stream packing and the :class:`~fpgacnn.host.engine_driver.EngineDriver`.
 """
 
 import functools
@@ -34,7 +37,7 @@ from .reference import ReferenceBackend
 __all__ = ["Accelerator", "BACKENDS", "open_board"]
 
 #: The backends ``Accelerator`` and ``fpgacnn run --backend`` accept.
-BACKENDS = ("sim", "reference", "pynq")
+BACKENDS = ("sim", "reference", "pynq", "serial")
 
 #: Slack on top of the cycle model before a run counts as hung.
 _TIMEOUT_FACTOR, _TIMEOUT_EXTRA_CYCLES = 4, 200_000
@@ -47,18 +50,27 @@ def _predicted_cycles(config, desc_items):
     return layer_cycles(config, dict(desc_items)).cycles
 
 
-def open_board(backend, config, *, waves=None, bitfile=None, clock_hz=100e6, progress=None):
+def open_board(backend, config, *, waves=None, bitfile=None, port=None, baud=None,
+               clock_hz=100e6, progress=None):
     """The board of an engine backend.
 
     Parameters
     ----------
-    backend : {"sim", "pynq"}
+    backend : {"sim", "pynq", "serial"}
     config : EngineConfig
-        For ``sim``: the engine to generate and simulate.
+        For ``sim`` and ``serial`` with ``port="sim"``: the engine to generate
+        and simulate.
     waves : path-like, optional
-        ``sim`` only: waveform file (``.vcd``, or ``.fst`` with lz4 headers).
+        ``sim`` (and simulated ``serial``): waveform file (``.vcd``, or
+        ``.fst`` with lz4 headers).
     bitfile : path-like
         ``pynq`` only: the bitstream (its ``.hwh`` beside it).
+    port : str or port object
+        ``serial`` only: the board's serial device (``/dev/ttyUSB0``), ``"sim"``
+        for the bridge bitstream simulated in Verilator, or an open
+        pyserial-like port.
+    baud : int, optional
+        ``serial`` on a device: the bitstream's baud rate (default 3,000,000).
     """
     if backend == "sim":
         from ..hdl.verilog import TOP_NAME, engine_verilog
@@ -73,7 +85,35 @@ def open_board(backend, config, *, waves=None, bitfile=None, clock_hz=100e6, pro
         if bitfile is None:
             raise InputError("the pynq backend needs --bitfile NAME.bit (with NAME.hwh beside it)")
         return PynqBoard(bitfile, clock_hz=clock_hz)
+    if backend == "serial":
+        return _open_serial_board(config, port, baud=baud, waves=waves, clock_hz=clock_hz,
+                                  progress=progress)
     raise InputError(f"unknown backend {backend!r} (choose from {', '.join(BACKENDS)})")
+
+
+def _open_serial_board(config, port, *, baud, waves, clock_hz, progress):
+    from .serial_board import DEFAULT_BAUD, SerialBoard, open_serial
+    if port is None:
+        raise InputError("the serial backend needs --port DEVICE (the board's USB-UART, e.g. "
+                         "/dev/ttyUSB0) or --port sim")
+    if waves is not None and port != "sim":
+        raise InputError("waveforms (--waves) need a simulated board: --port sim")
+    if isinstance(port, str) and port == "sim":
+        from ..sim.uart_board import SimulatedSerialPort
+        if baud is not None:
+            raise InputError("--baud applies to a real serial device, not --port sim "
+                             "(the simulated line runs at clock_hz / clocks_per_bit)")
+        sim_port = SimulatedSerialPort(config, clock_hz=clock_hz, waves=waves, progress=progress)
+        try:
+            return SerialBoard(sim_port, clock_hz=clock_hz)
+        except BaseException:
+            sim_port.close()
+            raise
+    if isinstance(port, (str, bytes)) or hasattr(port, "__fspath__"):
+        if progress:
+            progress(f"opening {port} at {baud or DEFAULT_BAUD:,} baud")
+        return open_serial(str(port), baud or DEFAULT_BAUD, clock_hz=clock_hz)
+    return SerialBoard(port, clock_hz=clock_hz, owns_port=False)  # the caller's port stays open
 
 
 class Accelerator:
@@ -84,7 +124,7 @@ class Accelerator:
     model : path-like or QuantizedModel
         An int8 ONNX file, or a model already loaded with
         :func:`~fpgacnn.host.onnx_import.load_onnx`.
-    backend : {"sim", "reference", "pynq"}
+    backend : {"sim", "reference", "pynq", "serial"}
     config : EngineConfig, optional
         The engine configuration (default :class:`EngineConfig` ``()``). For
         ``pynq`` it must equal the bitstream's, which the driver checks.
@@ -93,7 +133,7 @@ class Accelerator:
         overrides ``backend``'s own.
     clock_hz : float
         The engine clock for projected throughput (and sim timeouts).
-    waves, bitfile, progress
+    waves, bitfile, port, baud, progress
         See :func:`open_board`. ``progress`` receives one-line messages.
 
     Attributes
@@ -104,7 +144,7 @@ class Accelerator:
     """
 
     def __init__(self, model, *, backend="sim", config=None, board=None, clock_hz=100e6,
-                 waves=None, bitfile=None, progress=None):
+                 waves=None, bitfile=None, port=None, baud=None, progress=None):
         if backend not in BACKENDS:
             raise InputError(f"unknown backend {backend!r} (choose from {', '.join(BACKENDS)})")
         self.model = model if hasattr(model, "layers") else load_onnx(model)
@@ -119,8 +159,14 @@ class Accelerator:
         if backend != "reference":
             if board is None:
                 self.board = open_board(backend, self.config, waves=waves, bitfile=bitfile,
-                                        clock_hz=clock_hz, progress=progress)
-            self.driver = EngineDriver(self.board, expected=self.config)
+                                        port=port, baud=baud, clock_hz=clock_hz,
+                                        progress=progress)
+            try:
+                self.driver = EngineDriver(self.board, expected=self.config)
+            except BaseException:
+                if board is None:  # ours: do not leave a port or a model open
+                    self.close()
+                raise
 
     def close(self):
         """Release the board (a simulated board frees its model and waveform)."""
@@ -187,6 +233,7 @@ class Accelerator:
         host = sim = 0.0
         cycles = stall_in = stall_out = predicted = 0
         loaded = None  # the engine keeps the weights of the previous run of this step
+        link_seconds = getattr(self.board, "link_seconds", None)
         for run in step.runs:
             t0 = time.perf_counter()
             c0, c1 = run.channels
@@ -194,9 +241,12 @@ class Accelerator:
             loaded = run.channels
             estimate = _predicted_cycles(config, tuple(sorted(desc.items())))
             timeout = (estimate * _TIMEOUT_FACTOR + _TIMEOUT_EXTRA_CYCLES) / self.clock_hz
+            out_nbytes = packing.output_nbytes(config, desc)
+            if link_seconds is not None:  # a slow link (serial) paces the run, not the engine
+                timeout += link_seconds(len(data), out_nbytes)
             t1 = time.perf_counter()
             try:
-                result = self.driver.run_layer(desc, data, packing.output_nbytes(config, desc),
+                result = self.driver.run_layer(desc, data, out_nbytes,
                                                timeout=timeout, name=step.name)
             except BaseException:
                 loaded = None

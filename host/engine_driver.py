@@ -137,8 +137,11 @@ class EngineDriver:
         if not status["done"]:
             # The last beat is out, but the engine may still be computing windows
             # whose results are dropped (a pooled layer's odd last row): poll for
-            # done for the rest of the time budget (an MMIO read takes >= 4 cycles).
-            polls = max(64, int(timeout * getattr(self.board, "clock_hz", 100e6) / 4))
+            # done for the rest of the time budget. An AXI register read takes
+            # >= 4 cycles; a board on a slower link says how long its reads take.
+            read_seconds = getattr(self.board, "mmio_read_seconds",
+                                   4 / getattr(self.board, "clock_hz", 100e6))
+            polls = max(64, int(timeout / read_seconds))
             for _ in range(polls):
                 status = self._read("status")
                 if status["done"]:

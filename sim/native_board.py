@@ -10,7 +10,9 @@ Python only starts transfers and waits for them.
 
 Builds are cached by a hash of everything that goes into them (Verilog,
 harness, port map, Verilator version, flags), so a second run with the same
-configuration does not recompile.
+configuration does not recompile. :func:`build_harness_library` is the same
+build for any top and C++ harness (the serial backend's simulated board,
+:mod:`fpgacnn.sim.uart_board`, uses it with ``uart_harness.cpp``).
 """
 
 import ctypes
@@ -28,7 +30,8 @@ import numpy as np
 from ..host.errors import BackendError
 from .verilator_tool import verilator_env, verilator_version
 
-__all__ = ["SimulatedBoard", "build_board_library", "TopPorts", "waveform_format"]
+__all__ = ["SimulatedBoard", "build_board_library", "build_harness_library", "TopPorts",
+           "waveform_format", "load_library"]
 
 _HARNESS = Path(__file__).with_name("board_harness.cpp")
 
@@ -172,8 +175,47 @@ def build_board_library(verilog, *, top="top", trace=None, cache_dir=None, progr
         If the top lacks a port or Verilator/g++ fails (with the lines that matter).
     """
     ports = TopPorts(verilog, top)
-    header = ports.header()
-    harness = _HARNESS.read_text()
+    return build_harness_library(verilog, _HARNESS, top=top, headers={"board_ports.h": ports.header()},
+                                 trace=trace, cache_dir=cache_dir, progress=progress,
+                                 what=f"the simulated board ({ports.stream_width}-bit streams)")
+
+
+def build_harness_library(verilog, harness, *, top="top", headers=None, trace=None,
+                          cache_dir=None, progress=None, what="the simulated board"):
+    """Build (or find in the cache) a Verilator model of ``top`` linked with a C++ harness.
+
+    The model's C++ class is ``Vtop`` whatever the module is called, so one
+    harness serves every top with the same ports. The result is a shared
+    library for ctypes; the harness gives it its C ABI.
+
+    Parameters
+    ----------
+    verilog : str
+        Verilog of the top.
+    harness : path-like
+        The C++ source that drives the model (e.g. ``board_harness.cpp``).
+    top : str
+        Name of the top module.
+    headers : dict of str to str, optional
+        Generated headers the harness includes, ``{file name: text}``.
+    trace, cache_dir, progress
+        As for :func:`build_board_library`.
+    what : str
+        What is being built, for the progress message.
+
+    Returns
+    -------
+    pathlib.Path
+        The shared library.
+
+    Raises
+    ------
+    BackendError
+        If Verilator or g++ fails (with the lines that matter).
+    """
+    harness = Path(harness)
+    source = harness.read_text()
+    headers = dict(headers or {})
     flags = ["--cc", "-Wno-fatal", "-O3", "--prefix", "Vtop", "--top-module", top,
              "-CFLAGS", "-fPIC -O2", "--build", "-j", str(min(os.cpu_count() or 1, 4))]
     if trace not in (None, "vcd", "fst"):
@@ -183,7 +225,10 @@ def build_board_library(verilog, *, top="top", trace=None, cache_dir=None, progr
                            "install liblz4-dev); name the waveform file *.vcd for a VCD instead")
     if trace:
         flags += [f"--trace-{trace}"]
-    key = hashlib.sha256("\0".join([verilog, harness, header, verilator_version(), " ".join(flags)])
+    # The key covers everything that goes into the library. (Its layout is the
+    # one from before harnesses were a parameter, so existing cached boards stay valid.)
+    header_text = "".join(text for _, text in sorted(headers.items()))
+    key = hashlib.sha256("\0".join([verilog, source, header_text, verilator_version(), " ".join(flags)])
                          .encode()).hexdigest()[:20]
     root = Path(cache_dir) if cache_dir else _cache_root()
     final = root / key
@@ -194,23 +239,24 @@ def build_board_library(verilog, *, top="top", trace=None, cache_dir=None, progr
     work = Path(tempfile.mkdtemp(prefix=f"{key}.", dir=root))
     try:
         (work / "top.v").write_text(verilog)
-        (work / "board_ports.h").write_text(header)
-        (work / "board_harness.cpp").write_text(harness)
+        for name, text in headers.items():
+            (work / name).write_text(text)
+        (work / harness.name).write_text(source)
         if progress:
-            progress(f"building the simulated board with Verilator ({ports.stream_width}-bit streams"
-                     f"{f', {trace} waveforms' if trace else ''}); cached for the next run")
+            progress(f"building {what} with Verilator"
+                     f"{f' ({trace} waveforms)' if trace else ''}; cached for the next run")
         start = time.monotonic()
         env = verilator_env()
-        cmd = ["verilator", *flags, "-Mdir", "obj", "-CFLAGS", f"-I{work}", "top.v", "board_harness.cpp"]
+        cmd = ["verilator", *flags, "-Mdir", "obj", "-CFLAGS", f"-I{work}", "top.v", harness.name]
         _run(cmd, work, env, "Verilator")
-        libs = [str(work / "obj" / "board_harness.o"), str(work / "obj" / "libVtop.a"),
+        libs = [str(work / "obj" / f"{harness.stem}.o"), str(work / "obj" / "libVtop.a"),
                 str(work / "obj" / "libverilated.a")]
         link = ["g++", "-shared", "-o", "libboard.so", *libs, "-pthread", "-latomic"]
         if trace == "fst":
             link += ["-lz", "-llz4"]
-        _run(link, work, env, "linking the simulated board")
+        _run(link, work, env, f"linking {what}")
         if progress:
-            progress(f"simulated board built in {time.monotonic() - start:.0f} s")
+            progress(f"{what} built in {time.monotonic() - start:.0f} s")
         shutil.rmtree(work / "obj", ignore_errors=True)
         try:
             os.replace(work, final)
@@ -251,47 +297,46 @@ def _run(cmd, cwd, env, what):
         raise BackendError(f"{what} failed (exit {proc.returncode}):\n  " + "\n  ".join(important))
 
 
-class _Lib:
-    """ctypes view of one loaded harness library."""
+_vp, _u64, _u32, _int = ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint32, ctypes.c_int
 
-    def __init__(self, path):
-        lib = ctypes.CDLL(str(path))
-        vp, u64, u32, i = ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint32, ctypes.c_int
-        sig = {
-            "board_new": ([ctypes.c_char_p], vp),
-            "board_free": ([vp], None),
-            "board_cycles": ([vp], u64),
-            "board_set_pauses": ([vp, u32, u32, u32], None),
-            "board_reset": ([vp, u32], None),
-            "board_step": ([vp, u64], None),
-            "board_mmio_write": ([vp, u32, u32, u64], i),
-            "board_mmio_read": ([vp, u32, ctypes.POINTER(u32), u64], i),
-            "board_dma_send": ([vp, vp, u64], i),
-            "board_dma_recv": ([vp, vp, u64], i),
-            "board_dma_received": ([vp], u64),
-            "board_dma_send_busy": ([vp], i),
-            "board_dma_recv_busy": ([vp], i),
-            "board_dma_wait": ([vp, u64], i),
-            "board_dma_abort": ([vp], None),
-            "board_free_run": ([vp, u64], None),
-        }
-        for name, (args, res) in sig.items():
-            fn = getattr(lib, name)
-            fn.argtypes, fn.restype = args, res
-        self.lib = lib
-
+#: The C ABI of board_harness.cpp: name -> (argument types, result type).
+BOARD_ABI = {
+    "board_new": ([ctypes.c_char_p], _vp),
+    "board_free": ([_vp], None),
+    "board_cycles": ([_vp], _u64),
+    "board_set_pauses": ([_vp, _u32, _u32, _u32], None),
+    "board_reset": ([_vp, _u32], None),
+    "board_step": ([_vp, _u64], None),
+    "board_mmio_write": ([_vp, _u32, _u32, _u64], _int),
+    "board_mmio_read": ([_vp, _u32, ctypes.POINTER(_u32), _u64], _int),
+    "board_dma_send": ([_vp, _vp, _u64], _int),
+    "board_dma_recv": ([_vp, _vp, _u64], _int),
+    "board_dma_received": ([_vp], _u64),
+    "board_dma_send_busy": ([_vp], _int),
+    "board_dma_recv_busy": ([_vp], _int),
+    "board_dma_wait": ([_vp, _u64], _int),
+    "board_dma_abort": ([_vp], None),
+    "board_free_run": ([_vp, _u64], None),
+}
 
 _LOADED = {}
 
 
-def _load(path):
-    # One dlopen per library file: Verilator models keep global state per
-    # library, so several boards of one build share it safely (each has its
-    # own VerilatedContext), and repeated opens do not leak handles.
+def load_library(path, abi):
+    """The harness library at ``path`` through ctypes, its functions typed by ``abi``.
+
+    One dlopen per library file: Verilator models keep global state per
+    library, so several boards of one build share it safely (each has its
+    own VerilatedContext), and repeated opens do not leak handles.
+    """
     key = str(path)
     if key not in _LOADED:
-        _LOADED[key] = _Lib(path)
-    return _LOADED[key].lib
+        lib = ctypes.CDLL(key)
+        for name, (args, res) in abi.items():
+            fn = getattr(lib, name)
+            fn.argtypes, fn.restype = args, res
+        _LOADED[key] = lib
+    return _LOADED[key]
 
 
 class SimulatedBoard:
@@ -319,7 +364,7 @@ class SimulatedBoard:
         trace = waveform_format(waves) if waves is not None else None
         path = build_board_library(verilog, top=top, trace=trace,
                                    cache_dir=cache_dir, progress=progress)
-        self._lib = _load(path)
+        self._lib = load_library(path, BOARD_ABI)
         self.beat_bytes = TopPorts(verilog, top).beat_bytes
         self.clock_hz = float(clock_hz)
         self._handle = self._lib.board_new(os.fsencode(waves) if waves is not None else None)

@@ -112,6 +112,14 @@ def test_good_file_loads(tmp_path):
     assert b.name == "test-board" and b.resources.bram_aspects == ((16384, 1), (512, 36))
 
 
+def test_uart_baud_defaults_and_can_be_set(tmp_path):
+    assert load_board_file(_write(tmp_path, GOOD)).uart_baud == 3_000_000
+    b = load_board_file(_write(tmp_path, GOOD.replace('host_link = "uart"',
+                                                      'host_link = "uart"\nuart_baud = 115200')))
+    assert b.uart_baud == 115_200
+    assert load_board("pynq-z2").uart_baud is None
+
+
 def test_adding_a_board_is_adding_a_file(tmp_path):
     _write(tmp_path, GOOD, "my-board")
     assert [b.name for b in list_boards(tmp_path)] == ["my-board"]
@@ -141,6 +149,9 @@ def test_adding_a_board_is_adding_a_file(tmp_path):
     (lambda t: t + '\n[vivado]\nboard_part = "x"\n',
      r"vivado: only for Vivado boards, not family 'ecp5'"),
     (lambda t: t.replace('[clock]', '[clock'), r"not valid TOML"),
+    (lambda t: t.replace('platform =', 'uart_baud = 0\nplatform ='), r"uart_baud: must be positive, not 0"),
+    (lambda t: t.replace('host_link = "uart"', 'host_link = "spi"\nuart_baud = 115200'),
+     r"uart_baud: only for host_link = 'uart', not 'spi'"),
 ])
 def test_validation_errors_name_file_and_field(tmp_path, edit, message):
     path = _write(tmp_path, edit(GOOD))

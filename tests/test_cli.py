@@ -193,7 +193,7 @@ def test_backend_choices_are_the_real_backends(capsys, files):
         main(["run", str(INT8), "--input", str(files["x"]), "--backend", "fpga"])
     assert e.value.code == 2
     assert re.search(r"argument --backend: invalid choice: 'fpga' \(choose from '?sim'?, "
-                     r"'?reference'?, '?pynq'?\)", capsys.readouterr().err)
+                     r"'?reference'?, '?pynq'?, '?serial'?\)", capsys.readouterr().err)
 
 
 def test_waves_need_the_sim_backend(capsys, files, tmp_path):

@@ -190,6 +190,7 @@ def test_ice40_bitstream(tmp_path):
     report = json.loads((tmp_path / "report.json").read_text())
     assert report == result.report
     assert report["board"] == "icebreaker" and report["design"] == "MacLane"
+    assert report["host_link"] == {"kind": "none", "note": "port harness"}
     (clock,) = report["clocks"]
     assert clock["target_mhz"] == 24.0
     assert clock["achieved_mhz"] > 24.0 and clock["timing_met"] is True
@@ -232,7 +233,8 @@ def test_default_engine_bitstream(tmp_path, board):
     out = tmp_path / board
     assert main(["build", "--board", board, "-o", str(out)]) == 0
     report = json.loads((out / "report.json").read_text())
-    assert report["design"] == "ConvEngine"
+    assert report["design"] == "UartEngineTop"
+    assert report["host_link"]["kind"] == "uart" and report["host_link"]["baud"] == 3_000_000
     assert all(c["timing_met"] for c in report["clocks"])
     for r in report["resources"].values():
         assert r["used"] <= r["available"]

@@ -9,7 +9,8 @@ Without ``--config`` the engine is sized to the board
 (:func:`fpgacnn.boards.engine_sizing.size_engine`) and the choice, with its
 reasons, is printed. The configuration used is written to ``DIR/engine.toml``.
 
-- Open-toolchain boards (ECP5, iCE40): yosys + nextpnr + ecppack/icepack from
+- Open-toolchain boards (ECP5, iCE40): the engine behind its UART bridge
+  (:mod:`fpgacnn.boards.host_link`); yosys + nextpnr + ecppack/icepack from
   PyPI build ``DIR/NAME.bit`` / ``DIR/NAME.bin`` and ``DIR/report.json``
   (:mod:`fpgacnn.boards.open_flow`); the build fails if a clock misses its
   target.
@@ -58,6 +59,25 @@ def _write_config(config, path):
     path.write_text("\n".join(lines) + "\n")
 
 
+def _build_open(board, config, args):
+    from ...boards.host_link import host_link_top
+    from ...boards.open_flow import build_open
+    from ...boards.pll import pll_settings
+
+    target = board.clock.target_mhz if args.clock_mhz is None else args.clock_mhz
+    # The UART divisor is fixed in gateware: take it from the clock the PLL
+    # will really make, not the one asked for.
+    clock_mhz = pll_settings(board.family, board.clock.input_mhz, target).achieved_mhz
+    link = host_link_top(board, config, clock_mhz)
+    print(f"host link: UART at {link.report['baud']:,} baud ({link.report['clocks_per_bit']} "
+          f"clocks per bit at {clock_mhz:g} MHz; protocol in docs/host_link.md)")
+    build_open(board, link.component, args.output, name=args.name, target_mhz=target,
+               host_link=link.report)
+    print(f"to run a model on it: fpgacnn run MODEL --backend serial --port DEVICE "
+          f"--baud {board.uart_baud} --config {args.output / 'engine.toml'}")
+    return 0
+
+
 def run(args):
     from ...boards.board import load_board
     from ...boards.engine_sizing import size_engine, multipliers_needed, bram_blocks_needed
@@ -84,13 +104,7 @@ def run(args):
     _write_config(config, args.output / "engine.toml")
 
     if board.toolchain == "open":
-        from ...boards.open_flow import build_open
-        from ...hdl.engine import ConvEngine
-        build_open(board, ConvEngine(config), args.output, name=args.name,
-                   target_mhz=args.clock_mhz)
-        print("note: the bitstream has no host link yet (UART bridge: a later step); "
-              "see docs/boards.md")
-        return 0
+        return _build_open(board, config, args)
 
     from ...boards.zynq_vivado import write_zynq_project, run_vivado, vivado_command
     if args.clock_mhz is not None:

@@ -3,14 +3,18 @@
 Two forms::
 
     fpgacnn run MODEL.onnx --input X.npy [--output Y.npy] [--labels L.npy]
-                [--backend sim|reference|pynq] [--report REPORT.json]
+                [--backend sim|reference|pynq|serial] [--report REPORT.json]
                 [--config ENGINE.toml] [--waves FILE.vcd] [--bitfile NAME.bit]
+                [--port DEVICE|sim] [--baud N]
     fpgacnn run --example digits [--output Y.npy] [--backend ...] [--report ...]
 
 ``sim`` (the default) generates the engine for ``--config`` (default: the
 default :class:`~fpgacnn.hdl.config.EngineConfig`), builds it with Verilator
 once (cached) and runs the model on the simulated board; ``pynq`` runs it on a
-PYNQ board with ``--bitfile``; ``reference`` is the numpy integer semantics.
+PYNQ board with ``--bitfile``; ``serial`` on an open board (ECP5/iCE40) whose
+bitstream holds the engine behind the UART bridge, through its USB-UART
+``--port /dev/ttyUSB0`` at ``--baud`` (``--port sim`` simulates that bitstream);
+``reference`` is the numpy integer semantics.
 
 ``X`` and ``Y`` are in the model's own graph dtype and shape, with a batch axis
 first (float32 for a QDQ model with float input and output, int8 for a model
@@ -93,6 +97,11 @@ def add_parser(subparsers):
     p.add_argument("--report", metavar="REPORT.json", type=Path,
                    help="write a JSON report: layers, MACs, cycles, utilization, batch, accuracy")
     add_engine_arguments(p)
+    p.add_argument("--port", metavar="DEVICE",
+                   help="serial backend: the board's USB-UART (e.g. /dev/ttyUSB0), or 'sim' for "
+                        "the UART bridge bitstream simulated in Verilator")
+    p.add_argument("--baud", type=int, default=None,
+                   help="serial backend: the bitstream's baud rate (default: 3000000)")
     return p
 
 
@@ -156,12 +165,20 @@ def run(args):
                 f"{labels_argument}: top-1 accuracy needs a model output of shape (N, classes), "
                 f"'{model.output.name}' has shape {format_shape(('N', *model.output.shape))}")
 
-    if args.waves is not None and args.backend != "sim":
-        raise InputError(f"--waves needs the sim backend, not {args.backend}")
+    simulated_serial = args.backend == "serial" and args.port == "sim"
+    if args.waves is not None and args.backend != "sim" and not simulated_serial:
+        raise InputError(f"--waves needs the sim backend, not {args.backend}"
+                         + (" on a device (--port sim simulates it)" if args.backend == "serial" else ""))
+    for option in ("port", "baud"):
+        if getattr(args, option) is not None and args.backend != "serial":
+            raise InputError(f"--{option} needs the serial backend, not {args.backend}")
+    if args.backend == "serial" and args.port is None:
+        raise InputError("the serial backend needs --port DEVICE (the board's USB-UART, e.g. "
+                         "/dev/ttyUSB0) or --port sim")
     config = engine_config(args)
     with Accelerator(model, backend=args.backend, config=config, waves=args.waves,
-                     bitfile=args.bitfile, clock_hz=args.clock_mhz * 1e6,
-                     progress=print_progress) as accelerator:
+                     bitfile=args.bitfile, port=args.port, baud=args.baud,
+                     clock_hz=args.clock_mhz * 1e6, progress=print_progress) as accelerator:
         start = time.perf_counter()
         y = accelerator.run(x)
         seconds = time.perf_counter() - start
