@@ -2,8 +2,6 @@
 
 import json
 import re
-import shutil
-from pathlib import Path
 
 import pytest
 

@@ -9,7 +9,6 @@ script builds and finds ``NAME.bit`` and ``NAME.hwh`` copied side by side.
 import os
 import shutil
 import subprocess
-from pathlib import Path
 
 import pytest
 
