@@ -24,6 +24,7 @@ from amaranth.lib.wiring import In, Out
 
 from .config import require_config
 from .descriptor import descriptor_layout
+from .limits import limits, narrow_descriptor
 from .line_buffer import LineBuffer
 from .mac_array import MacArray
 from .maxpool import MaxPool2x2
@@ -134,8 +135,8 @@ class ConvCore(wiring.Component):
 
     def elaborate(self, platform):
         cfg = self._config
-        desc = self.desc
         m = Module()
+        desc = narrow_descriptor(m, self.desc, cfg)
         lb, loader, mac, rq, pool = self._lb, self._loader, self._mac, self._rq, self._pool
         m.submodules.line_buffer = lb
         m.submodules.loader = loader
@@ -222,7 +223,7 @@ class ConvCore(wiring.Component):
 
         # ---- packing words into beats ----------------------------------------
         out_done = Signal()
-        self._packer(m, fifo, pop, out_done, start)
+        self._packer(m, desc, fifo, pop, out_done, start)
 
         # ---- completion and stall reporting ---------------------------------
         # Results of windows that produce no output (a pooled layer's odd last
@@ -244,14 +245,15 @@ class ConvCore(wiring.Component):
         ]
         return m
 
-    def _packer(self, m, fifo, pop, out_done, start):
+    def _packer(self, m, desc, fifo, pop, out_done, start):
         """FIFO words -> ``o_stream`` beats; sets ``out_done`` on the batch's final beat."""
         cfg = self._config
-        desc = self.desc
         wbits, bbits = 8 * cfg.pout, cfg.stream_width
         ow = Mux(desc.pool, desc.out_w >> 1, desc.out_w)
         oh = Mux(desc.pool, desc.out_h >> 1, desc.out_h)
-        oco, opx, opy, on = (Signal(16, name=n) for n in ("o_co", "o_px", "o_py", "o_n"))
+        lim = limits(cfg)
+        oco, opx = Signal(lim.co_bits, name="o_co"), Signal(lim.col_bits, name="o_px")
+        opy, on = Signal(16, name="o_py"), Signal(16, name="o_n")
         img_end = (oco == desc.co_tiles - 1) & (opx == ow - 1) & (opy == oh - 1)
         batch_end = img_end & (on == desc.batch - 1)
         with m.If(pop):

@@ -24,6 +24,7 @@ from amaranth.lib.wiring import In, Out
 
 from .config import require_config
 from .descriptor import descriptor_layout
+from .limits import limits
 
 __all__ = ["LineBuffer"]
 
@@ -50,9 +51,10 @@ class LineBuffer(wiring.Component):
         The input rows of the window at the current position are present.
     issue : Out(1)
         ``en & ready``: the window at the current position is read this cycle.
-    oy, ox, co, ci : Out(16)
-        Current position of the reader in the schedule.
-    widx : Out(16)
+    oy, ox, co, ci : Out(16), Out(col_bits), Out(co_bits), Out(ci_bits)
+        Current position of the reader in the schedule (widths from
+        :func:`~fpgacnn.hdl.limits.limits`).
+    widx : Out(range(weight_depth))
         ``co*ci_tiles + ci``, the weight word of the current position.
     first, last : Out(1)
         ``ci == 0`` and ``ci == ci_tiles - 1``.
@@ -73,6 +75,7 @@ class LineBuffer(wiring.Component):
         require_config(config)
         self._config = config
         k, pin = config.kmax, config.pin
+        lim = limits(config)
         super().__init__({
             "desc": In(descriptor_layout()),
             "start": In(1),
@@ -81,8 +84,8 @@ class LineBuffer(wiring.Component):
             "en": In(1),
             "ready": Out(1),
             "issue": Out(1),
-            "oy": Out(16), "ox": Out(16), "co": Out(16), "ci": Out(16),
-            "widx": Out(16),
+            "oy": Out(16), "ox": Out(lim.col_bits), "co": Out(lim.co_bits),
+            "ci": Out(lim.ci_bits), "widx": Out(range(config.weight_depth)),
             "first": Out(1), "last": Out(1),
             "r_done": Out(1, init=1),
             "o_valid": Out(1),
@@ -134,7 +137,9 @@ class LineBuffer(wiring.Component):
                 m.d.sync += mod_done.eq(1)
 
         # ---- writer ---------------------------------------------------------
-        wci, wx, wy, wimg = (Signal(16, name=n) for n in ("wci", "wx", "wy", "wimg"))
+        lim = limits(cfg)
+        wci, wx = Signal(lim.ci_bits, name="wci"), Signal(lim.col_bits, name="wx")
+        wy, wimg = Signal(16, name="wy"), Signal(16, name="wimg")
         wbank = Signal(range(k))
         wbase = Signal(range(depth + 1))
         wslot = Signal(range(slots))
@@ -151,9 +156,10 @@ class LineBuffer(wiring.Component):
         n = Signal(16)
         oy, ox, co, ci, widx = self.oy, self.ox, self.co, self.ci, self.widx
         ytop = Signal(signed(18))   # oy*stride - pad_top
-        x0 = Signal(signed(18))     # ox*stride - pad_left
+        col_w = lim.col_bits + 2  # columns, signed, with the padding on both sides
+        x0 = Signal(signed(col_w))  # ox*stride - pad_left
         bank0 = Signal(range(k))    # x0 mod kmax
-        base0 = Signal(signed(18))  # (x0 div kmax) * ci_tiles
+        base0 = Signal(signed((depth + lim.max_ci_tiles).bit_length() + 1))  # (x0 div kmax) * ci_tiles
         rslot0 = Signal(range(slots))  # slot of the current image's row ytop
         img_slot = Signal(range(slots))  # slot of the current image's row 0
 
@@ -289,27 +295,26 @@ class LineBuffer(wiring.Component):
             m.d.sync += [rsel[ky].eq(_mod_once(rs, slots)),
                          rowv[ky].eq((ry >= 0) & (ry < desc.in_h))]
         for kx in range(k):
-            cx = Signal(signed(19), name=f"cx_{kx}")
+            cx = Signal(signed(col_w), name=f"cx_{kx}")
             bs = Signal(range(2 * k), name=f"bs_{kx}")
             m.d.comb += [cx.eq(x0 + kx), bs.eq(bank0 + kx)]
             m.d.sync += [bsel[kx].eq(_mod_once(bs, k)),
                          colv[kx].eq((cx >= 0) & (cx < desc.in_w))]
         m.d.sync += v1.eq(self.issue)
 
-        # Stage 1: rotate the banks of every slot into window columns, then pick
-        # each window row's slot.
-        cols = []
-        for r in range(slots):
-            bank_data = Array(rports[r][b].data for b in range(k))
-            cols.append([bank_data[bsel[kx]] for kx in range(k)])
+        # Stage 1: pick each window row's slot for every bank, then rotate the
+        # banks into window columns: kmax*kmax slots:1 muxes and kmax*kmax
+        # kmax:1 muxes, where rotating every slot's banks first takes
+        # slots*kmax kmax:1 muxes more (~200 LUT4 on the iCE40 engine).
+        rows = [[Array(rports[r][b].data for r in range(slots))[rsel[ky]] for b in range(k)]
+                for ky in range(k)]
         zp_word = Cat(*([desc.x_zp] * pin))
         taps = []
         for ky in range(k):
             for kx in range(k):
-                col = Array(cols[r][kx] for r in range(slots))
                 t = Signal(8 * pin, name=f"tap_{ky}_{kx}")
                 with m.If(rowv[ky] & colv[kx]):
-                    m.d.comb += t.eq(col[rsel[ky]])
+                    m.d.comb += t.eq(Array(rows[ky])[bsel[kx]])
                 with m.Else():
                     m.d.comb += t.eq(zp_word)
                 taps.append(t)

@@ -6,6 +6,7 @@ from amaranth.lib.wiring import In, Out
 
 from .adder_tree import AdderTree
 from .config import require_config
+from .int8_products import Int8Products
 
 __all__ = ["MacArray"]
 
@@ -120,15 +121,15 @@ class MacArray(wiring.Component):
         cfg = self._config
         taps = self._taps
 
-        # Stage 1: registered products, so that a multiplier (one DSP each)
-        # is a pipeline stage of its own.
+        # Stage 1: registered products, so that a multiplier (one DSP each;
+        # two per SB_MAC16 on iCE40 UltraPlus, see Int8Products) is a
+        # pipeline stage of its own.
         trees = []
         for lane in range(cfg.pout):
             tree = m.submodules[f"tree{lane}"] = AdderTree(taps, 16)
-            prods = Signal(data.ArrayLayout(signed(16), taps), name=f"prod{lane}")
-            for t in range(taps):
-                m.d.sync += prods[t].eq(self.i_window[t] * self.i_weights[lane][t])
-            m.d.comb += tree.i_data.eq(prods)
+            prods = m.submodules[f"mul{lane}"] = Int8Products(taps)
+            m.d.comb += [prods.i_a.eq(self.i_window), prods.i_b.eq(self.i_weights[lane]),
+                         tree.i_data.eq(prods.o_p)]
             trees.append(tree)
 
         # Side band, delayed alongside the data: 1 (products) + tree levels.

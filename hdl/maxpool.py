@@ -8,6 +8,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from .config import require_config
+from .limits import limits
 
 __all__ = ["MaxPool2x2"]
 
@@ -102,10 +103,11 @@ class MaxPool2x2(wiring.Component):
 
         # Position of the next input word; `clear` restarts it combinationally
         # so that a word in the clear cycle is the first of the image.
-        co, ox = Signal(16), Signal(16)
+        lim = limits(self._config)
+        co, ox = Signal(lim.co_bits), Signal(lim.col_bits)
         oy_odd = Signal()
         base = Signal(addr_width + 1)  # = (ox // 2) * co_tiles
-        p_co, p_ox, p_oy_odd, p_base = Signal(16), Signal(16), Signal(), Signal(addr_width + 1)
+        p_co, p_ox, p_oy_odd, p_base = Signal.like(co), Signal.like(ox), Signal(), Signal(addr_width + 1)
         with m.If(self.clear):
             m.d.comb += [p_co.eq(0), p_ox.eq(0), p_oy_odd.eq(0), p_base.eq(0)]
         with m.Else():

@@ -6,6 +6,7 @@ from amaranth.lib.wiring import In, Out
 
 from .config import require_config
 from .mac_array import _check_tag_width
+from .sat_shift import double, round_half_up, saturate, shift_levels
 
 __all__ = ["Requantizer"]
 
@@ -65,7 +66,8 @@ class Requantizer(wiring.Component):
     Latency
     -------
     :attr:`latency` = 5 cycles from ``i_valid`` to ``o_valid``, one per stage:
-    add bias, multiply, add the rounding term, shift, add zero point and clamp.
+    add bias, multiply, the upper shift levels, the lower shift levels and
+    rounding (:mod:`~fpgacnn.hdl.sat_shift`), add zero point and clamp.
     One result per cycle.
     """
 
@@ -101,12 +103,13 @@ class Requantizer(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         cfg = self._config
-        max_shift = 2**SHIFT_WIDTH - 1
 
         # Exact widths of each stage's result.
         sum_w = max(cfg.acc_width, 32) + 1
         prod_w = sum_w + cfg.mult_width  # signed * unsigned, |mult| < 2**mult_width
-        round_w = max(prod_w, max_shift) + 1  # + 2**(shift-1) <= 2**62
+        # Shifted and saturated: [-512, 512] covers every result that a zero
+        # point and clamp in int8 do not saturate alike.
+        narrow = 11
 
         # Side band: valid and tag through all stages.
         valid, tag = self.i_valid, self.i_tag
@@ -131,16 +134,19 @@ class Requantizer(wiring.Component):
             # 2: multiply (the multiplier is unsigned, so the product keeps the sign of the sum).
             s_prod, s2_shift = reg(signed(prod_w), "prod"), reg(SHIFT_WIDTH, "shift_s2_")
             m.d.sync += [s_prod.eq(s_sum * s1_mult), s2_shift.eq(s1_shift)]
-            # 3: add the rounding term 2**(shift-1), none for shift 0: (1 << shift) >> 1.
-            half = (Const(1, 1) << s2_shift)[1:]
-            s_round, s3_shift = reg(signed(round_w), "round"), reg(SHIFT_WIDTH, "shift_s3_")
-            m.d.sync += [s_round.eq(s_prod + half), s3_shift.eq(s2_shift)]
-            # 4: arithmetic shift right (Amaranth sign-extends signed operands).
-            s_shifted = reg(signed(round_w), "shifted")
-            m.d.sync += s_shifted.eq(s_round >> s3_shift)
+            # 3-4: rounding shift, saturated to `narrow` bits (sat_shift: the result
+            # is clamped to int8, so a full-width shifter and rounding add would be waste).
+            x = double(s_prod)
+            y3, ovf3 = shift_levels(x, Const(0, 1), s2_shift, (5, 4, 3), narrow)
+            s_y3, s_ovf3, s_sign3 = reg(signed(len(y3)), "shift_part"), reg(1, "ovf"), reg(1, "sign")
+            s3_shift = reg(3, "shift_s3_")
+            m.d.sync += [s_y3.eq(y3), s_ovf3.eq(ovf3), s_sign3.eq(x[-1]), s3_shift.eq(s2_shift[:3])]
+            y4, ovf4 = shift_levels(s_y3, s_ovf3, s3_shift, (2, 1, 0), narrow)
+            s_shifted = reg(signed(narrow), "shifted")
+            m.d.sync += s_shifted.eq(round_half_up(saturate(y4, ovf4, s_sign3, narrow)))
             # 5: zero point, then clamp as numpy.clip does (max with lo, then min with hi).
             v = s_shifted + self.y_zp
-            v_lo = Signal(signed(round_w + 1), name=f"clamped_lo{lane}")
+            v_lo = Signal(signed(narrow + 1), name=f"clamped_lo{lane}")
             m.d.comb += v_lo.eq(v)
             with m.If(v < self.clamp_lo):
                 m.d.comb += v_lo.eq(self.clamp_lo)

@@ -17,6 +17,7 @@ from amaranth.lib.wiring import In, Out
 
 from .config import require_config
 from .descriptor import descriptor_layout
+from .limits import limits
 
 __all__ = ["PARAM_RECORD", "StreamLoader"]
 
@@ -113,9 +114,11 @@ class StreamLoader(wiring.Component):
         ]
 
         beat_no = Signal(range(max(pbeats, wbeats, cfg.pin // cfg.stream_bytes, 1) + 1))
-        co, ci = Signal(16), Signal(16)
+        lim = limits(cfg)
+        co, ci = Signal(lim.co_bits), Signal(lim.ci_bits)
         word_addr = Signal(range(cfg.weight_depth + 1))
-        px_ci, px_x, px_y, px_n = (Signal(16, name=n) for n in ("px_ci", "px_x", "px_y", "px_n"))
+        px_ci, px_x = Signal(lim.ci_bits, name="px_ci"), Signal(lim.col_bits, name="px_x")
+        px_y, px_n = Signal(16, name="px_y"), Signal(16, name="px_n")
         take = self.i_stream.valid & self.i_stream.ready
 
         # Position in the pixel section; the last word of an image also ends its beat.

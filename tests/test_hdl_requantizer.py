@@ -166,3 +166,28 @@ def test_requantizer_converts_to_verilog():
                  "input [11:0] i_shift;", "input [7:0] clamp_lo;", "output [15:0] o_data;",
                  "output [1:0] o_tag;"):
         assert port in text
+
+
+def test_requantizer_saturates_exactly_at_the_edges_of_its_narrow_shifter():
+    # The shifter keeps 11 bits (sat_shift): results around +-256 and +-512,
+    # and far beyond, with extreme zero points, must still match the reference.
+    cfg = EngineConfig(pout=2)
+    rows = []
+    for shift in (0, 1, 5, 17, 40, 63):
+        for r in (255, 256, 257, 383, 384, 510, 511, 512, 513, 1023, 1024, 1 << 20):
+            for sign in (1, -1):
+                for tie in (0, 1):
+                    value = sign * r * (1 << shift) + (tie << max(shift - 1, 0) if shift else 0)
+                    if -2**32 <= value < 2**32:
+                        rows.append((value, shift))
+    n = len(rows)
+    value = np.array([v for v, _ in rows], dtype=np.int64)
+    shift = np.array([s for _, s in rows], dtype=np.int64)
+    # value = acc + bias with mult 1 (and mult 2**23 for the large shifts' bits).
+    acc = np.stack([value // 2, value // 2], axis=1)
+    bias = np.stack([value - value // 2, value - value // 2], axis=1)
+    mult = np.ones((n, 2), dtype=np.int64)
+    shifts = np.stack([shift, shift], axis=1)
+    segments = [(acc, bias, mult, shifts, zp, -128, 127) for zp in (-128, 0, 127)]
+    got = _simulate(cfg, segments, gap_prob=0.0)
+    assert_array_equal(got, _reference(segments))

@@ -1,0 +1,115 @@
+"""Registered int8 x int8 products, two per DSP on iCE40 UltraPlus parts.
+
+The iCEBreaker's UP5K has 8 ``SB_MAC16`` DSPs; yosys's ``ice40_dsp`` maps
+every 8x8 ``$mul`` to a whole DSP, so the 9 products of a 3x3 window and the
+requantizer's 4 would need 13. An ``SB_MAC16`` in its 8x8 mode multiplies
+both byte pairs of its operands independently (``A[15:8]*B[15:8]`` and
+``A[7:0]*B[7:0]``, optionally signed, each with an output register), so
+:class:`Int8Products` puts two products in each DSP when elaborated for a
+device that has them, and an odd last product in LUTs (a whole DSP for one
+8x8 product is what the budget cannot afford). Everywhere else -- simulation,
+Verilog for the Zynq flow, ECP5 -- it is the plain ``a * b`` that the tools
+map themselves. Both have the same latency (one register) and results;
+``tests/test_hdl_int8_products.py`` proves the iCE40 netlist equal to the
+generic one with yosys, using the ``SB_MAC16`` simulation model.
+"""
+
+from amaranth.hdl import Cat, ClockSignal, Const, Instance, Module, Mux, Signal, signed
+from amaranth.lib import data, wiring
+from amaranth.lib.wiring import In, Out
+
+__all__ = ["Int8Products", "has_sb_mac16"]
+
+
+def has_sb_mac16(platform):
+    """Whether ``platform`` is an iCE40 part with ``SB_MAC16`` DSPs (UltraPlus, iCE5LP)."""
+    device = getattr(platform, "device", None)
+    return isinstance(device, str) and device.startswith(("iCE40UP", "iCE5LP"))
+
+
+class Int8Products(wiring.Component):
+    """``count`` signed 8x8 products, registered: ``o_p[i]`` = ``i_a[i] * i_b[i]`` of the previous cycle.
+
+    Parameters
+    ----------
+    count : int
+        Number of products (at least 1).
+
+    Members
+    -------
+    i_a, i_b : In(data.ArrayLayout(signed(8), count))
+    o_p : Out(data.ArrayLayout(signed(16), count))
+
+    Notes
+    -----
+    On iCE40 UltraPlus parts the product registers are those of the DSPs,
+    which the ``sync`` reset does not clear (their own reset is asynchronous);
+    the registers hold don't-care values after a reset on every platform as
+    far as the callers are concerned (they qualify them with a valid bit).
+
+    Latency
+    -------
+    1 cycle.
+    """
+
+    def __init__(self, count):
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise ValueError(f"count must be a positive integer, not {count!r}")
+        self._count = count
+        super().__init__({
+            "i_a": In(data.ArrayLayout(signed(8), count)),
+            "i_b": In(data.ArrayLayout(signed(8), count)),
+            "o_p": Out(data.ArrayLayout(signed(16), count)),
+        })
+
+    @property
+    def latency(self):
+        return 1
+
+    def elaborate(self, platform):
+        m = Module()
+        n = self._count
+        if not has_sb_mac16(platform):
+            for i in range(n):
+                m.d.sync += self.o_p[i].eq(self.i_a[i] * self.i_b[i])
+            return m
+
+        for pair in range(n // 2):
+            lo, hi = 2 * pair, 2 * pair + 1
+            out = Signal(32, name=f"dsp{pair}_o")
+            m.submodules[f"dsp{pair}"] = Instance(
+                "SB_MAC16",
+                # 8x8 mode, both operands signed; the top and bottom products
+                # registered and selected as the outputs (O[31:16], O[15:0]).
+                p_MODE_8x8=Const(1, 1), p_A_SIGNED=Const(1, 1), p_B_SIGNED=Const(1, 1),
+                p_TOP_8x8_MULT_REG=Const(1, 1), p_BOT_8x8_MULT_REG=Const(1, 1),
+                p_TOPOUTPUT_SELECT=Const(2, 2), p_BOTOUTPUT_SELECT=Const(2, 2),
+                i_CLK=ClockSignal("sync"), i_CE=Const(1, 1),
+                i_A=Cat(self.i_a[lo], self.i_a[hi]), i_B=Cat(self.i_b[lo], self.i_b[hi]),
+                i_C=Const(0, 16), i_D=Const(0, 16),
+                i_AHOLD=0, i_BHOLD=0, i_CHOLD=0, i_DHOLD=0,
+                i_IRSTTOP=0, i_IRSTBOT=0, i_ORSTTOP=0, i_ORSTBOT=0,
+                i_OLOADTOP=0, i_OLOADBOT=0, i_ADDSUBTOP=0, i_ADDSUBBOT=0,
+                i_OHOLDTOP=0, i_OHOLDBOT=0, i_CI=0, i_ACCUMCI=0, i_SIGNEXTIN=0,
+                o_O=out,
+            )
+            m.d.comb += [self.o_p[lo].eq(out[:16]), self.o_p[hi].eq(out[16:])]
+        if n % 2:
+            m.d.sync += self.o_p[n - 1].eq(_lut_product(self.i_a[n - 1], self.i_b[n - 1]))
+        return m
+
+
+def _lut_product(a, b):
+    """``a * b`` (signed 8x8) as shifted partial products, which yosys never maps to a DSP.
+
+    ``b = -128*b[7] + sum(2**j * b[j])``, so the product is the sum of ``a << j``
+    for the set bits of ``b``, the top one subtracted. Summed as a balanced
+    tree (three adder levels), which at the iCE40's speed fits one cycle at
+    the board clocks this is used at.
+    """
+    b = b.as_unsigned()
+    terms = [Mux(b[j], a << j, 0) for j in range(7)] + [-Mux(b[7], a << 7, 0)]
+    while len(terms) > 1:
+        terms = [terms[i] + terms[i + 1] if i + 1 < len(terms) else terms[i]
+                 for i in range(0, len(terms), 2)]
+    return terms[0]

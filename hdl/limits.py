@@ -1,0 +1,93 @@
+"""Counter widths from the configuration's limits.
+
+The descriptor's fields are 16 bits wide for every engine (the register map
+has one shape), but a run that the host can map (:func:`fpgacnn.host.packing.map_layer`)
+never has more columns, input tiles or output tiles than the buffers hold.
+Counters of columns and channel tiles are therefore only as wide as those
+limits, and :func:`narrow_descriptor` drops the descriptor bits above them,
+so that the comparisons and adders against the descriptor narrow too. On a
+small part (iCE40 UP5K) this is several hundred LUTs; rows and images stay
+16 bits (the buffers do not bound them).
+
+A descriptor beyond these limits is outside the engine's contract (the host
+rejects such a layer before it packs it).
+"""
+
+from dataclasses import dataclass
+
+from amaranth.hdl import Signal
+
+from .config import require_config
+from .descriptor import descriptor_layout
+
+__all__ = ["Limits", "limits", "narrow_descriptor"]
+
+
+def _bits(n):
+    """Bits of an unsigned count ``0..n``."""
+    return max(1, n.bit_length())
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Largest descriptor values a configuration can run, and the bits they take.
+
+    Attributes
+    ----------
+    max_cols : int
+        Input or output columns (``in_w``, ``out_w``): ``kmax*line_bank_depth``
+        input columns at one input tile, plus ``kmax - 1`` padding columns.
+    max_ci_tiles : int
+        Input tiles: a line-buffer bank word and a weight word per tile.
+    max_co_tiles : int
+        Output tiles: the parameter buffer's depth.
+    col_bits, ci_bits, co_bits : int
+        Bits of ``0..max_cols``, ``0..max_ci_tiles``, ``0..max_co_tiles``.
+    """
+
+    max_cols: int
+    max_ci_tiles: int
+    max_co_tiles: int
+
+    @property
+    def col_bits(self):
+        return _bits(self.max_cols)
+
+    @property
+    def ci_bits(self):
+        return _bits(self.max_ci_tiles)
+
+    @property
+    def co_bits(self):
+        return _bits(self.max_co_tiles)
+
+
+def limits(config):
+    """The :class:`Limits` of ``config``."""
+    require_config(config)
+    return Limits(
+        max_cols=config.kmax * config.line_bank_depth + config.kmax - 1,
+        max_ci_tiles=min(config.weight_depth, config.line_bank_depth),
+        max_co_tiles=config.param_depth,
+    )
+
+
+#: Descriptor field -> the Limits attribute that bounds it.
+_BOUNDED = {"in_w": "col_bits", "out_w": "col_bits", "ci_tiles": "ci_bits",
+            "co_tiles": "co_bits"}
+
+
+def narrow_descriptor(m, desc, config):
+    """A copy of ``desc`` (driven combinationally in ``m``) with the bits above the limits zero.
+
+    Returns
+    -------
+    Signal(descriptor_layout())
+    """
+    lim = limits(config)
+    out = Signal(descriptor_layout(), name="desc_narrow")
+    m.d.comb += out.eq(desc)
+    for name, attr in _BOUNDED.items():
+        bits = getattr(lim, attr)
+        m.d.comb += out[name].eq(desc[name][:bits])
+    return out
