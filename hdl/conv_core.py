@@ -254,14 +254,24 @@ class ConvCore(wiring.Component):
         lim = limits(cfg)
         oco, opx = Signal(lim.co_bits, name="o_co"), Signal(lim.col_bits, name="o_px")
         opy, on = Signal(16, name="o_py"), Signal(16, name="o_n")
-        img_end = (oco == desc.co_tiles - 1) & (opx == ow - 1) & (opy == oh - 1)
-        batch_end = img_end & (on == desc.batch - 1)
+        # The run's last indices, registered from the latched descriptor: this
+        # keeps the subtractions (carry chains) out of the path from the counters
+        # through pop back to the counters, the iCE40's critical path. The
+        # descriptor is latched at start, and no word reaches the packer in the
+        # cycle after it.
+        co_last = Signal.like(oco, name="o_co_last")
+        px_last = Signal.like(opx, name="o_px_last")
+        py_last, n_last = Signal(16, name="o_py_last"), Signal(16, name="o_n_last")
+        m.d.sync += [co_last.eq(desc.co_tiles - 1), px_last.eq(ow - 1),
+                     py_last.eq(oh - 1), n_last.eq(desc.batch - 1)]
+        img_end = (oco == co_last) & (opx == px_last) & (opy == py_last)
+        batch_end = img_end & (on == n_last)
         with m.If(pop):
-            with m.If(oco == desc.co_tiles - 1):
+            with m.If(oco == co_last):
                 m.d.sync += oco.eq(0)
-                with m.If(opx == ow - 1):
+                with m.If(opx == px_last):
                     m.d.sync += opx.eq(0)
-                    with m.If(opy == oh - 1):
+                    with m.If(opy == py_last):
                         m.d.sync += [opy.eq(0), on.eq(on + 1)]
                     with m.Else():
                         m.d.sync += opy.eq(opy + 1)
