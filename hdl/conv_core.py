@@ -249,19 +249,29 @@ class ConvCore(wiring.Component):
         """FIFO words -> ``o_stream`` beats; sets ``out_done`` on the batch's final beat."""
         cfg = self._config
         wbits, bbits = 8 * cfg.pout, cfg.stream_width
-        ow = Mux(desc.pool, desc.out_w >> 1, desc.out_w)
-        oh = Mux(desc.pool, desc.out_h >> 1, desc.out_h)
         lim = limits(cfg)
         oco, opx = Signal(lim.co_bits, name="o_co"), Signal(lim.col_bits, name="o_px")
         opy, on = Signal(16, name="o_py"), Signal(16, name="o_n")
-        img_end = (oco == desc.co_tiles - 1) & (opx == ow - 1) & (opy == oh - 1)
-        batch_end = img_end & (on == desc.batch - 1)
+        # The last output position, registered from the descriptor (static
+        # during a run; the first output word comes long after `start`):
+        # computed in the compares, the pooled-size mux and the subtracts
+        # were the longest path on the iCE40, in front of `pop`.
+        co_last, px_last = Signal.like(oco, name="o_co_last"), Signal.like(opx, name="o_px_last")
+        py_last, n_last = Signal.like(opy, name="o_py_last"), Signal.like(on, name="o_n_last")
+        m.d.sync += [
+            co_last.eq(desc.co_tiles - 1),
+            px_last.eq(Mux(desc.pool, desc.out_w >> 1, desc.out_w) - 1),
+            py_last.eq(Mux(desc.pool, desc.out_h >> 1, desc.out_h) - 1),
+            n_last.eq(desc.batch - 1),
+        ]
+        img_end = (oco == co_last) & (opx == px_last) & (opy == py_last)
+        batch_end = img_end & (on == n_last)
         with m.If(pop):
-            with m.If(oco == desc.co_tiles - 1):
+            with m.If(oco == co_last):
                 m.d.sync += oco.eq(0)
-                with m.If(opx == ow - 1):
+                with m.If(opx == px_last):
                     m.d.sync += opx.eq(0)
-                    with m.If(opy == oh - 1):
+                    with m.If(opy == py_last):
                         m.d.sync += [opy.eq(0), on.eq(on + 1)]
                     with m.Else():
                         m.d.sync += opy.eq(opy + 1)

@@ -194,12 +194,14 @@ class LineBuffer(wiring.Component):
                     wports[r][b].data.eq(self.w_stream.payload),
                     wports[r][b].en.eq(wen & (wslot == r) & (wbank == b)),
                 ]
+        # Writer "last" flags, as the reader's below: `row_written` feeds avail.
+        wci_last, wx_last = Signal(), Signal()
         with m.If(wen):
-            with m.If(wci == desc.ci_tiles - 1):
-                m.d.sync += wci.eq(0)
-                with m.If(wx == desc.in_w - 1):
+            with m.If(wci_last):
+                m.d.sync += [wci.eq(0), wci_last.eq(desc.ci_tiles == 1)]
+                with m.If(wx_last):
                     m.d.comb += row_written.eq(1)
-                    m.d.sync += [wx.eq(0), wbank.eq(0), wbase.eq(0),
+                    m.d.sync += [wx.eq(0), wx_last.eq(desc.in_w == 1), wbank.eq(0), wbase.eq(0),
                                  wslot.eq(_wrap_inc(wslot, slots))]
                     with m.If(wy == desc.in_h - 1):
                         m.d.sync += [wy.eq(0), wimg.eq(wimg + 1)]
@@ -208,13 +210,13 @@ class LineBuffer(wiring.Component):
                     with m.Else():
                         m.d.sync += wy.eq(wy + 1)
                 with m.Else():
-                    m.d.sync += wx.eq(wx + 1)
+                    m.d.sync += [wx.eq(wx + 1), wx_last.eq(wx + 2 == desc.in_w)]
                     with m.If(wbank == k - 1):
                         m.d.sync += [wbank.eq(0), wbase.eq(wbase + desc.ci_tiles)]
                     with m.Else():
                         m.d.sync += wbank.eq(wbank + 1)
             with m.Else():
-                m.d.sync += wci.eq(wci + 1)
+                m.d.sync += [wci.eq(wci + 1), wci_last.eq(wci + 2 == desc.ci_tiles)]
 
         # ---- reader logic -----------------------------------------------------
         # "Last position" flags, registered with the counters: compares with
@@ -252,6 +254,7 @@ class LineBuffer(wiring.Component):
 
         with m.If(self.start):
             m.d.sync += [wci.eq(0), wx.eq(0), wy.eq(0), wimg.eq(0), wbank.eq(0), wbase.eq(0),
+                         wci_last.eq(desc.ci_tiles == 1), wx_last.eq(desc.in_w == 1),
                          wslot.eq(0), avail.eq(0), self.w_done.eq(0),
                          mod_rem.eq(desc.in_h), mod_div.eq(slots << 15), mod_done.eq(0),
                          n.eq(0), oy.eq(0), ox.eq(0), co.eq(0), ci.eq(0), widx.eq(0),
