@@ -7,13 +7,15 @@
    remapped onto the 3x3 window without wasting lanes (docs/engine.md).
 2. ``pin`` and ``pout`` (powers of two) give the most MACs per cycle,
    ``kmax*kmax*pin*pout``, such that the multipliers fit the board's hard
-   multipliers: one per int8 x int8 product (no packing of two products into
-   one DSP is assumed), plus per output lane the requantizer's
+   multipliers: one per int8 x int8 product -- except on iCE40 UltraPlus
+   parts, where :class:`~fpgacnn.hdl.int8_products.Int8Products` puts two
+   products in each ``SB_MAC16`` (its 8x8 mode) and a lane's odd product in
+   LUTs -- plus per output lane the requantizer's
    ``acc_width x (mult_width + 1)`` product, split into tiles of the DSP's
    operand widths; and the smallest buffers (step 4) must fit the block RAMs,
    because a weight word is ``pout*kmax*kmax*pin`` bytes wide. Among equal MAC counts the balanced one (``pin == pout``)
    wins, then the one with more output lanes. If even ``pin = pout = 1`` does
-   not fit (iCE40 UP5K: 8 DSPs), that is chosen and the rest is built from LUTs.
+   not fit, that is chosen and the rest is built from LUTs.
 3. ``stream_width``: 64 bits (the Zynq-7000 HP ports' width), 32 on parts
    under 10k LUTs, or the nearest width that divides with ``pin`` and ``pout``.
 4. Buffers: starting from a small engine, ``max_channels``,
@@ -47,7 +49,11 @@ _PARAM_BITS_PER_LANE = 64
 def multipliers_needed(config, board):
     """Hard multipliers ``config`` takes on ``board``: MAC array + requantizers."""
     r = board.resources
-    mac = config.peak_macs_per_cycle * r.multipliers_for(config.act_width, config.weight_width)
+    if r.multiplier_kind == "SB_MAC16":
+        # Int8Products: two 8x8 products per DSP, a lane's odd product in LUTs.
+        mac = config.pout * ((config.kmax * config.kmax * config.pin) // 2)
+    else:
+        mac = config.peak_macs_per_cycle * r.multipliers_for(config.act_width, config.weight_width)
     requant = config.pout * r.multipliers_for(config.acc_width, config.mult_width + 1)
     return mac + requant
 
@@ -147,9 +153,11 @@ def size_engine(board):
     if candidates:
         _, _, pout, pin = max(candidates)
         need = multipliers_needed(_config(pin, pout, _START, r), board)
+        paired = (" (two 8x8 products per SB_MAC16, a lane's odd one in LUTs)"
+                  if r.multiplier_kind == "SB_MAC16" else "")
         reasons.append(
             f"pin={pin}, pout={pout}: {_KMAX * _KMAX * pin * pout} int8 multipliers + "
-            f"{pout} requantizer(s) = {need} of {r.multipliers} {r.multiplier_kind}; "
+            f"{pout} requantizer(s) = {need} of {r.multipliers} {r.multiplier_kind}{paired}; "
             f"doubling pin or pout would need more multipliers or block RAMs")
     else:
         pin = pout = 1

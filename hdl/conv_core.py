@@ -249,21 +249,21 @@ class ConvCore(wiring.Component):
         """FIFO words -> ``o_stream`` beats; sets ``out_done`` on the batch's final beat."""
         cfg = self._config
         wbits, bbits = 8 * cfg.pout, cfg.stream_width
-        ow = Mux(desc.pool, desc.out_w >> 1, desc.out_w)
-        oh = Mux(desc.pool, desc.out_h >> 1, desc.out_h)
         lim = limits(cfg)
         oco, opx = Signal(lim.co_bits, name="o_co"), Signal(lim.col_bits, name="o_px")
         opy, on = Signal(16, name="o_py"), Signal(16, name="o_n")
-        # The run's last indices, registered from the latched descriptor: this
-        # keeps the subtractions (carry chains) out of the path from the counters
-        # through pop back to the counters, the iCE40's critical path. The
-        # descriptor is latched at start, and no word reaches the packer in the
-        # cycle after it.
-        co_last = Signal.like(oco, name="o_co_last")
-        px_last = Signal.like(opx, name="o_px_last")
-        py_last, n_last = Signal(16, name="o_py_last"), Signal(16, name="o_n_last")
-        m.d.sync += [co_last.eq(desc.co_tiles - 1), px_last.eq(ow - 1),
-                     py_last.eq(oh - 1), n_last.eq(desc.batch - 1)]
+        # The last output position, registered from the descriptor (static
+        # during a run; the first output word comes long after `start`):
+        # computed in the compares, the pooled-size mux and the subtracts
+        # were the longest path on the iCE40, in front of `pop`.
+        co_last, px_last = Signal.like(oco, name="o_co_last"), Signal.like(opx, name="o_px_last")
+        py_last, n_last = Signal.like(opy, name="o_py_last"), Signal.like(on, name="o_n_last")
+        m.d.sync += [
+            co_last.eq(desc.co_tiles - 1),
+            px_last.eq(Mux(desc.pool, desc.out_w >> 1, desc.out_w) - 1),
+            py_last.eq(Mux(desc.pool, desc.out_h >> 1, desc.out_h) - 1),
+            n_last.eq(desc.batch - 1),
+        ]
         img_end = (oco == co_last) & (opx == px_last) & (opy == py_last)
         batch_end = img_end & (on == n_last)
         with m.If(pop):

@@ -121,10 +121,15 @@ class ConvEngine(wiring.Component):
                             ("perf_stall_in_cycles", core.stall_in),
                             ("perf_stall_out_cycles", core.stall_out)):
             count = Signal(32, name=name)
+            # Saturating at _COUNTER_MAX: the increment's carry out says
+            # count == _COUNTER_MAX, for free from the adder's carry chain (a
+            # compare would take a 32-input AND).
+            inc = Signal(33, name=f"{name}_inc")
+            run.d.comb += inc.eq(count + 1)
             with run.If(accept):
                 run.d.sync += count.eq(0)
-            with run.Elif(event & (count != _COUNTER_MAX)):
-                run.d.sync += count.eq(count + 1)
+            with run.Elif(event & ~inc[32]):
+                run.d.sync += count.eq(inc[:32])
             m.d.comb += getattr(csr, name).value.eq(count)
 
         # Streams: the core's stream ports are AXI4-Stream with other names.

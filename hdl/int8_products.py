@@ -100,16 +100,26 @@ class Int8Products(wiring.Component):
 
 
 def _lut_product(a, b):
-    """``a * b`` (signed 8x8) as shifted partial products, which yosys never maps to a DSP.
+    """``a * b`` (signed 8x8) as radix-4 Booth partial products, which yosys never maps to a DSP.
 
-    ``b = -128*b[7] + sum(2**j * b[j])``, so the product is the sum of ``a << j``
-    for the set bits of ``b``, the top one subtracted. Summed as a balanced
-    tree (three adder levels), which at the iCE40's speed fits one cycle at
-    the board clocks this is used at.
+    ``b = sum(d_i * 4**i)`` with digits ``d_i = -2*b[2i+1] + b[2i] + b[2i-1]``
+    in ``-2..2``, so four partial products ``d_i * a`` (``a`` or ``2a``,
+    complemented when negative) and the +1s of the complements are summed:
+    four adders where a partial product per bit of ``b`` would take seven
+    (~100 LUT4 less on the iCE40).
     """
     b = b.as_unsigned()
-    terms = [Mux(b[j], a << j, 0) for j in range(7)] + [-Mux(b[7], a << 7, 0)]
-    while len(terms) > 1:
-        terms = [terms[i] + terms[i + 1] if i + 1 < len(terms) else terms[i]
-                 for i in range(0, len(terms), 2)]
-    return terms[0]
+    bits = [Const(0, 1)] + [b[j] for j in range(8)]  # bits[j + 1] = b[j], b[-1] = 0
+    pps, negs = [], []
+    for i in range(4):
+        lo, mid, hi = bits[2 * i], bits[2 * i + 1], bits[2 * i + 2]
+        one = mid ^ lo
+        two = (hi & ~mid & ~lo) | (~hi & mid & lo)
+        mag = Mux(one, a, Mux(two, a << 1, 0))  # 9 bits signed: -256..254
+        pp = Mux(hi, ~mag, mag)  # ~x = -x - 1 (no wider); the 1 is added below
+        pps.append(pp)
+        negs.append(hi)
+    correction = Cat(negs[0], Const(0, 1), negs[1], Const(0, 1), negs[2], Const(0, 1), negs[3])
+    low = pps[0] + (pps[1] << 2)
+    high = pps[2] + (pps[3] << 2)
+    return (low + (high << 4)) + correction

@@ -150,7 +150,12 @@ class LineBuffer(wiring.Component):
         avail = Signal(signed(19))
         row_written = Signal()
         image_read = Signal()
-        m.d.sync += avail.eq(avail + row_written - Mux(image_read, desc.in_h, 0))
+        # Both sums in parallel, so that `image_read` (late: it follows
+        # `issue`) only selects between them.
+        avail_next = Signal(signed(19))
+        avail_wrap = Signal(signed(19))
+        m.d.comb += [avail_next.eq(avail + row_written), avail_wrap.eq(avail_next - desc.in_h)]
+        m.d.sync += avail.eq(Mux(image_read, avail_wrap, avail_next))
 
         # ---- reader position ------------------------------------------------
         n = Signal(16)
@@ -189,12 +194,14 @@ class LineBuffer(wiring.Component):
                     wports[r][b].data.eq(self.w_stream.payload),
                     wports[r][b].en.eq(wen & (wslot == r) & (wbank == b)),
                 ]
+        # Writer "last" flags, as the reader's below: `row_written` feeds avail.
+        wci_last, wx_last = Signal(), Signal()
         with m.If(wen):
-            with m.If(wci == desc.ci_tiles - 1):
-                m.d.sync += wci.eq(0)
-                with m.If(wx == desc.in_w - 1):
+            with m.If(wci_last):
+                m.d.sync += [wci.eq(0), wci_last.eq(desc.ci_tiles == 1)]
+                with m.If(wx_last):
                     m.d.comb += row_written.eq(1)
-                    m.d.sync += [wx.eq(0), wbank.eq(0), wbase.eq(0),
+                    m.d.sync += [wx.eq(0), wx_last.eq(desc.in_w == 1), wbank.eq(0), wbase.eq(0),
                                  wslot.eq(_wrap_inc(wslot, slots))]
                     with m.If(wy == desc.in_h - 1):
                         m.d.sync += [wy.eq(0), wimg.eq(wimg + 1)]
@@ -203,20 +210,31 @@ class LineBuffer(wiring.Component):
                     with m.Else():
                         m.d.sync += wy.eq(wy + 1)
                 with m.Else():
-                    m.d.sync += wx.eq(wx + 1)
+                    m.d.sync += [wx.eq(wx + 1), wx_last.eq(wx + 2 == desc.in_w)]
                     with m.If(wbank == k - 1):
                         m.d.sync += [wbank.eq(0), wbase.eq(wbase + desc.ci_tiles)]
                     with m.Else():
                         m.d.sync += wbank.eq(wbank + 1)
             with m.Else():
-                m.d.sync += wci.eq(wci + 1)
+                m.d.sync += [wci.eq(wci + 1), wci_last.eq(wci + 2 == desc.ci_tiles)]
 
         # ---- reader logic -----------------------------------------------------
+        # "Last position" flags, registered with the counters: compares with
+        # the descriptor (a subtract and an equality each) would otherwise sit
+        # between `issue` and every next-state mux of the reader, the longest
+        # path on the iCE40 (19.9 MHz against 24).
+        ci_first, ci_last = Signal(), Signal()
+        co_last, ox_last, oy_last = Signal(), Signal(), Signal()
+
+        def next_last(count, limit):
+            # the flag after `count` steps to `count + 1`
+            return (count + 2) == limit
+
         m.d.comb += [
             self.ready.eq(~self.r_done & mod_done & (avail >= rtarget)),
             self.issue.eq(self.ready & self.en),
-            self.first.eq(ci == 0),
-            self.last.eq(ci == desc.ci_tiles - 1),
+            self.first.eq(ci_first),
+            self.last.eq(ci_last),
         ]
 
         def row_start():
@@ -236,20 +254,24 @@ class LineBuffer(wiring.Component):
 
         with m.If(self.start):
             m.d.sync += [wci.eq(0), wx.eq(0), wy.eq(0), wimg.eq(0), wbank.eq(0), wbase.eq(0),
+                         wci_last.eq(desc.ci_tiles == 1), wx_last.eq(desc.in_w == 1),
                          wslot.eq(0), avail.eq(0), self.w_done.eq(0),
                          mod_rem.eq(desc.in_h), mod_div.eq(slots << 15), mod_done.eq(0),
                          n.eq(0), oy.eq(0), ox.eq(0), co.eq(0), ci.eq(0), widx.eq(0),
-                         self.r_done.eq(0)]
+                         self.r_done.eq(0), ci_first.eq(1),
+                         ci_last.eq(desc.ci_tiles == 1), co_last.eq(desc.co_tiles == 1),
+                         ox_last.eq(desc.out_w == 1), oy_last.eq(desc.out_h == 1)]
             m.d.sync += image_start(Const(0, range(slots)))
         with m.Elif(self.issue):
-            with m.If(ci == desc.ci_tiles - 1):
-                m.d.sync += ci.eq(0)
-                with m.If(co == desc.co_tiles - 1):
-                    m.d.sync += [co.eq(0), widx.eq(0)]
-                    with m.If(ox == desc.out_w - 1):
-                        m.d.sync += ox.eq(0)
+            with m.If(ci_last):
+                m.d.sync += [ci.eq(0), ci_first.eq(1), ci_last.eq(desc.ci_tiles == 1)]
+                with m.If(co_last):
+                    m.d.sync += [co.eq(0), widx.eq(0), co_last.eq(desc.co_tiles == 1)]
+                    with m.If(ox_last):
+                        m.d.sync += [ox.eq(0), ox_last.eq(desc.out_w == 1)]
                         m.d.sync += row_start()
-                        with m.If(oy == desc.out_h - 1):
+                        with m.If(oy_last):
+                            m.d.sync += oy_last.eq(desc.out_h == 1)
                             nslot = Signal(range(2 * slots))
                             m.d.comb += nslot.eq(img_slot + inh_mod)
                             m.d.comb += image_read.eq(1)
@@ -260,21 +282,25 @@ class LineBuffer(wiring.Component):
                         with m.Else():
                             rs = Signal(range(2 * slots))
                             m.d.comb += rs.eq(rslot0 + desc.stride)
-                            m.d.sync += [oy.eq(oy + 1), ytop.eq(ytop + desc.stride),
+                            m.d.sync += [oy.eq(oy + 1), oy_last.eq(next_last(oy, desc.out_h)),
+                                         ytop.eq(ytop + desc.stride),
                                          rslot0.eq(_mod_once(rs, slots))]
                             m.d.sync += row_bounds(ytop + desc.stride)
                     with m.Else():
                         bs = Signal(range(2 * k + 1))
                         m.d.comb += bs.eq(bank0 + desc.stride)
-                        m.d.sync += [ox.eq(ox + 1), x0.eq(x0 + desc.stride)]
+                        m.d.sync += [ox.eq(ox + 1), ox_last.eq(next_last(ox, desc.out_w)),
+                                     x0.eq(x0 + desc.stride)]
                         with m.If(bs >= k):
                             m.d.sync += [bank0.eq(bs - k), base0.eq(base0 + desc.ci_tiles)]
                         with m.Else():
                             m.d.sync += bank0.eq(bs)
                 with m.Else():
-                    m.d.sync += [co.eq(co + 1), widx.eq(widx + 1)]
+                    m.d.sync += [co.eq(co + 1), co_last.eq(next_last(co, desc.co_tiles)),
+                                 widx.eq(widx + 1)]
             with m.Else():
-                m.d.sync += [ci.eq(ci + 1), widx.eq(widx + 1)]
+                m.d.sync += [ci.eq(ci + 1), ci_first.eq(0),
+                             ci_last.eq(next_last(ci, desc.ci_tiles)), widx.eq(widx + 1)]
 
         # ---- window read: stage 0 (addresses) -> 1 (memory data) -> 2 (taps) --
         for b in range(k):

@@ -121,8 +121,10 @@ class Requantizer(wiring.Component):
         m.d.comb += [self.o_valid.eq(valid), self.o_tag.eq(tag)]
 
         for lane in range(cfg.pout):
+            # Data registers need no reset (valid travels beside them); without
+            # one, yosys can merge them into the iCE40 DSPs' own registers.
             def reg(shape, name):
-                return Signal(shape, name=f"{name}{lane}")
+                return Signal(shape, name=f"{name}{lane}", reset_less=True)
 
             # 1: add bias.
             s_sum, s1_mult, s1_shift = reg(signed(sum_w), "sum"), reg(cfg.mult_width, "mult"), reg(SHIFT_WIDTH, "shift_s1_")

@@ -122,32 +122,34 @@ class StreamLoader(wiring.Component):
         take = self.i_stream.valid & self.i_stream.ready
 
         # Position in the pixel section; the last word of an image also ends its beat.
-        last_ci = px_ci == desc.ci_tiles - 1
-        last_x = px_x == desc.in_w - 1
-        last_y = px_y == desc.in_h - 1
+        # "Last" flags registered with the counters (count + 2 == limit when
+        # stepping): compares with the descriptor in front of `ready` were the
+        # longest path on the iCE40.
+        last_ci, last_x, last_y = Signal(), Signal(), Signal()
         image_end = last_ci & last_x & last_y
         batch_end = image_end & (px_n == desc.batch - 1)
 
         def advance_pixel():
             with m.If(last_ci):
-                m.d.sync += px_ci.eq(0)
+                m.d.sync += [px_ci.eq(0), last_ci.eq(desc.ci_tiles == 1)]
                 with m.If(last_x):
-                    m.d.sync += px_x.eq(0)
+                    m.d.sync += [px_x.eq(0), last_x.eq(desc.in_w == 1)]
                     with m.If(last_y):
-                        m.d.sync += [px_y.eq(0), px_n.eq(px_n + 1)]
+                        m.d.sync += [px_y.eq(0), px_n.eq(px_n + 1), last_y.eq(desc.in_h == 1)]
                     with m.Else():
-                        m.d.sync += px_y.eq(px_y + 1)
+                        m.d.sync += [px_y.eq(px_y + 1), last_y.eq(px_y + 2 == desc.in_h)]
                 with m.Else():
-                    m.d.sync += px_x.eq(px_x + 1)
+                    m.d.sync += [px_x.eq(px_x + 1), last_x.eq(px_x + 2 == desc.in_w)]
             with m.Else():
-                m.d.sync += px_ci.eq(px_ci + 1)
+                m.d.sync += [px_ci.eq(px_ci + 1), last_ci.eq(px_ci + 2 == desc.ci_tiles)]
 
         with m.FSM(name="section"):
             with m.State("IDLE"):
                 with m.If(self.start):
                     m.d.sync += [beat_no.eq(0), co.eq(0), ci.eq(0), word_addr.eq(0),
                                  px_ci.eq(0), px_x.eq(0), px_y.eq(0), px_n.eq(0),
-                                 self.done.eq(0)]
+                                 last_ci.eq(desc.ci_tiles == 1), last_x.eq(desc.in_w == 1),
+                                 last_y.eq(desc.in_h == 1), self.done.eq(0)]
                     with m.If(desc.load_weights):
                         m.next = "PARAMS"
                     with m.Else():
