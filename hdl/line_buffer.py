@@ -174,11 +174,26 @@ class LineBuffer(wiring.Component):
         rtarget = Signal(signed(19))
         rlimit = Signal(signed(19))
 
-        def row_bounds(y):
-            ybot = Signal(signed(19))
-            m.d.comb += ybot.eq(y + k)
-            return [rtarget.eq(Mux(ybot > desc.in_h, desc.in_h, ybot)),
-                    rlimit.eq(Mux(y < 0, 0, y) + slots)]
+        def bounds(y, name):
+            ybot = Signal(signed(19), name=f"{name}_ybot")
+            t, l = Signal(signed(19), name=f"{name}_target"), Signal(signed(19), name=f"{name}_limit")
+            m.d.comb += [ybot.eq(y + k), t.eq(Mux(ybot > desc.in_h, desc.in_h, ybot)),
+                         l.eq(Mux(y < 0, 0, y) + slots)]
+            return t, l
+
+        # The bounds of the next row are computed from `ynext` (= ytop + stride,
+        # a register), those of an image's first row are registered (static
+        # during a run): `issue` then only selects, where the arithmetic after
+        # it was the longest path on the iCE40.
+        ynext = Signal(signed(18))
+        first_t, first_l = bounds(-desc.pad_top, "first")
+        next_t, next_l = bounds(ynext, "next")
+        img_t, img_l = Signal(signed(19)), Signal(signed(19))
+        m.d.sync += [img_t.eq(first_t), img_l.eq(first_l)]
+
+        def row_bounds(at_start):
+            t, l = (first_t, first_l) if at_start else (img_t, img_l)
+            return [rtarget.eq(t), rlimit.eq(l), ynext.eq(desc.stride - desc.pad_top)]
 
         # ---- writer logic -----------------------------------------------------
         can_write = Signal()
@@ -244,13 +259,13 @@ class LineBuffer(wiring.Component):
                     bank0.eq(Mux(padded, k - desc.pad_left, 0)),
                     base0.eq(Mux(padded, -desc.ci_tiles, 0))]
 
-        def image_start(slot):
+        def image_start(slot, at_start=False):
             # rslot0 = (slot - pad_top) mod slots
             v = Signal(signed(8))
             m.d.comb += v.eq(slot - desc.pad_top)
             return [ytop.eq(-desc.pad_top),
                     rslot0.eq(_mod_once(v, slots)), img_slot.eq(slot)] + \
-                row_bounds(-desc.pad_top) + row_start()
+                row_bounds(at_start) + row_start()
 
         with m.If(self.start):
             m.d.sync += [wci.eq(0), wx.eq(0), wy.eq(0), wimg.eq(0), wbank.eq(0), wbase.eq(0),
@@ -261,7 +276,7 @@ class LineBuffer(wiring.Component):
                          self.r_done.eq(0), ci_first.eq(1),
                          ci_last.eq(desc.ci_tiles == 1), co_last.eq(desc.co_tiles == 1),
                          ox_last.eq(desc.out_w == 1), oy_last.eq(desc.out_h == 1)]
-            m.d.sync += image_start(Const(0, range(slots)))
+            m.d.sync += image_start(Const(0, range(slots)), at_start=True)
         with m.Elif(self.issue):
             with m.If(ci_last):
                 m.d.sync += [ci.eq(0), ci_first.eq(1), ci_last.eq(desc.ci_tiles == 1)]
@@ -283,9 +298,10 @@ class LineBuffer(wiring.Component):
                             rs = Signal(range(2 * slots))
                             m.d.comb += rs.eq(rslot0 + desc.stride)
                             m.d.sync += [oy.eq(oy + 1), oy_last.eq(next_last(oy, desc.out_h)),
-                                         ytop.eq(ytop + desc.stride),
+                                         ytop.eq(ynext),
                                          rslot0.eq(_mod_once(rs, slots))]
-                            m.d.sync += row_bounds(ytop + desc.stride)
+                            m.d.sync += [rtarget.eq(next_t), rlimit.eq(next_l),
+                                         ynext.eq(ynext + desc.stride)]
                     with m.Else():
                         bs = Signal(range(2 * k + 1))
                         m.d.comb += bs.eq(bank0 + desc.stride)
