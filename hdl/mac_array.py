@@ -6,8 +6,12 @@ from amaranth.lib.wiring import In, Out
 
 from .adder_tree import AdderTree
 from .config import require_config
+from .multiplier import PipelinedMultiplier
 
 __all__ = ["MacArray"]
+
+#: Latency of :class:`PipelinedMultiplier` (operand and product registers).
+_MULT_LATENCY = 2
 
 
 def _check_tag_width(tag_width):
@@ -73,8 +77,10 @@ class MacArray(wiring.Component):
 
     Latency
     -------
-    :attr:`latency` = ``ceil(log2(T)) + 2`` cycles from the ``i_valid & i_last``
-    cycle to its ``o_valid`` cycle: one for the product registers, one per
+    :attr:`latency` = ``ceil(log2(T)) + 3`` cycles from the ``i_valid & i_last``
+    cycle to its ``o_valid`` cycle: two for the multipliers (operand and
+    product registers, :class:`~fpgacnn.hdl.multiplier.PipelinedMultiplier`:
+    the registers of an ECP5 DSP block when elaborated for ECP5), one per
     adder-tree level, one for the accumulator. A new group may start on the
     cycle after the previous ``i_last`` (full throughput).
     """
@@ -113,25 +119,29 @@ class MacArray(wiring.Component):
     @property
     def latency(self):
         """Cycles from an ``i_valid & i_last`` cycle to its ``o_valid`` cycle."""
-        return self.tree_levels + 2
+        return _MULT_LATENCY + self.tree_levels + 1
 
     def elaborate(self, platform):
         m = Module()
         cfg = self._config
         taps = self._taps
 
-        # Stage 1: registered products, so that a multiplier (one DSP each)
-        # is a pipeline stage of its own.
+        # Stages 1-2: one pipelined multiplier (one DSP block) per tap and
+        # lane, with registered operands and product.
         trees = []
         for lane in range(cfg.pout):
             tree = m.submodules[f"tree{lane}"] = AdderTree(taps, 16)
-            prods = Signal(data.ArrayLayout(signed(16), taps), name=f"prod{lane}")
             for t in range(taps):
-                m.d.sync += prods[t].eq(self.i_window[t] * self.i_weights[lane][t])
-            m.d.comb += tree.i_data.eq(prods)
+                mul = m.submodules[f"mul{lane}_{t}"] = PipelinedMultiplier(signed(8), signed(8))
+                assert mul.latency == _MULT_LATENCY
+                m.d.comb += [
+                    mul.a.eq(self.i_window[t]),
+                    mul.b.eq(self.i_weights[lane][t]),
+                    tree.i_data[t].eq(mul.p),
+                ]
             trees.append(tree)
 
-        # Side band, delayed alongside the data: 1 (products) + tree levels.
+        # Side band, delayed alongside the data: the multipliers + tree levels.
         side = data.StructLayout({
             "valid": 1, "first": 1, "last": 1, "tag": unsigned(self._tag_width),
         })
@@ -142,7 +152,7 @@ class MacArray(wiring.Component):
             stage.last.eq(self.i_last),
             stage.tag.eq(self.i_tag),
         ]
-        for i in range(1 + self.tree_levels):
+        for i in range(_MULT_LATENCY + self.tree_levels):
             nxt = Signal(side, name=f"side_d{i + 1}")
             m.d.sync += nxt.eq(stage)
             stage = nxt
