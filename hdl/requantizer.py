@@ -5,12 +5,43 @@ from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from .config import require_config
-from .mac_array import _check_tag_width
+from .mac_array import _MULT_LATENCY, _check_tag_width
+from .multiplier import PipelinedMultiplier
 
 __all__ = ["Requantizer"]
 
 #: Width of the per-lane shift: shifts 0..63 (:data:`fpgacnn.host.requant.MAX_SHIFT`).
 SHIFT_WIDTH = 6
+
+#: Bits per multiplier part: an unsigned part must fit the DSP's 18-bit signed operand.
+PART_BITS = 17
+
+#: Width the shifted value is saturated to before the zero point and the clamp.
+#: Exact because every bound is int8: a value at or beyond +-(2**(SAT_WIDTH-1) - 1)
+#: stays beyond [-128, 127] after adding any int8 zero point (|v| >= 511 - 128),
+#: so the clamp gives the same result as for the unsaturated value.
+SAT_WIDTH = 10
+
+
+def _parts(width, is_signed):
+    """Split an operand into ``(offset, width, signed)`` parts of :data:`PART_BITS`.
+
+    The low parts are unsigned; the top part keeps the operand's sign and may
+    be one bit wider (an 18-bit signed part still fits the DSP).
+    """
+    parts, offset = [], 0
+    while True:
+        rest = width - offset
+        top_fits = rest <= PART_BITS + (1 if is_signed else 0)
+        if top_fits:
+            parts.append((offset, rest, is_signed))
+            return parts
+        parts.append((offset, PART_BITS, False))
+        offset += PART_BITS
+
+
+def _tree_levels(count):
+    return (count - 1).bit_length()
 
 
 class Requantizer(wiring.Component):
@@ -64,9 +95,14 @@ class Requantizer(wiring.Component):
 
     Latency
     -------
-    :attr:`latency` = 5 cycles from ``i_valid`` to ``o_valid``, one per stage:
-    add bias, multiply, add the rounding term, shift, add zero point and clamp.
-    One result per cycle.
+    :attr:`latency` cycles from ``i_valid`` to ``o_valid`` (9 for the usual
+    ``acc_width`` 32), one result per cycle. The stages: add the bias;
+    multiply, in 17-bit parts, each part a
+    :class:`~fpgacnn.hdl.multiplier.PipelinedMultiplier` (two cycles, one
+    registered ECP5 DSP block); add the shifted parts and the rounding term
+    in a registered adder tree; shift; saturate to a few bits; add the zero
+    point and clamp. The stages are short so that the engine clock is not
+    limited here.
     """
 
     def __init__(self, config, *, tag_width):
@@ -88,25 +124,30 @@ class Requantizer(wiring.Component):
             "o_tag": Out(tag_width),
             "o_data": Out(data.ArrayLayout(signed(8), config.pout)),
         })
+        # (acc + bias) x mult, split into parts that each fit one DSP block.
+        self._sum_w = max(config.acc_width, 32) + 1
+        self._sum_parts = _parts(self._sum_w, True)
+        self._mult_parts = _parts(config.mult_width, False)
 
     @property
     def config(self):
         return self._config
 
     @property
+    def product_terms(self):
+        """Partial products per lane (DSP blocks per lane)."""
+        return len(self._sum_parts) * len(self._mult_parts)
+
+    @property
     def latency(self):
         """Cycles from ``i_valid`` to the matching ``o_valid``."""
-        return 5
+        # bias, multiplier, adder tree over the parts and the rounding term,
+        # shift, saturate, zero point and clamp
+        return 1 + _MULT_LATENCY + _tree_levels(self.product_terms + 1) + 3
 
     def elaborate(self, platform):
         m = Module()
         cfg = self._config
-        max_shift = 2**SHIFT_WIDTH - 1
-
-        # Exact widths of each stage's result.
-        sum_w = max(cfg.acc_width, 32) + 1
-        prod_w = sum_w + cfg.mult_width  # signed * unsigned, |mult| < 2**mult_width
-        round_w = max(prod_w, max_shift) + 1  # + 2**(shift-1) <= 2**62
 
         # Side band: valid and tag through all stages.
         valid, tag = self.i_valid, self.i_tag
@@ -118,34 +159,82 @@ class Requantizer(wiring.Component):
         m.d.comb += [self.o_valid.eq(valid), self.o_tag.eq(tag)]
 
         for lane in range(cfg.pout):
-            def reg(shape, name):
-                return Signal(shape, name=f"{name}{lane}")
-
-            # 1: add bias.
-            s_sum, s1_mult, s1_shift = reg(signed(sum_w), "sum"), reg(cfg.mult_width, "mult"), reg(SHIFT_WIDTH, "shift_s1_")
-            m.d.sync += [
-                s_sum.eq(self.i_acc[lane] + self.i_bias[lane]),
-                s1_mult.eq(self.i_mult[lane]),
-                s1_shift.eq(self.i_shift[lane]),
-            ]
-            # 2: multiply (the multiplier is unsigned, so the product keeps the sign of the sum).
-            s_prod, s2_shift = reg(signed(prod_w), "prod"), reg(SHIFT_WIDTH, "shift_s2_")
-            m.d.sync += [s_prod.eq(s_sum * s1_mult), s2_shift.eq(s1_shift)]
-            # 3: add the rounding term 2**(shift-1), none for shift 0: (1 << shift) >> 1.
-            half = (Const(1, 1) << s2_shift)[1:]
-            s_round, s3_shift = reg(signed(round_w), "round"), reg(SHIFT_WIDTH, "shift_s3_")
-            m.d.sync += [s_round.eq(s_prod + half), s3_shift.eq(s2_shift)]
-            # 4: arithmetic shift right (Amaranth sign-extends signed operands).
-            s_shifted = reg(signed(round_w), "shifted")
-            m.d.sync += s_shifted.eq(s_round >> s3_shift)
-            # 5: zero point, then clamp as numpy.clip does (max with lo, then min with hi).
-            v = s_shifted + self.y_zp
-            v_lo = Signal(signed(round_w + 1), name=f"clamped_lo{lane}")
-            m.d.comb += v_lo.eq(v)
-            with m.If(v < self.clamp_lo):
-                m.d.comb += v_lo.eq(self.clamp_lo)
-            with m.If(v_lo > self.clamp_hi):
-                m.d.sync += self.o_data[lane].eq(self.clamp_hi)
-            with m.Else():
-                m.d.sync += self.o_data[lane].eq(v_lo)
+            self._lane(m, lane)
         return m
+
+    def _lane(self, m, lane):
+        cfg = self._config
+
+        def reg(shape, name):
+            # Data registers need no reset: o_valid says when they matter.
+            return Signal(shape, name=f"{name}{lane}", reset_less=True)
+
+        def delay(value, cycles, name):
+            for i in range(cycles):
+                nxt = reg(len(value), f"{name}_d{i + 1}_")
+                m.d.sync += nxt.eq(value)
+                value = nxt
+            return value
+
+        # 1: add bias.
+        s_sum = reg(signed(self._sum_w), "sum")
+        s_mult = reg(cfg.mult_width, "mult")
+        m.d.sync += [
+            s_sum.eq(self.i_acc[lane] + self.i_bias[lane]),
+            s_mult.eq(self.i_mult[lane]),
+        ]
+        shift = delay(self.i_shift[lane], 1, "shift")
+
+        # 2, 3: partial products (the multiplier is unsigned, so each keeps the
+        # sign of its part of the sum), one DSP block each.
+        terms = []
+        for i, (a_off, a_w, a_signed) in enumerate(self._sum_parts):
+            for j, (b_off, b_w, _) in enumerate(self._mult_parts):
+                mul = PipelinedMultiplier(signed(a_w) if a_signed else unsigned(a_w), unsigned(b_w))
+                assert mul.latency == _MULT_LATENCY
+                m.submodules[f"mul{lane}_{i}_{j}"] = mul
+                a_part = s_sum[a_off:a_off + a_w]
+                m.d.comb += [mul.a.eq(a_part.as_signed() if a_signed else a_part),
+                             mul.b.eq(s_mult[b_off:b_off + b_w])]
+                terms.append(mul.p << (a_off + b_off))
+        shift = delay(shift, _MULT_LATENCY, "shift")
+
+        # 4..: sum of the parts and the rounding term 2**(shift-1) (none for
+        # shift 0: (1 << shift) >> 1), two terms per adder, one register per
+        # level; widths follow the exact sums.
+        terms.append((Const(1, 1) << shift)[1:])
+        for level in range(_tree_levels(len(terms))):
+            nxt = []
+            for k in range(0, len(terms), 2):
+                value = terms[k] + terms[k + 1] if k + 1 < len(terms) else terms[k]
+                r = reg(value.shape(), f"round_l{level}_{k // 2}_")
+                m.d.sync += r.eq(value)
+                nxt.append(r)
+            terms = nxt
+            shift = delay(shift, 1, "shift")
+        s_round = terms[0]
+
+        # Arithmetic shift right (Amaranth sign-extends signed operands).
+        s_shifted = reg(s_round.shape(), "shifted")
+        m.d.sync += s_shifted.eq(s_round >> shift)
+
+        # Saturate to SAT_WIDTH bits (see SAT_WIDTH: exact for int8 bounds).
+        hi_sat = 2**(SAT_WIDTH - 1) - 1
+        s_sat = reg(signed(SAT_WIDTH), "sat")
+        with m.If(s_shifted > hi_sat):
+            m.d.sync += s_sat.eq(hi_sat)
+        with m.Elif(s_shifted < -hi_sat - 1):
+            m.d.sync += s_sat.eq(-hi_sat - 1)
+        with m.Else():
+            m.d.sync += s_sat.eq(s_shifted)
+
+        # Zero point, then clamp as numpy.clip does (max with lo, then min with hi).
+        v = s_sat + self.y_zp
+        v_lo = Signal(signed(SAT_WIDTH + 1), name=f"clamped_lo{lane}")
+        m.d.comb += v_lo.eq(v)
+        with m.If(v < self.clamp_lo):
+            m.d.comb += v_lo.eq(self.clamp_lo)
+        with m.If(v_lo > self.clamp_hi):
+            m.d.sync += self.o_data[lane].eq(self.clamp_hi)
+        with m.Else():
+            m.d.sync += self.o_data[lane].eq(v_lo)
