@@ -2,7 +2,7 @@
 
 import math
 
-from amaranth.hdl import Module, Mux, Signal, signed
+from amaranth.hdl import Cat, Module, Mux, Signal, signed
 from amaranth.lib import data, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -25,10 +25,16 @@ class MaxPool2x2(wiring.Component):
     A row memory holds one running maximum per ``(px, co)``: word
     ``px*co_tiles + co``. Each input word reads its entry and writes back the
     maximum (the first of the four words of a window writes itself); the
-    fourth word emits the result. The read-modify-write takes two cycles, and
-    back-to-back words to the same entry (``co_tiles = 1``: columns ``2*px``
-    and ``2*px+1``) are handled by a read port that is transparent for the
-    write port. The block never stalls.
+    fourth word emits the result. The block never stalls.
+
+    The read-modify-write is spread over short stages so that it does not
+    limit the clock (a block-RAM read followed by the compare and the write
+    in one cycle did): the input word is registered (A), its address read
+    (B), the memory output registered (C), the compare done from registers
+    (D) and the result written back (E). Words one to three apart that hit
+    the same entry (``co_tiles <= 3``: columns ``2*px`` and ``2*px+1``; small
+    images) would read a value not yet written; their running maximum is
+    forwarded from the later stages instead, the most recent first.
 
     Parameters
     ----------
@@ -58,7 +64,7 @@ class MaxPool2x2(wiring.Component):
 
     Latency
     -------
-    :attr:`latency` = 2 cycles from the ``i_valid`` cycle of a window's last
+    :attr:`latency` = 4 cycles from the ``i_valid`` cycle of a window's last
     word (bottom right, ``(2*py+1, 2*px+1, co)``) to its ``o_valid`` cycle.
     """
 
@@ -88,7 +94,7 @@ class MaxPool2x2(wiring.Component):
     @property
     def latency(self):
         """Cycles from a window's last input word to its output word."""
-        return 2
+        return 4
 
     def elaborate(self, platform):
         m = Module()
@@ -98,7 +104,9 @@ class MaxPool2x2(wiring.Component):
 
         m.submodules.row = row = Memory(shape=word, depth=self._depth, init=[])
         wr = row.write_port()
-        rd = row.read_port(transparent_for=(wr,))
+        # Not transparent: writes still in flight are forwarded below, away
+        # from the memory's output path.
+        rd = row.read_port()
 
         # Position of the next input word; `clear` restarts it combinationally
         # so that a word in the clear cycle is the first of the image.
@@ -127,29 +135,75 @@ class MaxPool2x2(wiring.Component):
         with m.Elif(self.clear):
             m.d.sync += [co.eq(0), ox.eq(0), base.eq(0), oy_odd.eq(0)]
 
-        # Stage A: read the running maximum. A trailing odd column is dropped
-        # (its pair index equals the pooled width).
+        # Stage A: register the word, its address and what it does. A
+        # trailing odd column is dropped (its pair index equals the pooled width).
         keep = (p_ox >> 1) < (self.out_w >> 1)
-        addr = Signal(addr_width)
-        m.d.comb += [addr.eq(p_base + p_co), rd.addr.eq(addr)]
-        b_valid, b_first, b_emit = Signal(), Signal(), Signal()
-        b_addr = Signal(addr_width)
-        b_data = Signal(word)
+        stage = data.StructLayout({
+            "valid": 1,   # a kept word: it writes its entry
+            "first": 1,   # first word of its window: no read, it writes itself
+            "emit": 1,    # last word of its window: emit the result
+            "addr": addr_width,
+        })
+        b, c, d = Signal(stage), Signal(stage), Signal(stage)
+        b_data = Signal(word, reset_less=True)
         m.d.sync += [
-            b_valid.eq(self.i_valid & keep),
-            b_first.eq(~p_oy_odd & ~p_ox[0]),
-            b_emit.eq(p_oy_odd & p_ox[0]),
-            b_addr.eq(addr),
+            b.valid.eq(self.i_valid & keep),
+            b.first.eq(~p_oy_odd & ~p_ox[0]),
+            b.emit.eq(p_oy_odd & p_ox[0]),
+            b.addr.eq(p_base + p_co),
             b_data.eq(self.i_data),
         ]
 
-        # Stage B: lane-wise maximum, write back, emit on the window's last word.
+        # Stage B: read (the memory's data comes out in stage C). Words still
+        # in C, D and E when this one reads (1, 2 and 3 words ahead) have not
+        # written their entry yet: note which one has the same address.
+        m.d.comb += rd.addr.eq(b.addr)
+        e_valid = Signal()
+        e_addr = Signal(addr_width, reset_less=True)
+        e_best = Signal(word, reset_less=True)
+        f_best = Signal(word, reset_less=True)
+        g_best = Signal(word, reset_less=True)
+        c_data = Signal(word, reset_less=True)
+        c_fwd = Signal(3)  # one-hot or zero: take the result of D, E or F (as of stage D)
+        m.d.sync += [
+            c.eq(b), c_data.eq(b_data),
+            c_fwd.eq(Cat(c.valid & (c.addr == b.addr),
+                         d.valid & (d.addr == b.addr),
+                         e_valid & (e_addr == b.addr))),
+        ]
+
+        # Stage C: register the memory output; the forwarding choice moves on.
+        d_data = Signal(word, reset_less=True)
+        d_mem = Signal(word, reset_less=True)
+        d_fwd = Signal(3)
+        m.d.sync += [d.eq(c), d_data.eq(c_data), d_mem.eq(rd.data), d_fwd.eq(c_fwd)]
+
+        # Stage D: lane-wise maximum against the running maximum, which comes
+        # from the memory or, for a word that read too early, from the newest
+        # of the three results after this one (now in E, F and G).
+        running = Signal(word)
+        with m.If(d_fwd[0]):
+            m.d.comb += running.eq(e_best)
+        with m.Elif(d_fwd[1]):
+            m.d.comb += running.eq(f_best)
+        with m.Elif(d_fwd[2]):
+            m.d.comb += running.eq(g_best)
+        with m.Else():
+            m.d.comb += running.eq(d_mem)
         best = Signal(word)
         for lane in range(pout):
-            with m.If(b_first | (b_data[lane] > rd.data[lane])):
-                m.d.comb += best[lane].eq(b_data[lane])
+            with m.If(d.first | (d_data[lane] > running[lane])):
+                m.d.comb += best[lane].eq(d_data[lane])
             with m.Else():
-                m.d.comb += best[lane].eq(rd.data[lane])
-        m.d.comb += [wr.en.eq(b_valid), wr.addr.eq(b_addr), wr.data.eq(best)]
-        m.d.sync += [self.o_valid.eq(b_valid & b_emit), self.o_data.eq(best)]
+                m.d.comb += best[lane].eq(running[lane])
+        m.d.sync += [
+            e_valid.eq(d.valid), e_addr.eq(d.addr), e_best.eq(best),
+            f_best.eq(e_best),
+            g_best.eq(f_best),
+            self.o_valid.eq(d.valid & d.emit), self.o_data.eq(best),
+        ]
+
+        # Stage E: write the result back (from registers: the route to the
+        # block RAM gets a cycle of its own).
+        m.d.comb += [wr.en.eq(e_valid), wr.addr.eq(e_addr), wr.data.eq(e_best)]
         return m

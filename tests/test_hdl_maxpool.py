@@ -104,11 +104,14 @@ def test_maxpool_matches_reference(co_tiles, h, w):
     assert_array_equal(got, _reference(img, co_tiles))
 
 
-@pytest.mark.parametrize("co_tiles", [1, 2])
-def test_maxpool_back_to_back_words_without_gaps(co_tiles):
-    # co_tiles = 1 and no gaps: every pair of columns hits the same entry on consecutive cycles.
-    rng = np.random.default_rng(co_tiles)
-    img = rng.integers(-128, 128, size=(co_tiles * POUT, 6, 8), dtype=np.int64).astype(np.int8)
+@pytest.mark.parametrize("co_tiles", [1, 2, 3])
+@pytest.mark.parametrize("h, w", [(6, 8), (4, 2), (5, 3)])
+def test_maxpool_back_to_back_words_without_gaps(co_tiles, h, w):
+    # No gaps: an entry is hit again co_tiles words later (columns 2*px and
+    # 2*px+1), and in images 2 or 3 wide also by the next row soon after:
+    # the accesses 1 to 3 cycles apart that the pipeline forwards.
+    rng = np.random.default_rng(co_tiles * 100 + h * 10 + w)
+    img = rng.integers(-128, 128, size=(co_tiles * POUT, h, w), dtype=np.int64).astype(np.int8)
     (got,) = _simulate([img], co_tiles, gap_prob=0.0)
     assert_array_equal(got, _reference(img, co_tiles))
 
