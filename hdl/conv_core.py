@@ -169,8 +169,9 @@ class ConvCore(wiring.Component):
         with m.If(start):
             m.d.sync += credits.eq(depth)
 
-        # Stage 0 -> 2: control travels beside the window read; the weight word
-        # is read from the address registered at stage 1.
+        # Stage 0 -> lb.latency: control travels beside the window read; the
+        # weight word is read (one cycle) from the address registered at the
+        # stage before, so that it meets its window.
         ctrl = data.StructLayout({"valid": 1, "first": 1, "last": 1, "tag": self._tag})
         s0 = Signal(ctrl)
         m.d.comb += [
@@ -179,13 +180,20 @@ class ConvCore(wiring.Component):
             # the tag travels with the group's last window: first word of an image
             s0.tag.img_first.eq((lb.oy == 0) & (lb.ox == 0) & (lb.co == 0)),
         ]
-        s1, s2 = Signal(ctrl), Signal(ctrl)
-        widx1 = Signal.like(loader.weight_addr)
-        m.d.sync += [s1.eq(s0), s2.eq(s1), widx1.eq(lb.widx)]
+        s_ctrl, widx = s0, lb.widx
+        for i in range(1, lb.latency + 1):
+            nxt = Signal(ctrl, name=f"s{i}")
+            m.d.sync += nxt.eq(s_ctrl)
+            s_ctrl = nxt
+            if i < lb.latency:
+                nwidx = Signal.like(loader.weight_addr, name=f"widx{i}")
+                m.d.sync += nwidx.eq(widx)
+                widx = nwidx
         m.d.comb += [
-            loader.weight_addr.eq(widx1),
-            mac.i_valid.eq(s2.valid), mac.i_first.eq(s2.first), mac.i_last.eq(s2.last),
-            mac.i_tag.eq(s2.tag), mac.i_window.eq(lb.o_window), mac.i_weights.eq(loader.weight_data),
+            loader.weight_addr.eq(widx),
+            mac.i_valid.eq(s_ctrl.valid), mac.i_first.eq(s_ctrl.first),
+            mac.i_last.eq(s_ctrl.last), mac.i_tag.eq(s_ctrl.tag),
+            mac.i_window.eq(lb.o_window), mac.i_weights.eq(loader.weight_data),
         ]
 
         # ---- parameter lookup (one cycle) and requantization ----------------

@@ -64,8 +64,8 @@ class LineBuffer(wiring.Component):
 
     Latency
     -------
-    ``latency`` (2) cycles from ``issue`` to ``o_valid``: memory read, then the
-    tap multiplexers. No window issues in the first ``setup_cycles`` (17)
+    ``latency`` (3) cycles from ``issue`` to ``o_valid``: memory read, the
+    memory output register, then the tap multiplexers. No window issues in the first ``setup_cycles`` (17)
     cycles after ``start``.
     """
 
@@ -91,7 +91,7 @@ class LineBuffer(wiring.Component):
 
     @property
     def latency(self):
-        return 2
+        return 3
 
     @property
     def setup_cycles(self):
@@ -137,6 +137,13 @@ class LineBuffer(wiring.Component):
         wci, wx, wy, wimg = (Signal(16, name=n) for n in ("wci", "wx", "wy", "wimg"))
         wbank = Signal(range(k))
         wbase = Signal(range(depth + 1))
+        waddr = Signal(range(depth + 1))  # = wbase + wci, kept as a register of its own
+        # "Counter at its last value" flags, kept beside the counters so that
+        # the next-state logic selects on a register instead of a compare.
+        wci_last = _LastFlag("wci_last", desc.ci_tiles)
+        wx_last = _LastFlag("wx_last", desc.in_w)
+        wy_last = _LastFlag("wy_last", desc.in_h)
+        wimg_last = _LastFlag("wimg_last", desc.batch)
         wslot = Signal(range(slots))
         # Input rows written, counted from the first row of the reader's current
         # image (negative while the writer still finishes the previous image's
@@ -163,6 +170,28 @@ class LineBuffer(wiring.Component):
         rtarget = Signal(signed(19))
         rlimit = Signal(signed(19))
 
+        ci_last = _LastFlag("ci_last", desc.ci_tiles)
+        co_last = _LastFlag("co_last", desc.co_tiles)
+        ox_last = _LastFlag("ox_last", desc.out_w)
+        oy_last = _LastFlag("oy_last", desc.out_h)
+        n_last = _LastFlag("n_last", desc.batch)
+        ci_first = Signal(init=1)
+        # Read address of each bank, a register (rather than ``rbase + ci``
+        # at issue): it fans out to every row slot's block RAMs. ``rbase[b]``
+        # is the word of ci = 0 of the window column that bank b holds:
+        # ``base0``, one further on when ``b < bank0``.
+        rbase = [Signal(signed(19), name=f"rbase_{b}") for b in range(k)]
+        raddr = [Signal(signed(19), name=f"raddr_{b}") for b in range(k)]
+
+        def set_column(base, bank):
+            """Move the window's first column to word ``base``, bank ``bank``."""
+            new_base = [Signal(signed(19), name=f"rbase_next_{b}") for b in range(k)]
+            stmts = [base0.eq(base), bank0.eq(bank)]
+            for b in range(k):
+                m.d.comb += new_base[b].eq(base + Mux(b < bank, desc.ci_tiles, 0))
+                stmts += [rbase[b].eq(new_base[b]), raddr[b].eq(new_base[b])]
+            return stmts
+
         def row_bounds(y):
             ybot = Signal(signed(19))
             m.d.comb += ybot.eq(y + k)
@@ -179,46 +208,47 @@ class LineBuffer(wiring.Component):
         for r in range(slots):
             for b in range(k):
                 m.d.comb += [
-                    wports[r][b].addr.eq(wbase + wci),
+                    wports[r][b].addr.eq(waddr),
                     wports[r][b].data.eq(self.w_stream.payload),
                     wports[r][b].en.eq(wen & (wslot == r) & (wbank == b)),
                 ]
         with m.If(wen):
-            with m.If(wci == desc.ci_tiles - 1):
-                m.d.sync += wci.eq(0)
-                with m.If(wx == desc.in_w - 1):
+            with m.If(wci_last.value):
+                m.d.sync += [wci.eq(0), wci_last.reset()]
+                with m.If(wx_last.value):
                     m.d.comb += row_written.eq(1)
-                    m.d.sync += [wx.eq(0), wbank.eq(0), wbase.eq(0),
-                                 wslot.eq(_wrap_inc(wslot, slots))]
-                    with m.If(wy == desc.in_h - 1):
-                        m.d.sync += [wy.eq(0), wimg.eq(wimg + 1)]
-                        with m.If(wimg == desc.batch - 1):
+                    m.d.sync += [wx.eq(0), wx_last.reset(), wbank.eq(0), wbase.eq(0),
+                                 waddr.eq(0), wslot.eq(_wrap_inc(wslot, slots))]
+                    with m.If(wy_last.value):
+                        m.d.sync += [wy.eq(0), wy_last.reset(), wimg.eq(wimg + 1),
+                                     wimg_last.step(wimg)]
+                        with m.If(wimg_last.value):
                             m.d.sync += self.w_done.eq(1)
                     with m.Else():
-                        m.d.sync += wy.eq(wy + 1)
+                        m.d.sync += [wy.eq(wy + 1), wy_last.step(wy)]
                 with m.Else():
-                    m.d.sync += wx.eq(wx + 1)
+                    m.d.sync += [wx.eq(wx + 1), wx_last.step(wx)]
                     with m.If(wbank == k - 1):
-                        m.d.sync += [wbank.eq(0), wbase.eq(wbase + desc.ci_tiles)]
+                        m.d.sync += [wbank.eq(0), wbase.eq(wbase + desc.ci_tiles),
+                                     waddr.eq(wbase + desc.ci_tiles)]
                     with m.Else():
-                        m.d.sync += wbank.eq(wbank + 1)
+                        m.d.sync += [wbank.eq(wbank + 1), waddr.eq(wbase)]
             with m.Else():
-                m.d.sync += wci.eq(wci + 1)
+                m.d.sync += [wci.eq(wci + 1), wci_last.step(wci), waddr.eq(waddr + 1)]
 
         # ---- reader logic -----------------------------------------------------
         m.d.comb += [
             self.ready.eq(~self.r_done & mod_done & (avail >= rtarget)),
             self.issue.eq(self.ready & self.en),
-            self.first.eq(ci == 0),
-            self.last.eq(ci == desc.ci_tiles - 1),
+            self.first.eq(ci_first),
+            self.last.eq(ci_last.value),
         ]
 
         def row_start():
             # x0 = -pad_left: bank (kmax - pad_left) mod kmax of word -1 when padded
             padded = desc.pad_left != 0
-            return [x0.eq(-desc.pad_left),
-                    bank0.eq(Mux(padded, k - desc.pad_left, 0)),
-                    base0.eq(Mux(padded, -desc.ci_tiles, 0))]
+            return [x0.eq(-desc.pad_left)] + set_column(
+                Mux(padded, -desc.ci_tiles, 0), Mux(padded, k - desc.pad_left, 0))
 
         def image_start(slot):
             # rslot0 = (slot - pad_top) mod slots
@@ -234,49 +264,56 @@ class LineBuffer(wiring.Component):
                          mod_rem.eq(desc.in_h), mod_div.eq(slots << 15), mod_done.eq(0),
                          n.eq(0), oy.eq(0), ox.eq(0), co.eq(0), ci.eq(0), widx.eq(0),
                          self.r_done.eq(0)]
+            m.d.sync += [wci_last.reset(), wx_last.reset(), wy_last.reset(), wimg_last.reset(),
+                         waddr.eq(0), ci_last.reset(), co_last.reset(), ox_last.reset(),
+                         oy_last.reset(), n_last.reset(), ci_first.eq(1)]
             m.d.sync += image_start(Const(0, range(slots)))
         with m.Elif(self.issue):
-            with m.If(ci == desc.ci_tiles - 1):
-                m.d.sync += ci.eq(0)
-                with m.If(co == desc.co_tiles - 1):
-                    m.d.sync += [co.eq(0), widx.eq(0)]
-                    with m.If(ox == desc.out_w - 1):
-                        m.d.sync += ox.eq(0)
+            with m.If(ci_last.value):
+                m.d.sync += [ci.eq(0), ci_last.reset(), ci_first.eq(1)]
+                with m.If(co_last.value):
+                    m.d.sync += [co.eq(0), co_last.reset(), widx.eq(0)]
+                    with m.If(ox_last.value):
+                        m.d.sync += [ox.eq(0), ox_last.reset()]
                         m.d.sync += row_start()
-                        with m.If(oy == desc.out_h - 1):
+                        with m.If(oy_last.value):
                             nslot = Signal(range(2 * slots))
                             m.d.comb += nslot.eq(img_slot + inh_mod)
                             m.d.comb += image_read.eq(1)
-                            m.d.sync += [oy.eq(0), n.eq(n + 1)]
+                            m.d.sync += [oy.eq(0), oy_last.reset(), n.eq(n + 1), n_last.step(n)]
                             m.d.sync += image_start(_mod_once(nslot, slots))
-                            with m.If(n == desc.batch - 1):
+                            with m.If(n_last.value):
                                 m.d.sync += self.r_done.eq(1)
                         with m.Else():
                             rs = Signal(range(2 * slots))
                             m.d.comb += rs.eq(rslot0 + desc.stride)
-                            m.d.sync += [oy.eq(oy + 1), ytop.eq(ytop + desc.stride),
+                            m.d.sync += [oy.eq(oy + 1), oy_last.step(oy),
+                                         ytop.eq(ytop + desc.stride),
                                          rslot0.eq(_mod_once(rs, slots))]
                             m.d.sync += row_bounds(ytop + desc.stride)
                     with m.Else():
                         bs = Signal(range(2 * k + 1))
                         m.d.comb += bs.eq(bank0 + desc.stride)
-                        m.d.sync += [ox.eq(ox + 1), x0.eq(x0 + desc.stride)]
-                        with m.If(bs >= k):
-                            m.d.sync += [bank0.eq(bs - k), base0.eq(base0 + desc.ci_tiles)]
-                        with m.Else():
-                            m.d.sync += bank0.eq(bs)
+                        m.d.sync += [ox.eq(ox + 1), ox_last.step(ox), x0.eq(x0 + desc.stride)]
+                        wrap = bs >= k
+                        m.d.sync += set_column(base0 + Mux(wrap, desc.ci_tiles, 0),
+                                               Mux(wrap, bs - k, bs))
                 with m.Else():
-                    m.d.sync += [co.eq(co + 1), widx.eq(widx + 1)]
+                    m.d.sync += [co.eq(co + 1), co_last.step(co), widx.eq(widx + 1)]
+                    m.d.sync += [raddr[b].eq(rbase[b]) for b in range(k)]
             with m.Else():
-                m.d.sync += [ci.eq(ci + 1), widx.eq(widx + 1)]
+                m.d.sync += [ci.eq(ci + 1), ci_last.step(ci), ci_first.eq(0), widx.eq(widx + 1)]
+                m.d.sync += [raddr[b].eq(raddr[b] + 1) for b in range(k)]
 
-        # ---- window read: stage 0 (addresses) -> 1 (memory data) -> 2 (taps) --
+        # ---- window read: stage 0 (address) -> 1 (memory data) -> 2 (registered
+        # memory data) -> 3 (taps). The memory outputs get a register of their
+        # own: a block RAM's clock-to-output delay followed by the tap
+        # multiplexers would be one of the longest paths of the engine. The
+        # read itself stays in the issue cycle: the writer may reuse a slot
+        # from the next cycle on.
         for b in range(k):
-            # Bank b holds the window column whose word is one further on when b < bank0.
-            addr = Signal(signed(19), name=f"raddr_{b}")
-            m.d.comb += addr.eq(base0 + Mux(b < bank0, desc.ci_tiles, 0) + ci)
             for r in range(slots):
-                m.d.comb += rports[r][b].addr.eq(addr.as_unsigned())
+                m.d.comb += rports[r][b].addr.eq(raddr[b].as_unsigned())
         rsel = [Signal(range(slots), name=f"rsel_{ky}") for ky in range(k)]
         bsel = [Signal(range(k), name=f"bsel_{kx}") for kx in range(k)]
         rowv = Signal(k)
@@ -296,26 +333,36 @@ class LineBuffer(wiring.Component):
                          colv[kx].eq((cx >= 0) & (cx < desc.in_w))]
         m.d.sync += v1.eq(self.issue)
 
-        # Stage 1: rotate the banks of every slot into window columns, then pick
+        # Stage 1: register the memory outputs; the tap selection moves on with them.
+        bank_q = [[Signal(8 * pin, name=f"bank_q_{r}_{b}", reset_less=True) for b in range(k)]
+                  for r in range(slots)]
+        for r in range(slots):
+            m.d.sync += [bank_q[r][b].eq(rports[r][b].data) for b in range(k)]
+        rsel2 = [Signal.like(x, name=f"rsel2_{i}") for i, x in enumerate(rsel)]
+        bsel2 = [Signal.like(x, name=f"bsel2_{i}") for i, x in enumerate(bsel)]
+        rowv2, colv2, v2 = Signal(k), Signal(k), Signal()
+        m.d.sync += [a.eq(b) for a, b in zip(rsel2 + bsel2, rsel + bsel)]
+        m.d.sync += [rowv2.eq(rowv), colv2.eq(colv), v2.eq(v1)]
+
+        # Stage 2: rotate the banks of every slot into window columns, then pick
         # each window row's slot.
         cols = []
         for r in range(slots):
-            bank_data = Array(rports[r][b].data for b in range(k))
-            cols.append([bank_data[bsel[kx]] for kx in range(k)])
+            bank_data = Array(bank_q[r][b] for b in range(k))
+            cols.append([bank_data[bsel2[kx]] for kx in range(k)])
         zp_word = Cat(*([desc.x_zp] * pin))
         taps = []
         for ky in range(k):
             for kx in range(k):
                 col = Array(cols[r][kx] for r in range(slots))
                 t = Signal(8 * pin, name=f"tap_{ky}_{kx}")
-                with m.If(rowv[ky] & colv[kx]):
-                    m.d.comb += t.eq(col[rsel[ky]])
+                with m.If(rowv2[ky] & colv2[kx]):
+                    m.d.comb += t.eq(col[rsel2[ky]])
                 with m.Else():
                     m.d.comb += t.eq(zp_word)
                 taps.append(t)
-        m.d.sync += [self.o_window.as_value().eq(Cat(*taps)), self.o_valid.eq(v1)]
+        m.d.sync += [self.o_window.as_value().eq(Cat(*taps)), self.o_valid.eq(v2)]
         return m
-
 
 def _wrap_inc(value, modulus):
     return Mux(value == modulus - 1, 0, value + 1)
@@ -324,3 +371,24 @@ def _wrap_inc(value, modulus):
 def _mod_once(value, modulus):
     """``value mod modulus`` for ``-modulus <= value < 2*modulus``."""
     return Mux(value < 0, value + modulus, Mux(value >= modulus, value - modulus, value))
+
+
+class _LastFlag:
+    """A register that says "the counter is at ``count - 1``", kept up to date.
+
+    The counter's next-state logic then selects on a flip-flop instead of on
+    a 16-bit compare against a descriptor field: the compare moves to the
+    flag's own next-state input, off the path from ``issue``.
+    """
+
+    def __init__(self, name, count):
+        self.value = Signal(name=name)
+        self._count = count
+
+    def reset(self):
+        """The counter goes to 0."""
+        return self.value.eq(self._count == 1)
+
+    def step(self, counter):
+        """The counter goes from ``counter`` to ``counter + 1``."""
+        return self.value.eq(counter + 2 == self._count)
