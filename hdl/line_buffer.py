@@ -179,18 +179,51 @@ class LineBuffer(wiring.Component):
         # Read address of each bank, a register (rather than ``rbase + ci``
         # at issue): it fans out to every row slot's block RAMs. ``rbase[b]``
         # is the word of ci = 0 of the window column that bank b holds:
-        # ``base0``, one further on when ``b < bank0``.
+        # ``base0``, one further on (``+ ci_tiles``) when ``b < bank0``.
         rbase = [Signal(signed(19), name=f"rbase_{b}") for b in range(k)]
         raddr = [Signal(signed(19), name=f"raddr_{b}") for b in range(k)]
+        # The column after the current one (x0 + stride), computed a step
+        # ahead, so that the issue logic only ever selects registers: with the
+        # arithmetic behind the selection, yosys merged the adders of the
+        # different branches and put the issue logic in front of them.
+        column = data.StructLayout({"base0": signed(18), "bank0": range(k),
+                                    "rbase": data.ArrayLayout(signed(19), k)})
+        nxt = Signal(column)
 
-        def set_column(base, bank):
-            """Move the window's first column to word ``base``, bank ``bank``."""
-            new_base = [Signal(signed(19), name=f"rbase_next_{b}") for b in range(k)]
-            stmts = [base0.eq(base), bank0.eq(bank)]
+        def advance(col):
+            """The column ``stride`` pixels to the right of ``col`` (a View of ``column``)."""
+            bs = Signal(range(2 * k + 1), name="adv_bs")
+            m.d.comb += bs.eq(col.bank0 + desc.stride)
+            wrap = bs >= k
+            bank = Mux(wrap, bs - k, bs)
+            res = Signal(column, name="adv")
+            m.d.comb += [res.base0.eq(col.base0 + Mux(wrap, desc.ci_tiles, 0)), res.bank0.eq(bank)]
             for b in range(k):
-                m.d.comb += new_base[b].eq(base + Mux(b < bank, desc.ci_tiles, 0))
-                stmts += [rbase[b].eq(new_base[b]), raddr[b].eq(new_base[b])]
-            return stmts
+                # new base0, + ci_tiles below the new bank0: one adder on the old base0
+                m.d.comb += res.rbase[b].eq(col.base0 + Mux(wrap & (b < bank), desc.ci_tiles << 1,
+                                                            Mux(wrap | (b < bank), desc.ci_tiles, 0)))
+            return res
+
+        # A row's first column (x0 = -pad_left) and the one after it depend on
+        # the descriptor alone: registers, refreshed every cycle (and loaded
+        # into the position while the setup of `start` runs, see below).
+        # x0 = -pad_left: bank (kmax - pad_left) mod kmax of word -1 when padded;
+        # then banks below bank0 hold word 0, the others word -1.
+        padded = desc.pad_left != 0
+        first_col = Signal(column)
+        m.d.comb += [first_col.base0.eq(Mux(padded, -desc.ci_tiles, 0)),
+                     first_col.bank0.eq(Mux(padded, k - desc.pad_left, 0))]
+        m.d.comb += [first_col.rbase[b].eq(Mux(padded & (b >= k - desc.pad_left), -desc.ci_tiles, 0))
+                     for b in range(k)]
+        row_col = Signal(column, reset_less=True)
+        row_nxt = Signal(column, reset_less=True)
+        m.d.sync += [row_col.eq(first_col), row_nxt.eq(advance(first_col))]
+
+        def set_column(col, after):
+            """Make ``col`` the current column (read addresses at ci = 0), ``after`` the next."""
+            return ([base0.eq(col.base0), bank0.eq(col.bank0), nxt.eq(after)] +
+                    [stmt for b in range(k)
+                     for stmt in (rbase[b].eq(col.rbase[b]), raddr[b].eq(col.rbase[b]))])
 
         def row_bounds(y):
             ybot = Signal(signed(19))
@@ -245,10 +278,7 @@ class LineBuffer(wiring.Component):
         ]
 
         def row_start():
-            # x0 = -pad_left: bank (kmax - pad_left) mod kmax of word -1 when padded
-            padded = desc.pad_left != 0
-            return [x0.eq(-desc.pad_left)] + set_column(
-                Mux(padded, -desc.ci_tiles, 0), Mux(padded, k - desc.pad_left, 0))
+            return [x0.eq(-desc.pad_left)] + set_column(row_col, row_nxt)
 
         def image_start(slot):
             # rslot0 = (slot - pad_top) mod slots
@@ -258,6 +288,10 @@ class LineBuffer(wiring.Component):
                     rslot0.eq(_mod_once(v, slots)), img_slot.eq(slot)] + \
                 row_bounds(-desc.pad_top) + row_start()
 
+        with m.If(~mod_done):
+            # No window issues before the setup is done; by then the row-start
+            # registers hold this descriptor's values (they may not at `start`).
+            m.d.sync += set_column(row_col, row_nxt)
         with m.If(self.start):
             m.d.sync += [wci.eq(0), wx.eq(0), wy.eq(0), wimg.eq(0), wbank.eq(0), wbase.eq(0),
                          wslot.eq(0), avail.eq(0), self.w_done.eq(0),
@@ -292,12 +326,8 @@ class LineBuffer(wiring.Component):
                                          rslot0.eq(_mod_once(rs, slots))]
                             m.d.sync += row_bounds(ytop + desc.stride)
                     with m.Else():
-                        bs = Signal(range(2 * k + 1))
-                        m.d.comb += bs.eq(bank0 + desc.stride)
                         m.d.sync += [ox.eq(ox + 1), ox_last.step(ox), x0.eq(x0 + desc.stride)]
-                        wrap = bs >= k
-                        m.d.sync += set_column(base0 + Mux(wrap, desc.ci_tiles, 0),
-                                               Mux(wrap, bs - k, bs))
+                        m.d.sync += set_column(nxt, advance(nxt))
                 with m.Else():
                     m.d.sync += [co.eq(co + 1), co_last.step(co), widx.eq(widx + 1)]
                     m.d.sync += [raddr[b].eq(rbase[b]) for b in range(k)]
@@ -361,7 +391,9 @@ class LineBuffer(wiring.Component):
                 with m.Else():
                     m.d.comb += t.eq(zp_word)
                 taps.append(t)
-        m.d.sync += [self.o_window.as_value().eq(Cat(*taps)), self.o_valid.eq(v2)]
+        window = Signal(len(self.o_window.as_value()), reset_less=True)  # o_valid qualifies it
+        m.d.sync += [window.eq(Cat(*taps)), self.o_valid.eq(v2)]
+        m.d.comb += self.o_window.as_value().eq(window)
         return m
 
 def _wrap_inc(value, modulus):

@@ -159,7 +159,9 @@ class MacArray(wiring.Component):
 
         # Accumulator stage.
         for lane, tree in enumerate(trees):
-            acc = self.o_acc[lane]
+            # No reset: a group's first cycle overwrites it, o_valid qualifies it.
+            acc = Signal(signed(cfg.acc_width), name=f"acc{lane}", reset_less=True)
+            m.d.comb += self.o_acc[lane].eq(acc)
             with m.If(stage.valid):
                 with m.If(stage.first):
                     m.d.sync += acc.eq(tree.o_sum)
