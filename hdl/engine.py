@@ -85,8 +85,11 @@ class ConvEngine(wiring.Component):
         wiring.connect(m, wiring.flipped(self.s_axil), axil.axi)
         wiring.connect(m, axil.bus, csr.bus)
 
+        # The soft reset is registered: it resets most of the core's flip-flops,
+        # and a write decode in front of a net that size would be the longest
+        # path of the engine. It takes effect one cycle after the write.
         soft_reset = Signal()
-        m.d.comb += soft_reset.eq(csr.control.soft_reset)
+        m.d.sync += soft_reset.eq(csr.control.soft_reset)
 
         core = ConvCore(self._config)
         m.submodules.core = ResetInserter(soft_reset)(core)
