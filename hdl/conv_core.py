@@ -257,17 +257,25 @@ class ConvCore(wiring.Component):
         cfg = self._config
         desc = self.desc
         wbits, bbits = 8 * cfg.pout, cfg.stream_width
+        # The counters' last values, registered: the descriptor is stable
+        # during a run and no word is popped in the cycle of `start`, and a
+        # 16-bit equality is shallower than a subtract and compare in front of
+        # `pop` and the FIFO.
         ow = Mux(desc.pool, desc.out_w >> 1, desc.out_w)
         oh = Mux(desc.pool, desc.out_h >> 1, desc.out_h)
+        co_end, px_end, py_end, n_end = (Signal(16, name=n, reset_less=True) for n in
+                                         ("o_co_end", "o_px_end", "o_py_end", "o_n_end"))
+        m.d.sync += [co_end.eq(desc.co_tiles - 1), px_end.eq(ow - 1), py_end.eq(oh - 1),
+                     n_end.eq(desc.batch - 1)]
         oco, opx, opy, on = (Signal(16, name=n) for n in ("o_co", "o_px", "o_py", "o_n"))
-        img_end = (oco == desc.co_tiles - 1) & (opx == ow - 1) & (opy == oh - 1)
-        batch_end = img_end & (on == desc.batch - 1)
+        img_end = (oco == co_end) & (opx == px_end) & (opy == py_end)
+        batch_end = img_end & (on == n_end)
         with m.If(pop):
-            with m.If(oco == desc.co_tiles - 1):
+            with m.If(oco == co_end):
                 m.d.sync += oco.eq(0)
-                with m.If(opx == ow - 1):
+                with m.If(opx == px_end):
                     m.d.sync += opx.eq(0)
-                    with m.If(opy == oh - 1):
+                    with m.If(opy == py_end):
                         m.d.sync += [opy.eq(0), on.eq(on + 1)]
                     with m.Else():
                         m.d.sync += opy.eq(opy + 1)

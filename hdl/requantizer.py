@@ -219,14 +219,17 @@ class Requantizer(wiring.Component):
         m.d.sync += s_shifted.eq(s_round >> shift)
 
         # Saturate to SAT_WIDTH bits (see SAT_WIDTH: exact for int8 bounds).
+        # In range means the bits from SAT_WIDTH-1 up are all copies of the
+        # sign: two AND/OR reductions, shallower than a wide compare.
         hi_sat = 2**(SAT_WIDTH - 1) - 1
         s_sat = reg(signed(SAT_WIDTH), "sat")
-        with m.If(s_shifted > hi_sat):
-            m.d.sync += s_sat.eq(hi_sat)
-        with m.Elif(s_shifted < -hi_sat - 1):
+        top = s_shifted.as_unsigned()[SAT_WIDTH - 1:]
+        with m.If(top.all() | ~top.any()):
+            m.d.sync += s_sat.eq(s_shifted[:SAT_WIDTH])
+        with m.Elif(s_shifted[-1]):
             m.d.sync += s_sat.eq(-hi_sat - 1)
         with m.Else():
-            m.d.sync += s_sat.eq(s_shifted)
+            m.d.sync += s_sat.eq(hi_sat)
 
         # Zero point, then clamp as numpy.clip does (max with lo, then min with hi).
         v = s_sat + self.y_zp
