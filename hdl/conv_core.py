@@ -169,9 +169,10 @@ class ConvCore(wiring.Component):
         with m.If(start):
             m.d.sync += credits.eq(depth)
 
-        # Stage 0 -> lb.latency: control travels beside the window read; the
-        # weight word is read (one cycle) from the address registered at the
-        # stage before, so that it meets its window.
+        # Stage 0 -> lb.latency: control travels beside the window read. The
+        # weight word is read two stages before the MAC array and registered:
+        # a block RAM's clock-to-output delay and the route to 144 DSPs spread
+        # over the die would not fit one cycle together.
         ctrl = data.StructLayout({"valid": 1, "first": 1, "last": 1, "tag": self._tag})
         s0 = Signal(ctrl)
         m.d.comb += [
@@ -185,15 +186,18 @@ class ConvCore(wiring.Component):
             nxt = Signal(ctrl, name=f"s{i}")
             m.d.sync += nxt.eq(s_ctrl)
             s_ctrl = nxt
-            if i < lb.latency:
+            if i < lb.latency - 1:
                 nwidx = Signal.like(loader.weight_addr, name=f"widx{i}")
                 m.d.sync += nwidx.eq(widx)
                 widx = nwidx
+        assert lb.latency >= 2, "the weight read and its register need two stages"
+        weights = Signal.like(loader.weight_data.as_value(), name="weights_q", reset_less=True)
+        m.d.sync += weights.eq(loader.weight_data.as_value())
         m.d.comb += [
             loader.weight_addr.eq(widx),
             mac.i_valid.eq(s_ctrl.valid), mac.i_first.eq(s_ctrl.first),
             mac.i_last.eq(s_ctrl.last), mac.i_tag.eq(s_ctrl.tag),
-            mac.i_window.eq(lb.o_window), mac.i_weights.eq(loader.weight_data),
+            mac.i_window.eq(lb.o_window), mac.i_weights.as_value().eq(weights),
         ]
 
         # ---- parameter lookup (one cycle) and requantization ----------------
