@@ -20,7 +20,7 @@ import re
 from ..host.errors import FpgacnnError
 
 __all__ = ["BoardError", "Board", "Resources", "Clock", "Vivado", "BOARD_DIR",
-           "FAMILIES", "HOST_LINKS", "DEFAULT_UART_BAUD", "load_board", "load_board_file", "list_boards"]
+           "FAMILIES", "HOST_LINKS", "DEFAULT_UART_BAUD", "require_board", "load_board", "load_board_file", "list_boards"]
 
 #: Where the shipped board files live.
 BOARD_DIR = Path(__file__).resolve().parent
@@ -396,6 +396,12 @@ def load_board_file(path):
                  speed=speed, toolchain=toolchain, host_link=host_link, platform=platform,
                  resources=resources, clock=clock, vivado=vivado, uart_baud=uart_baud, url=url,
                  path=path)
+
+
+def require_board(board):
+    """Raise ``TypeError`` unless ``board`` is a :class:`Board` (what every flow takes)."""
+    if not isinstance(board, Board):
+        raise TypeError(f"Board must be a fpgacnn.boards.board.Board, not {board!r}")
 
 
 def _board_paths(directory):

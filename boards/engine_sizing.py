@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 import math
 
 from ..hdl.config import EngineConfig
-from .board import Board
+from .board import require_board
 
 __all__ = ["Sizing", "size_engine", "multipliers_needed", "bram_blocks_needed"]
 
@@ -132,8 +132,7 @@ def size_engine(board):
     -------
     Sizing
     """
-    if not isinstance(board, Board):
-        raise TypeError(f"Board must be a fpgacnn.boards.board.Board, not {board!r}")
+    require_board(board)
     r = board.resources
     reasons = []
     reserve = max(2, math.ceil(0.10 * r.bram_blocks))

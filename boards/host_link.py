@@ -9,7 +9,7 @@ board and :func:`uart_clocks_per_bit` the UART divisor for the engine clock.
 
 from dataclasses import dataclass
 
-from .board import Board, BoardError
+from .board import BoardError, require_board
 
 __all__ = ["HostLinkTop", "MAX_BAUD_ERROR", "uart_clocks_per_bit", "host_link_top"]
 
@@ -76,8 +76,7 @@ def host_link_top(board, config, clock_mhz):
         If the board's host link has no bridge in gateware yet (``spi``,
         ``usb-acm``) or the UART rate cannot be made from the clock.
     """
-    if not isinstance(board, Board):
-        raise TypeError(f"board must be a fpgacnn.boards.board.Board, not {board!r}")
+    require_board(board)
     if board.host_link != "uart":
         raise BoardError(f"{board.name}: host link {board.host_link!r} has no bridge in "
                          f"gateware yet (only 'uart' does; docs/host_link.md)")

@@ -47,7 +47,7 @@ from amaranth.hdl import ClockDomain, ClockSignal, Elaboratable, Module, Signal
 from amaranth.lib.cdc import ResetSynchronizer
 
 from ..host.errors import BackendError
-from .board import Board, BoardError
+from .board import BoardError, require_board
 from .pll import find_tool, instantiate, pll_settings
 from .port_harness import PortHarness
 
@@ -232,8 +232,7 @@ def parse_nextpnr_report(data, board, target_mhz_by_clock=None):
 
 
 def _check_board(board):
-    if not isinstance(board, Board):
-        raise TypeError(f"Board must be a fpgacnn.boards.board.Board, not {board!r}")
+    require_board(board)
     if board.toolchain != "open":
         raise BoardError(f"{board.path}: board {board.name!r} is built with {board.toolchain}, "
                          f"not the open toolchain")

@@ -30,7 +30,7 @@ import time
 
 from ..hdl.config import EngineConfig
 from ..host.errors import BackendError
-from .board import Board, BoardError
+from .board import BoardError, require_board
 
 __all__ = ["VivadoError", "ZynqProject", "VIVADO_COMMANDS", "ADDRESS_MAP",
            "write_zynq_project", "vivado_command", "run_vivado", "wrapper_verilog", "zynq_tcl"]
@@ -353,8 +353,7 @@ def write_zynq_project(board, config, out_dir, *, name="fpgacnn", jobs=2):
         If the directory cannot be written or ``name`` is unusable.
     """
     from ..hdl.verilog import write_engine
-    if not isinstance(board, Board):
-        raise TypeError(f"Board must be a fpgacnn.boards.board.Board, not {board!r}")
+    require_board(board)
     if not isinstance(config, EngineConfig):
         raise TypeError(f"Config must be an EngineConfig, not {config!r}")
     if board.toolchain != "vivado":

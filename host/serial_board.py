@@ -26,6 +26,7 @@ import time
 
 import numpy as np
 
+from ..boards.board import DEFAULT_UART_BAUD
 from .errors import BackendError
 
 __all__ = ["SerialBoard", "open_serial", "PROTOCOL_VERSION", "DEFAULT_BAUD"]
@@ -34,7 +35,7 @@ __all__ = ["SerialBoard", "open_serial", "PROTOCOL_VERSION", "DEFAULT_BAUD"]
 PROTOCOL_VERSION = 1
 
 #: The boards' default line rate (board files: ``uart_baud``).
-DEFAULT_BAUD = 3_000_000
+DEFAULT_BAUD = DEFAULT_UART_BAUD
 
 _I, _W, _R, _S, _X = b"I", b"W", b"R", b"S", b"X"
 _REPLY_I, _REPLY_W, _REPLY_R, _REPLY_X = ord("i"), ord("w"), ord("r"), ord("x")

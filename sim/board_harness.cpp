@@ -10,26 +10,13 @@
 #include <cstdint>
 #include <cstring>
 
-#include "verilated.h"
-#include "Vtop.h"
-#if VM_TRACE_FST
-#include "verilated_fst_c.h"
-typedef VerilatedFstC TraceFile;
-#elif VM_TRACE_VCD
-#include "verilated_vcd_c.h"
-typedef VerilatedVcdC TraceFile;
-#endif
+#include "verilator_model.h"
 
 #include "board_ports.h"
 
 namespace {
 
-struct Board {
-    VerilatedContext* ctx = nullptr;
-    Vtop* top = nullptr;
-#if VM_TRACE
-    TraceFile* trace = nullptr;
-#endif
+struct Board : VerilatorModel {
     uint64_t cycle = 0;
     uint64_t time = 0;
 
@@ -66,9 +53,7 @@ bool pause(Board* b, uint32_t permille) {
 }
 
 void dump(Board* b) {
-#if VM_TRACE
-    if (b->trace) b->trace->dump(b->time);
-#endif
+    b->dump(b->time);
     b->time += 5;
 }
 
@@ -155,35 +140,14 @@ extern "C" {
 
 void* board_new(const char* wave_path) {
     Board* b = new Board;
-    b->ctx = new VerilatedContext;
-    b->ctx->randReset(0);
-#if VM_TRACE
-    if (wave_path && wave_path[0]) b->ctx->traceEverOn(true);
-#endif
-    b->top = new Vtop(b->ctx);
-#if VM_TRACE
-    if (wave_path && wave_path[0]) {
-        b->trace = new TraceFile;
-        b->top->trace(b->trace, 99);
-        b->trace->open(wave_path);
-    }
-#else
-    (void)wave_path;
-#endif
-    b->top->clk = 0;
-    b->top->rst = 0;
+    b->open_model(wave_path);
     b->top->eval();
     return b;
 }
 
 void board_free(void* p) {
     Board* b = static_cast<Board*>(p);
-#if VM_TRACE
-    if (b->trace) { b->trace->close(); delete b->trace; }
-#endif
-    b->top->final();
-    delete b->top;
-    delete b->ctx;
+    b->close_model();
     delete b;
 }
 

@@ -34,6 +34,7 @@ __all__ = ["SimulatedBoard", "build_board_library", "build_harness_library", "To
            "waveform_format", "load_library"]
 
 _HARNESS = Path(__file__).with_name("board_harness.cpp")
+_MODEL_HEADER = Path(__file__).with_name("verilator_model.h")
 
 _REQUIRED = {
     "clk": 1, "rst": 1,
@@ -197,7 +198,8 @@ def build_harness_library(verilog, harness, *, top="top", headers=None, trace=No
     top : str
         Name of the top module.
     headers : dict of str to str, optional
-        Generated headers the harness includes, ``{file name: text}``.
+        Generated headers the harness includes, ``{file name: text}``
+        (``verilator_model.h``, the model every harness drives, always goes in).
     trace, cache_dir, progress
         As for :func:`build_board_library`.
     what : str
@@ -215,7 +217,8 @@ def build_harness_library(verilog, harness, *, top="top", headers=None, trace=No
     """
     harness = Path(harness)
     source = harness.read_text()
-    headers = dict(headers or {})
+    # Every harness drives its model through the shared VerilatorModel.
+    headers = {_MODEL_HEADER.name: _MODEL_HEADER.read_text(), **(headers or {})}
     flags = ["--cc", "-Wno-fatal", "-O3", "--prefix", "Vtop", "--top-module", top,
              "-CFLAGS", "-fPIC -O2", "--build", "-j", str(min(os.cpu_count() or 1, 4))]
     if trace not in (None, "vcd", "fst"):
@@ -225,8 +228,7 @@ def build_harness_library(verilog, harness, *, top="top", headers=None, trace=No
                            "install liblz4-dev); name the waveform file *.vcd for a VCD instead")
     if trace:
         flags += [f"--trace-{trace}"]
-    # The key covers everything that goes into the library. (Its layout is the
-    # one from before harnesses were a parameter, so existing cached boards stay valid.)
+    # The key covers everything that goes into the library.
     header_text = "".join(text for _, text in sorted(headers.items()))
     key = hashlib.sha256("\0".join([verilog, source, header_text, verilator_version(), " ".join(flags)])
                          .encode()).hexdigest()[:20]

@@ -14,24 +14,11 @@
 #include <cstring>
 #include <deque>
 
-#include "verilated.h"
-#include "Vtop.h"
-#if VM_TRACE_FST
-#include "verilated_fst_c.h"
-typedef VerilatedFstC TraceFile;
-#elif VM_TRACE_VCD
-#include "verilated_vcd_c.h"
-typedef VerilatedVcdC TraceFile;
-#endif
+#include "verilator_model.h"
 
 namespace {
 
-struct Board {
-    VerilatedContext* ctx = nullptr;
-    Vtop* top = nullptr;
-#if VM_TRACE
-    TraceFile* trace = nullptr;
-#endif
+struct Board : VerilatorModel {
     uint64_t cycle = 0;
     uint64_t time = 0;
     uint32_t cpb = 4;  // clocks per bit, on both sides of the line
@@ -53,9 +40,7 @@ struct Board {
 };
 
 void dump(Board* b) {
-#if VM_TRACE
-    if (b->trace) b->trace->dump(b->time);
-#endif
+    b->dump(b->time);
     b->time += 5;
 }
 
@@ -132,23 +117,7 @@ extern "C" {
 void* uart_new(const char* wave_path, uint32_t clocks_per_bit) {
     Board* b = new Board;
     b->cpb = clocks_per_bit < 2 ? 2 : clocks_per_bit;
-    b->ctx = new VerilatedContext;
-    b->ctx->randReset(0);
-#if VM_TRACE
-    if (wave_path && wave_path[0]) b->ctx->traceEverOn(true);
-#endif
-    b->top = new Vtop(b->ctx);
-#if VM_TRACE
-    if (wave_path && wave_path[0]) {
-        b->trace = new TraceFile;
-        b->top->trace(b->trace, 99);
-        b->trace->open(wave_path);
-    }
-#else
-    (void)wave_path;
-#endif
-    b->top->clk = 0;
-    b->top->rst = 0;
+    b->open_model(wave_path);
     b->top->uart_rx = 1;
     b->top->eval();
     return b;
@@ -156,12 +125,7 @@ void* uart_new(const char* wave_path, uint32_t clocks_per_bit) {
 
 void uart_free(void* p) {
     Board* b = static_cast<Board*>(p);
-#if VM_TRACE
-    if (b->trace) { b->trace->close(); delete b->trace; }
-#endif
-    b->top->final();
-    delete b->top;
-    delete b->ctx;
+    b->close_model();
     delete b;
 }
 
