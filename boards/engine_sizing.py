@@ -23,11 +23,14 @@
    line, weight and parameter buffers fit the block RAMs, counted per memory
    in whole blocks of the best aspect ratio, leaving 10% of the blocks (at
    least 2) for FIFOs and skid buffers.
+5. ``deep_pipeline``: 1 (registers for 100 MHz and more), 0 on iCE40
+   parts, whose logic cells are few and whose clock is slow anyway.
 
 These are estimates of what the generated engine needs, made from the
 config's own buffer-size formulas; the place-and-route report is the truth.
 """
 
+import dataclasses
 from dataclasses import dataclass, field
 import math
 
@@ -100,7 +103,7 @@ class Sizing:
         lines = [f"engine: kmax={c.kmax} pin={c.pin} pout={c.pout} "
                  f"({c.peak_macs_per_cycle} MACs/cycle), stream_width={c.stream_width}, "
                  f"max_width={c.max_width}, max_channels={c.max_channels}, "
-                 f"max_out_channels={c.max_out_channels}"]
+                 f"max_out_channels={c.max_out_channels}, deep_pipeline={c.deep_pipeline}"]
         lines += [f"  - {r}" for r in self.reasons]
         return "\n".join(lines)
 
@@ -195,5 +198,10 @@ def size_engine(board):
             f"max_out_channels, max_width would not fit (or is at its cap, "
             f"{_CAP['max_width']})")
     config = _config(pin, pout, sizes, r)
+    if board.family == "ice40":
+        # Few logic cells and a clock in the tens of MHz: the compact
+        # arrangement, a few hundred flip-flops fewer (docs/engine.md).
+        config = dataclasses.replace(config, deep_pipeline=0)
+        reasons.append("deep_pipeline=0: the compact pipeline, for a small part with a slow clock")
     return Sizing(config=config, multipliers=multipliers_needed(config, board),
                   bram_blocks=blocks, reasons=reasons)

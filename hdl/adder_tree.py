@@ -86,7 +86,9 @@ class AdderTree(wiring.Component):
             width += 1
             nxt = []
             for j in range(0, len(terms), 2):
-                s = Signal(signed(width), name=f"sum_l{level}_{j // 2}")
+                # No reset: the tree always flows and its user's valid says
+                # when a sum matters; thousands fewer flip-flops on the reset net.
+                s = Signal(signed(width), name=f"sum_l{level}_{j // 2}", reset_less=True)
                 if j + 1 < len(terms):
                     m.d.sync += s.eq(terms[j] + terms[j + 1])
                 else:

@@ -62,6 +62,13 @@ class EngineConfig:
         ``max_channels`` input channels); wider layers are tiled by the host.
     stream_width : int
         AXI4-Stream data width in bits: 32, 64 or 128.
+    deep_pipeline : int
+        1 (default): pipelined for 100 MHz and more on ECP5 and Zynq parts --
+        registers behind every block RAM and inside the DSP blocks, control
+        computed a cycle ahead (docs/engine.md, "Pipelining for the clock").
+        0: the compact arrangement for small, slow parts (iCE40): a few
+        hundred flip-flops fewer and shorter latencies. Both compute the
+        same results; the cycle model follows either.
 
     Raises
     ------
@@ -80,6 +87,7 @@ class EngineConfig:
     max_channels: int = 64
     max_out_channels: int = 64
     stream_width: int = 64
+    deep_pipeline: int = 1
 
     def __post_init__(self):
         from ..host.requant import MULT_BITS
@@ -93,6 +101,7 @@ class EngineConfig:
         _check_int("max_width", self.max_width, 1, 4096)
         _check_int("max_channels", self.max_channels, 1, 4096)
         _check_int("max_out_channels", self.max_out_channels, 1, 4096)
+        _check_int("deep_pipeline", self.deep_pipeline, 0, 1)
         if self.stream_width not in (32, 64, 128):
             raise ConfigError(f"stream_width must be 32, 64 or 128, not {self.stream_width!r}")
         b = self.stream_bytes

@@ -158,20 +158,30 @@ class ConvCore(wiring.Component):
 
         # ---- issue, gated by output credits ---------------------------------
         credits = Signal(range(depth + 1), init=depth)
+        no_credit = Signal()
         produce = Signal()
         reserve = Signal()
         m.d.comb += [
             produce.eq(~desc.pool | (lb.oy[0] & lb.ox[0])),
-            lb.en.eq(self.busy & ~(lb.first & produce & (credits == 0))),
+            lb.en.eq(self.busy & ~(lb.first & produce & no_credit)),
             reserve.eq(lb.issue & lb.first & produce),
         ]
         pop = Signal()
         m.d.sync += credits.eq(credits + pop - reserve)
+        # `credits == 0`, registered: it gates the issue, whose fanout is the
+        # reader's every counter. A pop alone never leaves none; a reserve
+        # alone leaves none when one was left; both or neither keep it.
+        m.d.sync += no_credit.eq(Mux(pop & ~reserve, 0,
+                                     Mux(reserve & ~pop, credits == 1, no_credit)))
         with m.If(start):
-            m.d.sync += credits.eq(depth)
+            m.d.sync += [credits.eq(depth), no_credit.eq(0)]
 
-        # Stage 0 -> 2: control travels beside the window read; the weight word
-        # is read from the address registered at stage 1.
+        # Stage 0 -> lb.latency: control travels beside the window read. The
+        # weight word is read the loader's read latency before the MAC array
+        # (with deep_pipeline two stages, registered behind the block RAMs: a
+        # block RAM's clock-to-output delay and the route to DSPs spread over
+        # the die do not fit one cycle together; else one).
+        read_latency = loader.read_latency
         ctrl = data.StructLayout({"valid": 1, "first": 1, "last": 1, "tag": self._tag})
         s0 = Signal(ctrl)
         m.d.comb += [
@@ -180,18 +190,30 @@ class ConvCore(wiring.Component):
             # the tag travels with the group's last window: first word of an image
             s0.tag.img_first.eq((lb.oy == 0) & (lb.ox == 0) & (lb.co == 0)),
         ]
-        s1, s2 = Signal(ctrl), Signal(ctrl)
-        widx1 = Signal.like(loader.weight_addr)
-        m.d.sync += [s1.eq(s0), s2.eq(s1), widx1.eq(lb.widx)]
+        s_ctrl, widx = s0, lb.widx
+        read_stage = lb.latency - read_latency
+        for i in range(1, lb.latency + 1):
+            nxt = Signal(ctrl, name=f"s{i}")
+            m.d.sync += nxt.eq(s_ctrl)
+            s_ctrl = nxt
+            if i <= read_stage:
+                nwidx = Signal.like(loader.weight_addr, name=f"widx{i}")
+                m.d.sync += nwidx.eq(widx)
+                widx = nwidx
+        weights = loader.weight_data.as_value()
         m.d.comb += [
-            loader.weight_addr.eq(widx1),
-            mac.i_valid.eq(s2.valid), mac.i_first.eq(s2.first), mac.i_last.eq(s2.last),
-            mac.i_tag.eq(s2.tag), mac.i_window.eq(lb.o_window), mac.i_weights.eq(loader.weight_data),
+            loader.weight_addr.eq(widx),
+            mac.i_valid.eq(s_ctrl.valid), mac.i_first.eq(s_ctrl.first),
+            mac.i_last.eq(s_ctrl.last), mac.i_tag.eq(s_ctrl.tag),
+            mac.i_window.eq(lb.o_window), mac.i_weights.as_value().eq(weights),
         ]
 
         # ---- parameter lookup (one cycle) and requantization ----------------
-        mac_tag = data.View(self._tag, mac.o_tag)
+        # Read as the result comes out, or a cycle before when the read
+        # takes two (the data is registered behind the block RAMs).
+        mac_tag = data.View(self._tag, mac.o_next_tag if read_latency == 2 else mac.o_tag)
         m.d.comb += loader.param_addr.eq(mac_tag.co)
+        params = loader.param_data
         acc_valid = Signal()
         acc_tag = Signal(self._tag.size)
         acc = Signal.like(mac.o_acc)
@@ -201,7 +223,7 @@ class ConvCore(wiring.Component):
             rq.y_zp.eq(desc.y_zp), rq.clamp_lo.eq(desc.clamp_lo), rq.clamp_hi.eq(desc.clamp_hi),
         ]
         for lane in range(cfg.pout):
-            rec = loader.param_data[lane]
+            rec = params[lane]
             m.d.comb += [
                 rq.i_bias[lane].eq(rec.bias),
                 rq.i_mult[lane].eq(rec.mult),

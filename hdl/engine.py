@@ -85,8 +85,12 @@ class ConvEngine(wiring.Component):
         wiring.connect(m, wiring.flipped(self.s_axil), axil.axi)
         wiring.connect(m, axil.bus, csr.bus)
 
+        # The soft reset is registered: it resets most of the core's
+        # flip-flops, and the register write decode in front of a net that
+        # size would be among the longest paths. It takes effect one cycle
+        # after the write (AXI4-Lite writes are further apart than that).
         soft_reset = Signal()
-        m.d.comb += soft_reset.eq(csr.control.soft_reset)
+        m.d.sync += soft_reset.eq(csr.control.soft_reset)
 
         core = ConvCore(self._config)
         m.submodules.core = ResetInserter(soft_reset)(core)

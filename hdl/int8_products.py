@@ -7,18 +7,27 @@ both byte pairs of its operands independently (``A[15:8]*B[15:8]`` and
 ``A[7:0]*B[7:0]``, optionally signed, each with an output register), so
 :class:`Int8Products` puts two products in each DSP when elaborated for a
 device that has them, and an odd last product in LUTs (a whole DSP for one
-8x8 product is what the budget cannot afford). Everywhere else -- simulation,
-Verilog for the Zynq flow, ECP5 -- it is the plain ``a * b`` that the tools
-map themselves. Both have the same latency (one register) and results;
-``tests/test_hdl_int8_products.py`` proves the iCE40 netlist equal to the
-generic one with yosys, using the ``SB_MAC16`` simulation model.
+8x8 product is what the budget cannot afford). On ECP5 each product is a
+:class:`~fpgacnn.hdl.dsp.PipelinedMultiplier` (a ``MULT18X18D`` with its
+input and output registers). Everywhere else -- simulation, Verilog for the
+Zynq flow -- it is the plain ``a * b`` between two registers, which the tools
+map themselves. All have the same latency (operand and product registers)
+and results; ``tests/test_hdl_int8_products.py`` proves the iCE40 netlist
+equal to the generic one with yosys, using the ``SB_MAC16`` simulation model.
 """
 
 from amaranth.hdl import Cat, ClockSignal, Const, Instance, Module, Mux, Signal, signed
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
-__all__ = ["Int8Products", "has_sb_mac16"]
+from .dsp import PipelinedMultiplier, is_ecp5
+
+__all__ = ["Int8Products", "has_sb_mac16", "latency_of"]
+
+
+def latency_of(registered_operands):
+    """Cycles of :class:`Int8Products` (known before any instance is built)."""
+    return 2 if registered_operands else 1
 
 
 def has_sb_mac16(platform):
@@ -28,12 +37,15 @@ def has_sb_mac16(platform):
 
 
 class Int8Products(wiring.Component):
-    """``count`` signed 8x8 products, registered: ``o_p[i]`` = ``i_a[i] * i_b[i]`` of the previous cycle.
+    """``count`` signed 8x8 products: ``o_p[i]`` = ``i_a[i] * i_b[i]`` of two cycles before.
 
     Parameters
     ----------
     count : int
         Number of products (at least 1).
+    registered_operands : bool
+        Register the operands too (inside the DSPs where there are any):
+        2 cycles instead of 1 (``EngineConfig.deep_pipeline``).
 
     Members
     -------
@@ -42,20 +54,23 @@ class Int8Products(wiring.Component):
 
     Notes
     -----
-    On iCE40 UltraPlus parts the product registers are those of the DSPs,
-    which the ``sync`` reset does not clear (their own reset is asynchronous);
-    the registers hold don't-care values after a reset on every platform as
-    far as the callers are concerned (they qualify them with a valid bit).
+    On iCE40 UltraPlus and ECP5 parts the registers are those of the DSPs,
+    which the ``sync`` reset does not clear; the registers hold don't-care
+    values after a reset on every platform as far as the callers are
+    concerned (they qualify them with a valid bit).
 
     Latency
     -------
-    1 cycle.
+    2 cycles with ``registered_operands`` (operand registers, product
+    registers: the routes into and out of a DSP then each get a cycle of their
+    own), else 1 (product registers).
     """
 
-    def __init__(self, count):
+    def __init__(self, count, *, registered_operands=True):
         if isinstance(count, bool) or not isinstance(count, int) or count < 1:
             raise ValueError(f"count must be a positive integer, not {count!r}")
         self._count = count
+        self._registered = bool(registered_operands)
         super().__init__({
             "i_a": In(data.ArrayLayout(signed(8), count)),
             "i_b": In(data.ArrayLayout(signed(8), count)),
@@ -64,14 +79,25 @@ class Int8Products(wiring.Component):
 
     @property
     def latency(self):
-        return 1
+        return latency_of(self._registered)
 
     def elaborate(self, platform):
         m = Module()
         n = self._count
-        if not has_sb_mac16(platform):
+        if is_ecp5(platform) and self._registered:
             for i in range(n):
-                m.d.sync += self.o_p[i].eq(self.i_a[i] * self.i_b[i])
+                mul = m.submodules[f"dsp{i}"] = PipelinedMultiplier(signed(8), signed(8))
+                m.d.comb += [mul.a.eq(self.i_a[i]), mul.b.eq(self.i_b[i]),
+                             self.o_p[i].eq(mul.p)]
+            return m
+        if not has_sb_mac16(platform):
+            a, b = self.i_a, self.i_b
+            if self._registered:
+                a = Signal(data.ArrayLayout(signed(8), n), name="a_q", reset_less=True)
+                b = Signal(data.ArrayLayout(signed(8), n), name="b_q", reset_less=True)
+                m.d.sync += [a.eq(self.i_a), b.eq(self.i_b)]
+            for i in range(n):
+                m.d.sync += self.o_p[i].eq(a[i] * b[i])
             return m
 
         for pair in range(n // 2):
@@ -79,9 +105,11 @@ class Int8Products(wiring.Component):
             out = Signal(32, name=f"dsp{pair}_o")
             m.submodules[f"dsp{pair}"] = Instance(
                 "SB_MAC16",
-                # 8x8 mode, both operands signed; the top and bottom products
-                # registered and selected as the outputs (O[31:16], O[15:0]).
+                # 8x8 mode, both operands signed and registered; the top and
+                # bottom products registered and selected as the outputs
+                # (O[31:16], O[15:0]).
                 p_MODE_8x8=Const(1, 1), p_A_SIGNED=Const(1, 1), p_B_SIGNED=Const(1, 1),
+                p_A_REG=Const(self._registered, 1), p_B_REG=Const(self._registered, 1),
                 p_TOP_8x8_MULT_REG=Const(1, 1), p_BOT_8x8_MULT_REG=Const(1, 1),
                 p_TOPOUTPUT_SELECT=Const(2, 2), p_BOTOUTPUT_SELECT=Const(2, 2),
                 i_CLK=ClockSignal("sync"), i_CE=Const(1, 1),
@@ -95,7 +123,11 @@ class Int8Products(wiring.Component):
             )
             m.d.comb += [self.o_p[lo].eq(out[:16]), self.o_p[hi].eq(out[16:])]
         if n % 2:
-            m.d.sync += self.o_p[n - 1].eq(_lut_product(self.i_a[n - 1], self.i_b[n - 1]))
+            a, b = self.i_a[n - 1], self.i_b[n - 1]
+            if self._registered:
+                a, b = Signal(signed(8), name="odd_a_q", reset_less=True), Signal(signed(8), name="odd_b_q", reset_less=True)
+                m.d.sync += [a.eq(self.i_a[n - 1]), b.eq(self.i_b[n - 1])]
+            m.d.sync += self.o_p[n - 1].eq(_lut_product(a, b))
         return m
 
 

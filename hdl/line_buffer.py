@@ -17,14 +17,16 @@ from the first row of the reader's current image. Writing rows for later
 output rows (and the next image) thus overlaps the reading of the current ones.
 """
 
+import dataclasses
+
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
-from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from .config import require_config
 from .descriptor import descriptor_layout
 from .limits import limits
+from .pipelined_memory import MemoryPorts, PipelinedMemory, parts
 
 __all__ = ["LineBuffer"]
 
@@ -66,9 +68,12 @@ class LineBuffer(wiring.Component):
 
     Latency
     -------
-    ``latency`` (2) cycles from ``issue`` to ``o_valid``: memory read, then the
-    tap multiplexers. No window issues in the first ``setup_cycles`` (17)
-    cycles after ``start``.
+    ``latency`` cycles from ``issue`` to ``o_valid``: memory read, the tap
+    multiplexers (2); with ``deep_pipeline`` a register behind the memories
+    between them (3: a block RAM's clock-to-output delay and the multiplexers
+    would not fit one 100 MHz cycle on the ECP5), and one more after the
+    memories' part select when a bank spans several block RAMs in depth (4).
+    No window issues in the first ``setup_cycles`` (18) cycles after ``start``.
     """
 
     def __init__(self, config):
@@ -94,12 +99,94 @@ class LineBuffer(wiring.Component):
 
     @property
     def latency(self):
-        return 2
+        cfg = self._config
+        if not cfg.deep_pipeline:
+            return 2
+        # the memory's read (registered, and its part select too when the
+        # banks span several block RAMs in depth), the taps
+        return 1 + PipelinedMemory.LATENCY + (parts(8 * cfg.pin, cfg.line_bank_depth) > 1)
 
     @property
     def setup_cycles(self):
-        """Cycles after ``start`` before the first window can issue (``in_h mod row_slots``)."""
-        return 17
+        """Cycles after ``start`` before the first window can issue (``in_h mod row_slots``,
+        then the slots of the second image from it)."""
+        return 18
+
+    def _bounds_ahead(self, m, desc, ynext, rtarget, rlimit):
+        """Row bounds kept a row ahead (``deep_pipeline``).
+
+        The bounds of the next row (`next_t`, `next_l`, of the row at
+        `ynext` = ytop + stride) are registers kept a row ahead, and those of
+        an image's first and second rows are registered (static during a
+        run): `issue` then only selects, and the lookahead compares of
+        `ready` take registers. The static ones are computed in registered
+        steps from the descriptor (a path from the descriptor registers is a
+        one-cycle path like any other) and taken at `settle`, the divider's
+        last step, long before the first window.
+        """
+        k, slots = self._config.kmax, self._config.row_slots
+        img_ybot = Signal(signed(6))   # kmax - pad_top (the first row starts at -pad_top)
+        img2_y = Signal(signed(6))     # stride - pad_top
+        img2_ybot = Signal(signed(7))  # stride - pad_top + kmax
+        img_t, img2_t, img2_l = Signal(signed(19)), Signal(signed(19)), Signal(signed(19))
+        img_l = Const(slots, signed(19))  # (the first row is at or above row 0)
+        img_rslot0 = Signal(range(slots))  # (-pad_top) mod slots
+        m.d.sync += [img_ybot.eq(k - desc.pad_top), img2_y.eq(desc.stride - desc.pad_top),
+                     img2_ybot.eq(img2_y + k),
+                     img_t.eq(Mux(img_ybot > desc.in_h, desc.in_h, img_ybot)),
+                     img2_t.eq(Mux(img2_ybot > desc.in_h, desc.in_h, img2_ybot)),
+                     img2_l.eq(Mux(img2_y < 0, slots, img2_y + slots)),
+                     img_rslot0.eq(_mod_once(-desc.pad_top, slots))]
+        next_t, next_l = Signal(signed(19)), Signal(signed(19))
+        # The row after: bounds() with the compare against in_h - kmax (static,
+        # registered) beside the sum, not after it.
+        top_row = Signal(signed(19))
+        m.d.sync += top_row.eq(desc.in_h - k)
+        y_after = Signal(signed(19))
+        m.d.comb += y_after.eq(ynext + desc.stride)
+        after_t, after_l = Signal(signed(19)), Signal(signed(19))
+        m.d.comb += [after_t.eq(Mux(y_after > top_row, desc.in_h, y_after + k)),
+                     after_l.eq(Mux(y_after < 0, slots, y_after + slots))]
+
+        def row_bounds(at_start):
+            # At `start`, only the writer's bound (constant): the others follow at `settle`.
+            return ([rlimit.eq(img_l)] if at_start else
+                    [rtarget.eq(img_t), rlimit.eq(img_l), next_t.eq(img2_t), next_l.eq(img2_l)]
+                    ) + [ynext.eq(desc.stride - desc.pad_top)]
+
+        def row_step():
+            return [rtarget.eq(next_t), rlimit.eq(next_l), next_t.eq(after_t),
+                    next_l.eq(after_l), ynext.eq(y_after)]
+        settle = [rtarget.eq(img_t), next_t.eq(img2_t), next_l.eq(img2_l)]
+        return _Bounds(next_t, next_l, img_t, img_l, row_bounds, row_step, settle, img_rslot0)
+
+    def _bounds_compact(self, m, desc, ynext, rtarget, rlimit):
+        """Row bounds computed when they are taken (``deep_pipeline = 0``: fewer flip-flops).
+
+        The next row's from `ynext` (a register); an image's first row's from
+        the descriptor at `start` and registered for the later images.
+        """
+        k, slots = self._config.kmax, self._config.row_slots
+
+        def bounds(y, name):
+            ybot = Signal(signed(19), name=f"{name}_ybot")
+            t, l = Signal(signed(19), name=f"{name}_target"), Signal(signed(19), name=f"{name}_limit")
+            m.d.comb += [ybot.eq(y + k), t.eq(Mux(ybot > desc.in_h, desc.in_h, ybot)),
+                         l.eq(Mux(y < 0, 0, y) + slots)]
+            return t, l
+
+        first_t, first_l = bounds(-desc.pad_top, "first")
+        next_t, next_l = bounds(ynext, "next")
+        img_t, img_l = Signal(signed(19)), Signal(signed(19))
+        m.d.sync += [img_t.eq(first_t), img_l.eq(first_l)]
+
+        def row_bounds(at_start):
+            t, l = (first_t, first_l) if at_start else (img_t, img_l)
+            return [rtarget.eq(t), rlimit.eq(l), ynext.eq(desc.stride - desc.pad_top)]
+
+        def row_step():
+            return [rtarget.eq(next_t), rlimit.eq(next_l), ynext.eq(ynext + desc.stride)]
+        return _Bounds(next_t, next_l, img_t, img_l, row_bounds, row_step, [], None)
 
     def elaborate(self, platform):
         cfg = self._config
@@ -108,33 +195,30 @@ class LineBuffer(wiring.Component):
         desc = self.desc
         m = Module()
 
-        banks = [[Memory(shape=unsigned(8 * pin), depth=depth, init=[]) for _ in range(k)]
-                 for _ in range(slots)]
-        wports, rports = [], []
-        for r in range(slots):
-            wports.append([])
-            rports.append([])
-            for b in range(k):
-                m.submodules[f"bank_{r}_{b}"] = banks[r][b]
-                # Ports bound to names, so the netlist does not call them "$signature".
-                wport = banks[r][b].write_port()
-                rport = banks[r][b].read_port()
-                wports[r].append(wport)
-                rports[r].append(rport)
+        # A memory per (slot, bank): a PipelinedMemory (registered behind
+        # the block RAMs) with deep_pipeline, else a plain one.
+        deep = bool(cfg.deep_pipeline)
+        # The part select registered too: the tap multiplexers gather the
+        # banks from block RAMs all over the die.
+        banks = [[MemoryPorts(m, f"bank_{r}_{b}", 8 * pin, depth, pipelined=deep,
+                              register_output=True)
+                  for b in range(k)] for r in range(slots)]
 
         # in_h mod row_slots (how far the slots turn from one image to the next),
         # by restoring division, one quotient bit per cycle after `start`: a
         # combinational divider would be the longest path of the engine.
         mod_rem = Signal(16)
         mod_div = Signal(16 + slots.bit_length())
-        mod_done = Signal(init=1)
+        div_done = Signal(init=1)
+        mod_done = Signal(init=1)  # a cycle later: the next image's slots are computed
         inh_mod = mod_rem[:max(1, (slots - 1).bit_length())]
-        with m.If(~mod_done):
+        with m.If(~div_done):
             with m.If(mod_rem >= mod_div):
                 m.d.sync += mod_rem.eq(mod_rem - mod_div)
             m.d.sync += mod_div.eq(mod_div >> 1)
             with m.If(mod_div == slots):
-                m.d.sync += mod_done.eq(1)
+                m.d.sync += div_done.eq(1)
+        m.d.sync += mod_done.eq(div_done)
 
         # ---- writer ---------------------------------------------------------
         lim = limits(cfg)
@@ -150,12 +234,6 @@ class LineBuffer(wiring.Component):
         avail = Signal(signed(19))
         row_written = Signal()
         image_read = Signal()
-        # Both sums in parallel, so that `image_read` (late: it follows
-        # `issue`) only selects between them.
-        avail_next = Signal(signed(19))
-        avail_wrap = Signal(signed(19))
-        m.d.comb += [avail_next.eq(avail + row_written), avail_wrap.eq(avail_next - desc.in_h)]
-        m.d.sync += avail.eq(Mux(image_read, avail_wrap, avail_next))
 
         # ---- reader position ------------------------------------------------
         n = Signal(16)
@@ -167,6 +245,11 @@ class LineBuffer(wiring.Component):
         base0 = Signal(signed((depth + lim.max_ci_tiles).bit_length() + 1))  # (x0 div kmax) * ci_tiles
         rslot0 = Signal(range(slots))  # slot of the current image's row ytop
         img_slot = Signal(range(slots))  # slot of the current image's row 0
+        # The next image's img_slot and rslot0, kept a step ahead (from
+        # registers only): at an image's end `issue` then only selects them,
+        # where two modular sums after it were the longest path on the ECP5.
+        nimg_slot = Signal(range(slots))
+        nimg_rslot0 = Signal(range(slots))
 
         # Rows (of the current image) the current output row needs, and the first
         # row the writer may not start yet: row_slots past the first row still
@@ -174,43 +257,27 @@ class LineBuffer(wiring.Component):
         rtarget = Signal(signed(19))
         rlimit = Signal(signed(19))
 
-        def bounds(y, name):
-            ybot = Signal(signed(19), name=f"{name}_ybot")
-            t, l = Signal(signed(19), name=f"{name}_target"), Signal(signed(19), name=f"{name}_limit")
-            m.d.comb += [ybot.eq(y + k), t.eq(Mux(ybot > desc.in_h, desc.in_h, ybot)),
-                         l.eq(Mux(y < 0, 0, y) + slots)]
-            return t, l
-
-        # The bounds of the next row are computed from `ynext` (= ytop + stride,
-        # a register), those of an image's first row are registered (static
-        # during a run): `issue` then only selects, where the arithmetic after
-        # it was the longest path on the iCE40.
         ynext = Signal(signed(18))
-        first_t, first_l = bounds(-desc.pad_top, "first")
-        next_t, next_l = bounds(ynext, "next")
-        img_t, img_l = Signal(signed(19)), Signal(signed(19))
-        m.d.sync += [img_t.eq(first_t), img_l.eq(first_l)]
-
-        def row_bounds(at_start):
-            t, l = (first_t, first_l) if at_start else (img_t, img_l)
-            return [rtarget.eq(t), rlimit.eq(l), ynext.eq(desc.stride - desc.pad_top)]
+        bounds = (self._bounds_ahead if deep else self._bounds_compact)(m, desc, ynext, rtarget,
+                                                                       rlimit)
 
         # ---- writer logic -----------------------------------------------------
         can_write = Signal()
-        m.d.comb += [
-            can_write.eq(~self.w_done & (self.r_done | (avail < rlimit))),
-            self.w_stream.ready.eq(can_write),
-        ]
+        m.d.comb += self.w_stream.ready.eq(can_write)
         wen = self.w_stream.valid & can_write
         for r in range(slots):
             for b in range(k):
                 m.d.comb += [
-                    wports[r][b].addr.eq(wbase + wci),
-                    wports[r][b].data.eq(self.w_stream.payload),
-                    wports[r][b].en.eq(wen & (wslot == r) & (wbank == b)),
+                    banks[r][b].w_addr.eq(wbase + wci),
+                    banks[r][b].w_data.eq(self.w_stream.payload),
+                    banks[r][b].w_en.eq(wen & (wslot == r) & (wbank == b)),
                 ]
         # Writer "last" flags, as the reader's below: `row_written` feeds avail.
         wci_last, wx_last = Signal(), Signal()
+        w_finish = Signal()  # the batch's last word is written
+        # The last row and image, flags registered with the counters too:
+        # they decide `w_finish`, which the lookahead of can_write follows.
+        wy_last, wimg_last = Signal(), Signal()
         with m.If(wen):
             with m.If(wci_last):
                 m.d.sync += [wci.eq(0), wci_last.eq(desc.ci_tiles == 1)]
@@ -218,12 +285,14 @@ class LineBuffer(wiring.Component):
                     m.d.comb += row_written.eq(1)
                     m.d.sync += [wx.eq(0), wx_last.eq(desc.in_w == 1), wbank.eq(0), wbase.eq(0),
                                  wslot.eq(_wrap_inc(wslot, slots))]
-                    with m.If(wy == desc.in_h - 1):
-                        m.d.sync += [wy.eq(0), wimg.eq(wimg + 1)]
-                        with m.If(wimg == desc.batch - 1):
+                    with m.If(wy_last):
+                        m.d.sync += [wy.eq(0), wy_last.eq(desc.in_h == 1), wimg.eq(wimg + 1),
+                                     wimg_last.eq(wimg + 2 == desc.batch)]
+                        with m.If(wimg_last):
+                            m.d.comb += w_finish.eq(1)
                             m.d.sync += self.w_done.eq(1)
                     with m.Else():
-                        m.d.sync += wy.eq(wy + 1)
+                        m.d.sync += [wy.eq(wy + 1), wy_last.eq(wy + 2 == desc.in_h)]
                 with m.Else():
                     m.d.sync += [wx.eq(wx + 1), wx_last.eq(wx + 2 == desc.in_w)]
                     with m.If(wbank == k - 1):
@@ -246,7 +315,6 @@ class LineBuffer(wiring.Component):
             return (count + 2) == limit
 
         m.d.comb += [
-            self.ready.eq(~self.r_done & mod_done & (avail >= rtarget)),
             self.issue.eq(self.ready & self.en),
             self.first.eq(ci_first),
             self.last.eq(ci_last),
@@ -259,24 +327,55 @@ class LineBuffer(wiring.Component):
                     bank0.eq(Mux(padded, k - desc.pad_left, 0)),
                     base0.eq(Mux(padded, -desc.ci_tiles, 0))]
 
-        def image_start(slot, at_start=False):
-            # rslot0 = (slot - pad_top) mod slots
+        def slot_sum(a, b):
             v = Signal(signed(8))
-            m.d.comb += v.eq(slot - desc.pad_top)
-            return [ytop.eq(-desc.pad_top),
-                    rslot0.eq(_mod_once(v, slots)), img_slot.eq(slot)] + \
-                row_bounds(at_start) + row_start()
+            m.d.comb += v.eq(a + b)
+            return _mod_once(v, slots)
 
+        def image_start(slot, rslot, at_start=False):
+            # deep_pipeline: the first image's rslot0 follows at `settle`
+            return [ytop.eq(-desc.pad_top), img_slot.eq(slot)] + \
+                ([] if rslot is None else [rslot0.eq(rslot)]) + \
+                bounds.row_bounds(at_start) + row_start()
+
+        if deep:
+            # The slots of the image after the next: each image starts inh_mod
+            # slots after the one before.
+            def next_image():
+                return image_start(nimg_slot, nimg_rslot0) + [
+                    nimg_slot.eq(slot_sum(nimg_slot, inh_mod)),
+                    nimg_rslot0.eq(slot_sum(nimg_rslot0, inh_mod))]
+            with m.If(div_done & ~mod_done):
+                # the divider's result is out: the second image's slots
+                m.d.sync += [nimg_slot.eq(inh_mod),
+                             nimg_rslot0.eq(slot_sum(inh_mod, bounds.first_rslot0))]
+            settle = Signal()
+            m.d.comb += settle.eq(~div_done & (mod_div == slots))
+            with m.If(settle):
+                # the first image's read bounds and slot (registered from the descriptor)
+                m.d.sync += bounds.settle + [rslot0.eq(bounds.first_rslot0)]
+        else:
+            def next_image():
+                slot = slot_sum(img_slot, inh_mod)
+                return image_start(slot, slot_sum(slot, -desc.pad_top))
+
+        r_finish = Signal()  # the batch's last window is issued
+        n_last = Signal()  # the batch's last image (a flag, as the ones below)
+        row_read = Signal()  # an output row (not an image's last) is issued
         with m.If(self.start):
             m.d.sync += [wci.eq(0), wx.eq(0), wy.eq(0), wimg.eq(0), wbank.eq(0), wbase.eq(0),
                          wci_last.eq(desc.ci_tiles == 1), wx_last.eq(desc.in_w == 1),
                          wslot.eq(0), avail.eq(0), self.w_done.eq(0),
-                         mod_rem.eq(desc.in_h), mod_div.eq(slots << 15), mod_done.eq(0),
+                         wy_last.eq(desc.in_h == 1), wimg_last.eq(desc.batch == 1),
+                         n_last.eq(desc.batch == 1),
+                         mod_rem.eq(desc.in_h), mod_div.eq(slots << 15), div_done.eq(0),
+                         mod_done.eq(0),
                          n.eq(0), oy.eq(0), ox.eq(0), co.eq(0), ci.eq(0), widx.eq(0),
                          self.r_done.eq(0), ci_first.eq(1),
                          ci_last.eq(desc.ci_tiles == 1), co_last.eq(desc.co_tiles == 1),
                          ox_last.eq(desc.out_w == 1), oy_last.eq(desc.out_h == 1)]
-            m.d.sync += image_start(Const(0, range(slots)), at_start=True)
+            m.d.sync += image_start(Const(0, range(slots)),
+                                    None if deep else slot_sum(0, -desc.pad_top), at_start=True)
         with m.Elif(self.issue):
             with m.If(ci_last):
                 m.d.sync += [ci.eq(0), ci_first.eq(1), ci_last.eq(desc.ci_tiles == 1)]
@@ -287,12 +386,12 @@ class LineBuffer(wiring.Component):
                         m.d.sync += row_start()
                         with m.If(oy_last):
                             m.d.sync += oy_last.eq(desc.out_h == 1)
-                            nslot = Signal(range(2 * slots))
-                            m.d.comb += nslot.eq(img_slot + inh_mod)
                             m.d.comb += image_read.eq(1)
                             m.d.sync += [oy.eq(0), n.eq(n + 1)]
-                            m.d.sync += image_start(_mod_once(nslot, slots))
-                            with m.If(n == desc.batch - 1):
+                            m.d.sync += next_image()
+                            m.d.sync += n_last.eq(n + 2 == desc.batch)
+                            with m.If(n_last):
+                                m.d.comb += r_finish.eq(1)
                                 m.d.sync += self.r_done.eq(1)
                         with m.Else():
                             rs = Signal(range(2 * slots))
@@ -300,8 +399,8 @@ class LineBuffer(wiring.Component):
                             m.d.sync += [oy.eq(oy + 1), oy_last.eq(next_last(oy, desc.out_h)),
                                          ytop.eq(ynext),
                                          rslot0.eq(_mod_once(rs, slots))]
-                            m.d.sync += [rtarget.eq(next_t), rlimit.eq(next_l),
-                                         ynext.eq(ynext + desc.stride)]
+                            m.d.comb += row_read.eq(1)
+                            m.d.sync += bounds.row_step()
                     with m.Else():
                         bs = Signal(range(2 * k + 1))
                         m.d.comb += bs.eq(bank0 + desc.stride)
@@ -318,13 +417,82 @@ class LineBuffer(wiring.Component):
                 m.d.sync += [ci.eq(ci + 1), ci_first.eq(0),
                              ci_last.eq(next_last(ci, desc.ci_tiles)), widx.eq(widx + 1)]
 
-        # ---- window read: stage 0 (addresses) -> 1 (memory data) -> 2 (taps) --
+        # ---- ready and can_write -------------------------------------------
+        now_ready = ~self.r_done & mod_done & (avail >= rtarget)
+        now_can_write = ~self.w_done & (self.r_done | (avail < rlimit))
+
+        def select(stay, written, read, written_read):
+            # `row_written` and `image_read` (late: they follow `wen` and
+            # `issue`) only select between sums made in parallel.
+            return Mux(image_read, Mux(row_written, written_read, read),
+                       Mux(row_written, written, stay))
+
+        if not cfg.deep_pipeline:
+            # Few logic cells, slow clock: compare the registers directly.
+            m.d.comb += [self.ready.eq(now_ready), can_write.eq(now_can_write)]
+            avail_next = Signal(signed(19))
+            m.d.comb += avail_next.eq(avail + row_written)
+            with m.If(~self.start):
+                m.d.sync += avail.eq(Mux(image_read, avail_next - desc.in_h, avail_next))
+        else:
+            # Both registered, computed a cycle ahead, exactly: each compare
+            # is made for every way `avail` and the row bounds can change
+            # this cycle (from registers, in parallel), and the late events
+            # (`issue`, `wen`) only select one. Compared directly, they were
+            # the longest paths on the ECP5 (into the loader and the reader).
+            # Every compare is one subtraction of two registers: `avail + 1`
+            # is a register of its own, and an image's end, which takes
+            # in_h from `avail`, compares with bounds that have in_h added
+            # (static during a run, registered).
+            ready_q = Signal(name="ready_q")
+            can_write_q = Signal(name="can_write_q")
+            m.d.comb += [self.ready.eq(ready_q), can_write.eq(can_write_q)]
+            avail_p1 = Signal(signed(19), init=1)
+            static = {name: Signal(signed(19), name=name) for name in
+                      ("neg_h", "one_minus_h", "two_minus_h", "img_t_h", "img_l_h")}
+            m.d.sync += [static["neg_h"].eq(-desc.in_h), static["one_minus_h"].eq(1 - desc.in_h),
+                         static["two_minus_h"].eq(2 - desc.in_h),
+                         static["img_t_h"].eq(bounds.img_t + desc.in_h),
+                         static["img_l_h"].eq(bounds.img_l + desc.in_h)]
+            with m.If(~self.start):  # else both restart (0, 1)
+                m.d.sync += [
+                    avail.eq(select(avail, avail_p1, avail + static["neg_h"],
+                                    avail + static["one_minus_h"])),
+                    avail_p1.eq(select(avail_p1, avail + 2, avail + static["one_minus_h"],
+                                       avail + static["two_minus_h"])),
+                ]
+            moves = {"stay": (rtarget, rlimit), "row": (bounds.next_t, bounds.next_l),
+                     "image": (static["img_t_h"], static["img_l_h"])}
+            ge, lt = {}, {}
+            for w, a in ((0, avail), (1, avail_p1)):
+                for move, (t, l) in moves.items():
+                    ge[w, move] = Signal(name=f"ready_{w}_{move}")
+                    lt[w, move] = Signal(name=f"can_write_{w}_{move}")
+                    m.d.comb += [ge[w, move].eq(a >= t), lt[w, move].eq(a < l)]
+
+            def pick(table):
+                return Mux(image_read, Mux(row_written, table[1, "image"], table[0, "image"]),
+                           Mux(row_read, Mux(row_written, table[1, "row"], table[0, "row"]),
+                               Mux(row_written, table[1, "stay"], table[0, "stay"])))
+            r_done_next = self.r_done | r_finish
+            w_done_next = self.w_done | w_finish
+            m.d.sync += [ready_q.eq(~r_done_next & div_done & pick(ge)),
+                         can_write_q.eq(~w_done_next & (r_done_next | pick(lt)))]
+            with m.If(self.start):
+                # avail = 0 < rlimit = row_slots: the writer may start at once.
+                m.d.sync += [ready_q.eq(0), can_write_q.eq(1), avail_p1.eq(1)]
+        # The direct values, for checking the lookahead in simulation.
+        self._now = (now_ready, now_can_write)
+
+        # ---- window read: stage 0 (addresses) -> 1 (memory data) -> (with
+        # deep_pipeline: 2, the memory data registered ->) the taps --------
         for b in range(k):
             # Bank b holds the window column whose word is one further on when b < bank0.
             addr = Signal(signed(19), name=f"raddr_{b}")
             m.d.comb += addr.eq(base0 + Mux(b < bank0, desc.ci_tiles, 0) + ci)
             for r in range(slots):
-                m.d.comb += rports[r][b].addr.eq(addr.as_unsigned())
+                m.d.comb += banks[r][b].r_addr.eq(addr.as_unsigned())
+        mem_data = [[banks[r][b].r_data for b in range(k)] for r in range(slots)]
         rsel = [Signal(range(slots), name=f"rsel_{ky}") for ky in range(k)]
         bsel = [Signal(range(k), name=f"bsel_{kx}") for kx in range(k)]
         rowv = Signal(k)
@@ -343,12 +511,20 @@ class LineBuffer(wiring.Component):
             m.d.sync += [bsel[kx].eq(_mod_once(bs, k)),
                          colv[kx].eq((cx >= 0) & (cx < desc.in_w))]
         m.d.sync += v1.eq(self.issue)
+        for i in range(self.latency - 2):
+            # ... and on with the memory data.
+            rsel, bsel = _delayed(m, rsel, f"rsel{i + 2}"), _delayed(m, bsel, f"bsel{i + 2}")
+            rowv = _delayed(m, [rowv], f"rowv{i + 2}")[0]
+            colv = _delayed(m, [colv], f"colv{i + 2}")[0]
+            v_next = Signal(name=f"v{i + 2}")
+            m.d.sync += v_next.eq(v1)
+            v1 = v_next
 
-        # Stage 1: pick each window row's slot for every bank, then rotate the
+        # Last stage: pick each window row's slot for every bank, then rotate the
         # banks into window columns: kmax*kmax slots:1 muxes and kmax*kmax
         # kmax:1 muxes, where rotating every slot's banks first takes
         # slots*kmax kmax:1 muxes more (~200 LUT4 on the iCE40 engine).
-        rows = [[Array(rports[r][b].data for r in range(slots))[rsel[ky]] for b in range(k)]
+        rows = [[Array(mem_data[r][b] for r in range(slots))[rsel[ky]] for b in range(k)]
                 for ky in range(k)]
         zp_word = Cat(*([desc.x_zp] * pin))
         taps = []
@@ -362,6 +538,26 @@ class LineBuffer(wiring.Component):
                 taps.append(t)
         m.d.sync += [self.o_window.as_value().eq(Cat(*taps)), self.o_valid.eq(v1)]
         return m
+
+
+@dataclasses.dataclass
+class _Bounds:
+    """Row bounds logic of one arrangement (see ``LineBuffer._bounds_*``)."""
+    next_t: object
+    next_l: object
+    img_t: object
+    img_l: object
+    row_bounds: object  # at_start -> assignments at an image's start
+    row_step: object  # () -> assignments at an output row's end
+    settle: list  # assignments at `settle` (deep_pipeline)
+    first_rslot0: object  # the first image's rslot0, taken at `settle` (deep_pipeline)
+
+
+def _delayed(m, signals, name):
+    """Registered copies of ``signals`` (one cycle later)."""
+    out = [Signal.like(sig, name=f"{name}_{i}") for i, sig in enumerate(signals)]
+    m.d.sync += [o.eq(sig) for o, sig in zip(out, signals)]
+    return out
 
 
 def _wrap_inc(value, modulus):

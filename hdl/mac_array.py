@@ -6,7 +6,7 @@ from amaranth.lib.wiring import In, Out
 
 from .adder_tree import AdderTree
 from .config import require_config
-from .int8_products import Int8Products
+from .int8_products import Int8Products, latency_of as products_latency
 
 __all__ = ["MacArray"]
 
@@ -60,6 +60,9 @@ class MacArray(wiring.Component):
     o_valid : Out(1)
         One cycle per finished group.
     o_tag : Out(tag_width)
+    o_next_valid, o_next_tag : Out(1), Out(tag_width)
+        ``o_valid`` and ``o_tag`` of the next cycle, one cycle early (for
+        lookups keyed by the tag that must start before the result is out).
     o_acc : Out(data.ArrayLayout(signed(config.acc_width), pout))
         ``sum over the group of sum_t window[t] * weights[lane][t]``, without
         bias, in two's complement modulo ``2**acc_width`` (the host keeps
@@ -74,9 +77,11 @@ class MacArray(wiring.Component):
 
     Latency
     -------
-    :attr:`latency` = ``ceil(log2(T)) + 2`` cycles from the ``i_valid & i_last``
-    cycle to its ``o_valid`` cycle: one for the product registers, one per
-    adder-tree level, one for the accumulator. A new group may start on the
+    :attr:`latency` = ``ceil(log2(T)) + 3`` cycles from the ``i_valid & i_last``
+    cycle to its ``o_valid`` cycle: two for the multipliers (operand and
+    product registers, :class:`~fpgacnn.hdl.int8_products.Int8Products`;
+    one, the products', with ``deep_pipeline = 0``), one per adder-tree
+    level, one for the accumulator. A new group may start on the
     cycle after the previous ``i_last`` (full throughput).
     """
 
@@ -86,6 +91,7 @@ class MacArray(wiring.Component):
         self._config = config
         self._tag_width = tag_width
         self._taps = config.kmax * config.kmax * config.pin
+        self._products_latency = products_latency(config.deep_pipeline)
         super().__init__({
             "i_valid": In(1),
             "i_first": In(1),
@@ -95,6 +101,8 @@ class MacArray(wiring.Component):
             "i_weights": In(data.ArrayLayout(data.ArrayLayout(signed(8), self._taps), config.pout)),
             "o_valid": Out(1),
             "o_tag": Out(tag_width),
+            "o_next_valid": Out(1),
+            "o_next_tag": Out(tag_width),
             "o_acc": Out(data.ArrayLayout(signed(config.acc_width), config.pout)),
         })
 
@@ -114,25 +122,26 @@ class MacArray(wiring.Component):
     @property
     def latency(self):
         """Cycles from an ``i_valid & i_last`` cycle to its ``o_valid`` cycle."""
-        return self.tree_levels + 2
+        return self._products_latency + self.tree_levels + 1
 
     def elaborate(self, platform):
         m = Module()
         cfg = self._config
         taps = self._taps
 
-        # Stage 1: registered products, so that a multiplier (one DSP each;
-        # two per SB_MAC16 on iCE40 UltraPlus, see Int8Products) is a
-        # pipeline stage of its own.
+        # Stages 1-2: registered operands and products, so that a multiplier
+        # (one DSP each; two per SB_MAC16 on iCE40 UltraPlus, see
+        # Int8Products) is a pipeline stage of its own, the routes to it too.
         trees = []
         for lane in range(cfg.pout):
             tree = m.submodules[f"tree{lane}"] = AdderTree(taps, 16)
-            prods = m.submodules[f"mul{lane}"] = Int8Products(taps)
+            prods = m.submodules[f"mul{lane}"] = Int8Products(
+                taps, registered_operands=bool(cfg.deep_pipeline))
             m.d.comb += [prods.i_a.eq(self.i_window), prods.i_b.eq(self.i_weights[lane]),
                          tree.i_data.eq(prods.o_p)]
             trees.append(tree)
 
-        # Side band, delayed alongside the data: 1 (products) + tree levels.
+        # Side band, delayed alongside the data: the products + tree levels.
         side = data.StructLayout({
             "valid": 1, "first": 1, "last": 1, "tag": unsigned(self._tag_width),
         })
@@ -143,19 +152,23 @@ class MacArray(wiring.Component):
             stage.last.eq(self.i_last),
             stage.tag.eq(self.i_tag),
         ]
-        for i in range(1 + self.tree_levels):
+        for i in range(self._products_latency + self.tree_levels):
             nxt = Signal(side, name=f"side_d{i + 1}")
             m.d.sync += nxt.eq(stage)
             stage = nxt
 
         # Accumulator stage.
         for lane, tree in enumerate(trees):
-            acc = self.o_acc[lane]
+            # No reset: a group's first cycle overwrites it, o_valid qualifies it.
+            acc = Signal(signed(cfg.acc_width), name=f"acc{lane}", reset_less=True)
+            m.d.comb += self.o_acc[lane].eq(acc)
             with m.If(stage.valid):
                 with m.If(stage.first):
                     m.d.sync += acc.eq(tree.o_sum)
                 with m.Else():
                     m.d.sync += acc.eq(acc + tree.o_sum)
+        m.d.comb += [self.o_next_valid.eq(stage.valid & stage.last),
+                     self.o_next_tag.eq(stage.tag)]
         m.d.sync += self.o_valid.eq(stage.valid & stage.last)
         with m.If(stage.valid & stage.last):
             m.d.sync += self.o_tag.eq(stage.tag)

@@ -2,13 +2,14 @@
 
 import math
 
-from amaranth.hdl import Module, Mux, Signal, signed
+from amaranth.hdl import Cat, Module, Mux, Signal, signed
 from amaranth.lib import data, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from .config import require_config
 from .limits import limits
+from .pipelined_memory import MemoryPorts, PipelinedMemory, parts
 
 __all__ = ["MaxPool2x2"]
 
@@ -26,10 +27,12 @@ class MaxPool2x2(wiring.Component):
     A row memory holds one running maximum per ``(px, co)``: word
     ``px*co_tiles + co``. Each input word reads its entry and writes back the
     maximum (the first of the four words of a window writes itself); the
-    fourth word emits the result. The read-modify-write takes two cycles, and
-    back-to-back words to the same entry (``co_tiles = 1``: columns ``2*px``
-    and ``2*px+1``) are handled by a read port that is transparent for the
-    write port. The block never stalls.
+    fourth word emits the result. The block never stalls. The
+    read-modify-write takes five short stages (register the word, read,
+    register the memory output, compare, write back from registers), and a
+    word that reads an entry still in flight takes the newest result
+    instead; without ``deep_pipeline`` it takes two (read, compare and
+    write) with a read port transparent for the write port.
 
     Parameters
     ----------
@@ -59,7 +62,8 @@ class MaxPool2x2(wiring.Component):
 
     Latency
     -------
-    :attr:`latency` = 2 cycles from the ``i_valid`` cycle of a window's last
+    :attr:`latency` = 4 cycles (5 when the row memory spans several block
+    RAMs in depth; 2 without ``deep_pipeline``) from the ``i_valid`` cycle of a window's last
     word (bottom right, ``(2*py+1, 2*px+1, co)``) to its ``o_valid`` cycle.
     """
 
@@ -89,17 +93,17 @@ class MaxPool2x2(wiring.Component):
     @property
     def latency(self):
         """Cycles from a window's last input word to its output word."""
-        return 2
+        if not self._config.deep_pipeline:
+            return 2  # read; compare and write back
+        # register the word, the memory's read (a third cycle when its part
+        # select is registered too), compare
+        return 2 + PipelinedMemory.LATENCY + (parts(8 * self._config.pout, self._depth) > 1)
 
     def elaborate(self, platform):
         m = Module()
         pout = self._config.pout
         word = data.ArrayLayout(signed(8), pout)
         addr_width = max(1, (self._depth - 1).bit_length())
-
-        m.submodules.row = row = Memory(shape=word, depth=self._depth, init=[])
-        wr = row.write_port()
-        rd = row.read_port(transparent_for=(wr,))
 
         # Position of the next input word; `clear` restarts it combinationally
         # so that a word in the clear cycle is the first of the image.
@@ -112,7 +116,6 @@ class MaxPool2x2(wiring.Component):
             m.d.comb += [p_co.eq(0), p_ox.eq(0), p_oy_odd.eq(0), p_base.eq(0)]
         with m.Else():
             m.d.comb += [p_co.eq(co), p_ox.eq(ox), p_oy_odd.eq(oy_odd), p_base.eq(base)]
-
         with m.If(self.i_valid):
             with m.If(p_co + 1 >= self.co_tiles):
                 m.d.sync += co.eq(0)
@@ -129,29 +132,119 @@ class MaxPool2x2(wiring.Component):
         with m.Elif(self.clear):
             m.d.sync += [co.eq(0), ox.eq(0), base.eq(0), oy_odd.eq(0)]
 
-        # Stage A: read the running maximum. A trailing odd column is dropped
-        # (its pair index equals the pooled width).
-        keep = (p_ox >> 1) < (self.out_w >> 1)
-        addr = Signal(addr_width)
-        m.d.comb += [addr.eq(p_base + p_co), rd.addr.eq(addr)]
-        b_valid, b_first, b_emit = Signal(), Signal(), Signal()
-        b_addr = Signal(addr_width)
-        b_data = Signal(word)
-        m.d.sync += [
-            b_valid.eq(self.i_valid & keep),
-            b_first.eq(~p_oy_odd & ~p_ox[0]),
-            b_emit.eq(p_oy_odd & p_ox[0]),
-            b_addr.eq(addr),
-            b_data.eq(self.i_data),
+        # The word, its entry and what it does there. A trailing odd column
+        # is dropped (its pair index equals the pooled width).
+        step = data.StructLayout({
+            "valid": 1,   # a kept word: it writes its entry
+            "first": 1,   # first word of its window: it writes itself
+            "emit": 1,    # last word of its window: emit the result
+            "addr": addr_width,
+        })
+        now = Signal(step)
+        m.d.comb += [
+            now.valid.eq(self.i_valid & ((p_ox >> 1) < (self.out_w >> 1))),
+            now.first.eq(~p_oy_odd & ~p_ox[0]),
+            now.emit.eq(p_oy_odd & p_ox[0]),
+            now.addr.eq(p_base + p_co),
         ]
-
-        # Stage B: lane-wise maximum, write back, emit on the window's last word.
-        best = Signal(word)
-        for lane in range(pout):
-            with m.If(b_first | (b_data[lane] > rd.data[lane])):
-                m.d.comb += best[lane].eq(b_data[lane])
-            with m.Else():
-                m.d.comb += best[lane].eq(rd.data[lane])
-        m.d.comb += [wr.en.eq(b_valid), wr.addr.eq(b_addr), wr.data.eq(best)]
-        m.d.sync += [self.o_valid.eq(b_valid & b_emit), self.o_data.eq(best)]
+        if not self._config.deep_pipeline:
+            self._two_stages(m, now, word)
+        else:
+            self._pipelined(m, now, word)
         return m
+
+    def _best(self, m, first, new, running, word):
+        best = Signal(word)
+        for lane in range(self._config.pout):
+            with m.If(first | (new[lane] > running[lane])):
+                m.d.comb += best[lane].eq(new[lane])
+            with m.Else():
+                m.d.comb += best[lane].eq(running[lane])
+        return best
+
+    def _two_stages(self, m, now, word):
+        """Read, then compare and write back."""
+        m.submodules.row = row = Memory(shape=word, depth=self._depth, init=[])
+        wr = row.write_port()
+        rd = row.read_port(transparent_for=(wr,))
+        b = Signal.like(now)
+        b_data = Signal(word)
+        m.d.comb += rd.addr.eq(now.addr)
+        m.d.sync += [b.eq(now), b_data.eq(self.i_data)]
+        best = self._best(m, b.first, b_data, rd.data, word)
+        m.d.comb += [wr.en.eq(b.valid), wr.addr.eq(b.addr), wr.data.eq(best)]
+        m.d.sync += [self.o_valid.eq(b.valid & b.emit), self.o_data.eq(best)]
+
+    def _pipelined(self, m, now, word):
+        """Register, read, the memory's registered read, compare, write back."""
+        # Read data registered behind the block RAMs (and after the part
+        # select when there are parts); not transparent: writes still in
+        # flight are forwarded below, away from the memory's output path.
+        row = MemoryPorts(m, "row", word.size, self._depth, pipelined=True,
+                          register_output=True)
+        # Stage B: the word registered; it reads its entry. Stages up to D
+        # (`row.latency` later): the word travels beside the read.
+        b = Signal.like(now)
+        b_data = Signal(word, reset_less=True)
+        m.d.sync += [b.eq(now), b_data.eq(self.i_data)]
+        m.d.comb += row.r_addr.eq(b.addr)
+        chain, datas = [b], [b_data]
+        for i in range(row.latency):
+            nxt, nxt_data = Signal.like(now, name=f"s{i + 1}"), Signal(word, name=f"s{i + 1}_data",
+                                                                        reset_less=True)
+            m.d.sync += [nxt.eq(chain[-1]), nxt_data.eq(datas[-1])]
+            chain.append(nxt)
+            datas.append(nxt_data)
+        d, d_data = chain[-1], datas[-1]
+        # E: the result of D, written back this cycle; then the older results.
+        e = Signal.like(now, name="e")
+        results = [Signal(word, name=f"result_{i}", reset_less=True) for i in range(row.latency + 1)]
+        # The words 1 .. latency+1 ahead of the one in B (in stages C .. D and
+        # E) have not written their entry yet when it reads: note which ones
+        # have the same address, and carry that along to D, when the i-th
+        # ahead's result is in results[i-1].
+        # The choice is made here, one-hot (the newest match wins, else the
+        # memory), so that stage D only selects.
+        ahead = chain[1:] + [e]
+        match = [w.valid & (w.addr == b.addr) for w in ahead]
+        pick = Signal(len(ahead) + 1)  # bit 0: the memory, bit i+1: results[i]
+        m.d.comb += pick.eq(Cat(~Cat(*match).any(),
+                                *(match[i] & ~Cat(*match[:i]).any() if i else match[0]
+                                  for i in range(len(ahead)))))
+        picks = [pick]
+        for i in range(row.latency):
+            nxt = Signal(len(pick), name=f"pick{i + 1}")
+            m.d.sync += nxt.eq(picks[-1])
+            picks.append(nxt)
+        pick = picks[-1]
+        # Stage D: the running maximum from memory or, for a word that read
+        # too early, the newest of the results after it; the new word is
+        # compared with every candidate at once (all registers), and the
+        # one-hot choice selects both the candidate and its compare.
+        cands = [data.View(word, row.r_data)] + results
+        best = Signal(word)
+        for lane in range(self._config.pout):
+            new = d_data[lane]
+            running = Cat(*(c[lane].as_unsigned() & pick[i].replicate(8)
+                            for i, c in enumerate(cands)))
+            running_lane = Signal(signed(8), name=f"running{lane}")
+            m.d.comb += running_lane.eq(_or_words(running, len(cands), 8))
+            greater = Cat(*((new > c[lane]) & pick[i] for i, c in enumerate(cands))).any()
+            with m.If(d.first | greater):
+                m.d.comb += best[lane].eq(new)
+            with m.Else():
+                m.d.comb += best[lane].eq(running_lane)
+        m.d.sync += [e.eq(d), results[0].eq(best),
+                     self.o_valid.eq(d.valid & d.emit), self.o_data.eq(best)]
+        m.d.sync += [results[i + 1].eq(results[i]) for i in range(len(results) - 1)]
+        # Stage E: write back from registers (the route to the block RAM gets
+        # a cycle of its own).
+        m.d.comb += [row.w_en.eq(e.valid), row.w_addr.eq(e.addr), row.w_data.eq(results[0])]
+
+
+def _or_words(bits, count, width):
+    """The OR of ``count`` ``width``-bit words packed in ``bits``."""
+    out = bits[:width]
+    for i in range(1, count):
+        out = out | bits[i * width:(i + 1) * width]
+    return out

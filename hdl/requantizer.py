@@ -6,6 +6,7 @@ from amaranth.lib.wiring import In, Out
 
 from .config import require_config
 from .mac_array import _check_tag_width
+from .dsp import PipelinedMultiplier
 from .sat_shift import double, round_half_up, saturate, shift_levels
 
 __all__ = ["Requantizer"]
@@ -65,10 +66,14 @@ class Requantizer(wiring.Component):
 
     Latency
     -------
-    :attr:`latency` = 5 cycles from ``i_valid`` to ``o_valid``, one per stage:
-    add bias, multiply, the upper shift levels, the lower shift levels and
-    rounding (:mod:`~fpgacnn.hdl.sat_shift`), add zero point and clamp.
-    One result per cycle.
+    :attr:`latency` = 9 cycles from ``i_valid`` to ``o_valid`` with
+    ``deep_pipeline``, one result per cycle: add bias; the product as partial
+    products of 17-bit parts, each in a registered DSP block
+    (:class:`~fpgacnn.hdl.dsp.PipelinedMultiplier`, 2 cycles); their sum with
+    the rounding term over a registered adder tree (3); shift; saturate and
+    add the zero point; clamp. Without it (small parts, a few DSPs, a slow
+    clock) 5: add bias, multiply, the upper and the lower shift levels with
+    rounding (:mod:`~fpgacnn.hdl.sat_shift`), zero point and clamp.
     """
 
     def __init__(self, config, *, tag_width):
@@ -98,19 +103,22 @@ class Requantizer(wiring.Component):
     @property
     def latency(self):
         """Cycles from ``i_valid`` to the matching ``o_valid``."""
-        return 5
+        if not self._config.deep_pipeline:
+            return 5
+        return 1 + PipelinedMultiplier.LATENCY + _tree_levels(len(self._product_parts()) + 1) + 3
+
+    def _product_parts(self):
+        """``((sum offset, width, signed), (mult offset, width))`` per DSP partial product."""
+        sum_parts = _parts(self._sum_width, signed=True)
+        mult_parts = _parts(self._config.mult_width, signed=False)
+        return [(a, (b[0], b[1])) for a in sum_parts for b in mult_parts]
+
+    @property
+    def _sum_width(self):
+        return max(self._config.acc_width, 32) + 1
 
     def elaborate(self, platform):
         m = Module()
-        cfg = self._config
-
-        # Exact widths of each stage's result.
-        sum_w = max(cfg.acc_width, 32) + 1
-        prod_w = sum_w + cfg.mult_width  # signed * unsigned, |mult| < 2**mult_width
-        # Shifted and saturated: [-512, 512] covers every result that a zero
-        # point and clamp in int8 do not saturate alike.
-        narrow = 11
-
         # Side band: valid and tag through all stages.
         valid, tag = self.i_valid, self.i_tag
         for i in range(self.latency):
@@ -119,41 +127,147 @@ class Requantizer(wiring.Component):
             m.d.sync += [nvalid.eq(valid), ntag.eq(tag)]
             valid, tag = nvalid, ntag
         m.d.comb += [self.o_valid.eq(valid), self.o_tag.eq(tag)]
-
-        for lane in range(cfg.pout):
-            # Data registers need no reset (valid travels beside them); without
-            # one, yosys can merge them into the iCE40 DSPs' own registers.
-            def reg(shape, name):
-                return Signal(shape, name=f"{name}{lane}", reset_less=True)
-
-            # 1: add bias.
-            s_sum, s1_mult, s1_shift = reg(signed(sum_w), "sum"), reg(cfg.mult_width, "mult"), reg(SHIFT_WIDTH, "shift_s1_")
-            m.d.sync += [
-                s_sum.eq(self.i_acc[lane] + self.i_bias[lane]),
-                s1_mult.eq(self.i_mult[lane]),
-                s1_shift.eq(self.i_shift[lane]),
-            ]
-            # 2: multiply (the multiplier is unsigned, so the product keeps the sign of the sum).
-            s_prod, s2_shift = reg(signed(prod_w), "prod"), reg(SHIFT_WIDTH, "shift_s2_")
-            m.d.sync += [s_prod.eq(s_sum * s1_mult), s2_shift.eq(s1_shift)]
-            # 3-4: rounding shift, saturated to `narrow` bits (sat_shift: the result
-            # is clamped to int8, so a full-width shifter and rounding add would be waste).
-            x = double(s_prod)
-            y3, ovf3 = shift_levels(x, Const(0, 1), s2_shift, (5, 4, 3), narrow)
-            s_y3, s_ovf3, s_sign3 = reg(signed(len(y3)), "shift_part"), reg(1, "ovf"), reg(1, "sign")
-            s3_shift = reg(3, "shift_s3_")
-            m.d.sync += [s_y3.eq(y3), s_ovf3.eq(ovf3), s_sign3.eq(x[-1]), s3_shift.eq(s2_shift[:3])]
-            y4, ovf4 = shift_levels(s_y3, s_ovf3, s3_shift, (2, 1, 0), narrow)
-            s_shifted = reg(signed(narrow), "shifted")
-            m.d.sync += s_shifted.eq(round_half_up(saturate(y4, ovf4, s_sign3, narrow)))
-            # 5: zero point, then clamp as numpy.clip does (max with lo, then min with hi).
-            v = s_shifted + self.y_zp
-            v_lo = Signal(signed(narrow + 1), name=f"clamped_lo{lane}")
-            m.d.comb += v_lo.eq(v)
-            with m.If(v < self.clamp_lo):
-                m.d.comb += v_lo.eq(self.clamp_lo)
-            with m.If(v_lo > self.clamp_hi):
-                m.d.sync += self.o_data[lane].eq(self.clamp_hi)
-            with m.Else():
-                m.d.sync += self.o_data[lane].eq(v_lo)
+        lane = self._dsp_lane if self._config.deep_pipeline else self._compact_lane
+        for i in range(self._config.pout):
+            lane(m, i)
         return m
+
+    def _reg(self, shape, name, lane):
+        # Data registers need no reset (valid travels beside them); without
+        # one, yosys can merge them into the DSPs' own registers.
+        return Signal(shape, name=f"{name}{lane}", reset_less=True)
+
+    def _bias_stage(self, m, lane):
+        """Stage 1: add bias; the multiplier and shift move along."""
+        s_sum = self._reg(signed(self._sum_width), "sum", lane)
+        s_mult = self._reg(self._config.mult_width, "mult", lane)
+        s_shift = self._reg(SHIFT_WIDTH, "shift_s1_", lane)
+        m.d.sync += [s_sum.eq(self.i_acc[lane] + self.i_bias[lane]),
+                     s_mult.eq(self.i_mult[lane]), s_shift.eq(self.i_shift[lane])]
+        return s_sum, s_mult, s_shift
+
+    def _clip_stage(self, m, lane, v):
+        """``v`` clamped as numpy.clip does, ``min(max(v, lo), hi)``, registered.
+
+        Both compares in parallel: with ``lo > hi`` the result is ``hi``
+        whatever ``v``, otherwise ``lo`` below, ``hi`` above, ``v`` between.
+        """
+        lo, hi = self.clamp_lo, self.clamp_hi
+        out = self._reg(signed(8), "clamped", lane)
+        with m.If((lo > hi) | (v > hi)):
+            m.d.sync += out.eq(hi)
+        with m.Elif(v < lo):
+            m.d.sync += out.eq(lo)
+        with m.Else():
+            m.d.sync += out.eq(v)
+        return out
+
+    def _dsp_lane(self, m, lane):
+        s_sum, s_mult, shift = self._bias_stage(m, lane)
+
+        def delay(value, cycles, name):
+            for i in range(cycles):
+                nxt = self._reg(len(value), f"{name}_d{i + 1}_", lane)
+                m.d.sync += nxt.eq(value)
+                value = nxt
+            return value
+
+        # 2, 3: partial products, one registered DSP block each (the
+        # multiplier is unsigned, so each keeps the sign of its part of the sum).
+        terms = []
+        for i, ((a_off, a_w, a_signed), (b_off, b_w)) in enumerate(self._product_parts()):
+            mul = PipelinedMultiplier(signed(a_w) if a_signed else unsigned(a_w), unsigned(b_w))
+            m.submodules[f"part{lane}_{i}"] = mul
+            a_part = s_sum[a_off:a_off + a_w]
+            m.d.comb += [mul.a.eq(a_part.as_signed() if a_signed else a_part),
+                         mul.b.eq(s_mult[b_off:b_off + b_w])]
+            terms.append(mul.p << (a_off + b_off))
+        shift = delay(shift, PipelinedMultiplier.LATENCY, "shift")
+
+        # 4..6: the parts and the rounding term 2**(shift-1) (none for shift
+        # 0: (1 << shift) >> 1) summed two by two, a register per level.
+        terms.append((Const(1, 1) << shift)[1:])
+        for level in range(_tree_levels(len(terms))):
+            nxt = []
+            for k in range(0, len(terms), 2):
+                value = terms[k] + terms[k + 1] if k + 1 < len(terms) else terms[k]
+                r = self._reg(value.shape(), f"round_l{level}_{k // 2}_", lane)
+                m.d.sync += r.eq(value)
+                nxt.append(r)
+            terms = nxt
+            shift = delay(shift, 1, "shift")
+        s_round = terms[0]
+
+        # 7: arithmetic shift right (Amaranth sign-extends signed operands).
+        s_shifted = self._reg(s_round.shape(), "shifted", lane)
+        m.d.sync += s_shifted.eq(s_round >> shift)
+
+        # 8: saturate to SAT_WIDTH bits and add the zero point: in range when
+        # the bits from SAT_WIDTH-1 up are all copies of the sign (two
+        # reductions, shallower than a wide compare), and the three sums are
+        # made in parallel with that test.
+        hi_sat = 2**(SAT_WIDTH - 1) - 1
+        s_zp = self._reg(signed(SAT_WIDTH + 1), "with_zp", lane)
+        top = s_shifted.as_unsigned()[SAT_WIDTH - 1:]
+        with m.If(top.all() | ~top.any()):
+            m.d.sync += s_zp.eq(s_shifted[:SAT_WIDTH].as_signed() + self.y_zp)
+        with m.Elif(s_shifted[-1]):
+            m.d.sync += s_zp.eq(-hi_sat - 1 + self.y_zp)
+        with m.Else():
+            m.d.sync += s_zp.eq(hi_sat + self.y_zp)
+
+        # 9: clamp.
+        m.d.comb += self.o_data[lane].eq(self._clip_stage(m, lane, s_zp))
+
+    def _compact_lane(self, m, lane):
+        s_sum, s1_mult, s1_shift = self._bias_stage(m, lane)
+        prod_w = self._sum_width + self._config.mult_width  # signed * unsigned
+        # 2: multiply (the multiplier is unsigned, so the product keeps the sign of the sum).
+        s_prod, s2_shift = self._reg(signed(prod_w), "prod", lane), self._reg(SHIFT_WIDTH, "shift_s2_", lane)
+        m.d.sync += [s_prod.eq(s_sum * s1_mult), s2_shift.eq(s1_shift)]
+        # 3-4: rounding shift, saturated to SAT_WIDTH + 1 bits (sat_shift: the
+        # result is clamped to int8, so a full-width shifter and rounding add
+        # would be waste).
+        narrow = SAT_WIDTH + 1
+        x = double(s_prod)
+        y3, ovf3 = shift_levels(x, Const(0, 1), s2_shift, (5, 4, 3), narrow)
+        s_y3, s_ovf3 = self._reg(signed(len(y3)), "shift_part", lane), self._reg(1, "ovf", lane)
+        s_sign3, s3_shift = self._reg(1, "sign", lane), self._reg(3, "shift_s3_", lane)
+        m.d.sync += [s_y3.eq(y3), s_ovf3.eq(ovf3), s_sign3.eq(x[-1]), s3_shift.eq(s2_shift[:3])]
+        y4, ovf4 = shift_levels(s_y3, s_ovf3, s3_shift, (2, 1, 0), narrow)
+        s_shifted = self._reg(signed(narrow), "shifted", lane)
+        m.d.sync += s_shifted.eq(round_half_up(saturate(y4, ovf4, s_sign3, narrow)))
+        # 5: zero point and clamp.
+        v = Signal(signed(narrow + 1), name=f"with_zp{lane}")
+        m.d.comb += v.eq(s_shifted + self.y_zp)
+        m.d.comb += self.o_data[lane].eq(self._clip_stage(m, lane, v))
+
+
+#: Saturated width after the shift: [-512, 511] covers every result that a
+#: zero point and a clamp in int8 do not saturate alike.
+SAT_WIDTH = 10
+
+#: Operand bits of a partial product: 17 unsigned bits fit the ECP5
+#: MULT18X18D's signed 18-bit operands.
+_PART_BITS = 17
+
+
+def _parts(width, *, signed):
+    """``(offset, width, signed)`` parts of an operand, :data:`_PART_BITS` each.
+
+    The low parts are unsigned; the top part keeps the operand's sign (one
+    bit less then, so that it still fits the signed 18-bit operand).
+    """
+    parts, offset = [], 0
+    while offset < width:
+        left = width - offset
+        if left <= _PART_BITS - (1 if signed else 0):
+            parts.append((offset, left, signed))
+            break
+        parts.append((offset, _PART_BITS, False))
+        offset += _PART_BITS
+    return parts
+
+
+def _tree_levels(count):
+    return (count - 1).bit_length()

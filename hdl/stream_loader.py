@@ -12,12 +12,12 @@ buffer.
 
 from amaranth.hdl import Array, Cat, Module, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
-from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from .config import require_config
 from .descriptor import descriptor_layout
 from .limits import limits
+from .pipelined_memory import MemoryPorts, PipelinedMemory
 
 __all__ = ["PARAM_RECORD", "StreamLoader"]
 
@@ -56,11 +56,23 @@ class StreamLoader(wiring.Component):
         Every beat of the run has been taken (also high after reset).
     param_addr : In(range(param_depth))
     param_data : Out(data.ArrayLayout(PARAM_RECORD, pout))
-        The parameter group at ``param_addr`` of the previous cycle.
+        The parameter group at ``param_addr`` of ``read_latency``
+        cycles before.
     weight_addr : In(range(weight_depth))
     weight_data : Out(data.ArrayLayout(data.ArrayLayout(signed(8), kmax*kmax*pin), pout))
-        The weight word at ``weight_addr`` of the previous cycle (MacArray's ``i_weights``).
+        The weight word at ``weight_addr`` of ``read_latency``
+        cycles before (MacArray's ``i_weights``).
     """
+
+    @property
+    def read_latency(self):
+        """Cycles from ``param_addr``/``weight_addr`` to the data: 2 with ``deep_pipeline``, else 1.
+
+        With ``deep_pipeline`` the buffers are
+        :class:`~fpgacnn.hdl.pipelined_memory.PipelinedMemory` (registered
+        behind the block RAMs).
+        """
+        return PipelinedMemory.LATENCY if self._config.deep_pipeline else 1
 
     def __init__(self, config):
         require_config(config)
@@ -96,21 +108,18 @@ class StreamLoader(wiring.Component):
         m = Module()
 
         pbeats, wbeats = self.param_beats, self.weight_beats
-        params = Memory(shape=unsigned(pbeats * beat_bits), depth=cfg.param_depth, init=[])
-        weights = Memory(shape=unsigned(wbeats * beat_bits), depth=cfg.weight_depth, init=[])
-        m.submodules.params = params
-        m.submodules.weights = weights
-        pw = params.write_port(granularity=beat_bits)
-        ww = weights.write_port(granularity=beat_bits)
-        pr = params.read_port()
-        wr = weights.read_port()
+        pipelined = bool(cfg.deep_pipeline)
+        params = MemoryPorts(m, "params", pbeats * beat_bits, cfg.param_depth,
+                             pipelined=pipelined, granularity=beat_bits)
+        weights = MemoryPorts(m, "weights", wbeats * beat_bits, cfg.weight_depth,
+                              pipelined=pipelined, granularity=beat_bits)
         m.d.comb += [
-            pr.addr.eq(self.param_addr),
-            self.param_data.as_value().eq(pr.data),
-            wr.addr.eq(self.weight_addr),
-            self.weight_data.as_value().eq(wr.data),
-            pw.data.eq(Cat(*([self.i_stream.payload] * pbeats))),
-            ww.data.eq(Cat(*([self.i_stream.payload] * wbeats))),
+            params.r_addr.eq(self.param_addr),
+            self.param_data.as_value().eq(params.r_data),
+            weights.r_addr.eq(self.weight_addr),
+            self.weight_data.as_value().eq(weights.r_data),
+            params.w_data.eq(Cat(*([self.i_stream.payload] * pbeats))),
+            weights.w_data.eq(Cat(*([self.i_stream.payload] * wbeats))),
         ]
 
         beat_no = Signal(range(max(pbeats, wbeats, cfg.pin // cfg.stream_bytes, 1) + 1))
@@ -157,7 +166,7 @@ class StreamLoader(wiring.Component):
 
             with m.State("PARAMS"):
                 m.d.comb += [self.i_stream.ready.eq(1), self.wants.eq(1),
-                             pw.addr.eq(co), pw.en.eq(take << beat_no)]
+                             params.w_addr.eq(co), params.w_en.eq(take << beat_no)]
                 with m.If(take):
                     with m.If(beat_no == pbeats - 1):
                         m.d.sync += [beat_no.eq(0), co.eq(co + 1)]
@@ -169,7 +178,7 @@ class StreamLoader(wiring.Component):
 
             with m.State("WEIGHTS"):
                 m.d.comb += [self.i_stream.ready.eq(1), self.wants.eq(1),
-                             ww.addr.eq(word_addr), ww.en.eq(take << beat_no)]
+                             weights.w_addr.eq(word_addr), weights.w_en.eq(take << beat_no)]
                 with m.If(take):
                     with m.If(beat_no == wbeats - 1):
                         m.d.sync += [beat_no.eq(0), word_addr.eq(word_addr + 1)]

@@ -56,6 +56,7 @@ def _bytes(n):
 
 def config_summary(config):
     """A human-readable summary: parameters, peak throughput, buffer sizes."""
+    from .conv_core import pipeline_latency, setup_cycles
     c = config
     regs = build_regmap(c)
     rows = [("parameter", "value")]
@@ -76,6 +77,9 @@ def config_summary(config):
         f"{_bytes(c.param_depth * c.pout * 8)}",
         f"  limits                  width <= {c.max_width}, channels <= {c.max_channels}, "
         f"output channels per run <= {c.max_out_channels}, stride <= {c.max_stride}",
+        f"  pipeline                {'deep' if c.deep_pipeline else 'compact'}: "
+        f"{pipeline_latency(c, False)} cycles from a window to its result "
+        f"({pipeline_latency(c, True)} pooled), {setup_cycles(c)} setup cycles",
         f"  registers               {len(regs)} (AXI4-Lite, {1 << regs.addr_width} B window)",
         "",
     ]

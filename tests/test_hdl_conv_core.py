@@ -11,6 +11,7 @@ from fpgacnn.host.cycle_model import layer_cycles
 from fpgacnn.host.errors import MappingError
 from fpgacnn.host.packing import pack_layer, unpack_output
 
+from arrangement_helpers import ARRANGEMENTS, arranged
 from conv_core_helpers import run_core
 from engine_model_helpers import emulate_engine
 from test_packing import random_layer, reference, set_weights
@@ -42,16 +43,18 @@ def check_runs(cfg, layers, results, descs):
         assert_array_equal(y, reference(layer))
 
 
+@pytest.mark.parametrize("arrangement", ARRANGEMENTS)
 @pytest.mark.parametrize("in_pause, out_pause", [(0.0, 0.0), (0.3, 0.4)],
                          ids=["full-rate", "pauses"])
-def test_random_layers_bit_exact(in_pause, out_pause):
-    layers = layers_for(CFG, 11 + int(in_pause * 10), 6)
-    packed = [pack_layer(CFG, **layer) for layer in layers]
-    results = run_core(CFG, packed, seed=3, in_pause=in_pause, out_pause=out_pause)
-    check_runs(CFG, layers, results, [d for d, _ in packed])
+def test_random_layers_bit_exact(in_pause, out_pause, arrangement):
+    cfg = arranged(CFG, arrangement)
+    layers = layers_for(cfg, 11 + int(in_pause * 10), 6)
+    packed = [pack_layer(cfg, **layer) for layer in layers]
+    results = run_core(cfg, packed, seed=3, in_pause=in_pause, out_pause=out_pause)
+    check_runs(cfg, layers, results, [d for d, _ in packed])
     if not in_pause and not out_pause:
         for (desc, _), (_, cycles) in zip(packed, results):
-            model = layer_cycles(CFG, desc).cycles
+            model = layer_cycles(cfg, desc).cycles
             assert abs(model - cycles) <= 0.02 * cycles, f"{desc}: RTL {cycles}, model {model}"
 
 

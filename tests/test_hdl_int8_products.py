@@ -44,22 +44,26 @@ def test_platform_detection():
     assert not has_sb_mac16(HX8K())
 
 
-def test_generic_products_match_numpy():
+@pytest.mark.parametrize("registered_operands, latency", [(True, 2), (False, 1)])
+def test_generic_products_match_numpy(registered_operands, latency):
     n = 5
-    dut = Int8Products(n)
+    dut = Int8Products(n, registered_operands=registered_operands)
     rng = np.random.default_rng(1)
     a = rng.integers(-128, 128, size=(50, n))
     b = rng.integers(-128, 128, size=(50, n))
     a[0], b[0] = -128, -128
     a[1], b[1] = -128, 127
     got = []
+    assert dut.latency == latency
 
     async def testbench(ctx):
-        for i in range(len(a)):
-            ctx.set(dut.i_a.as_value(), pack(a[i], 8))
-            ctx.set(dut.i_b.as_value(), pack(b[i], 8))
+        for i in range(len(a) + dut.latency - 1):
+            if i < len(a):
+                ctx.set(dut.i_a.as_value(), pack(a[i], 8))
+                ctx.set(dut.i_b.as_value(), pack(b[i], 8))
             await ctx.tick()
-            got.append(unpack(ctx.get(dut.o_p.as_value()), 16, n))
+            if i >= dut.latency - 1:
+                got.append(unpack(ctx.get(dut.o_p.as_value()), 16, n))
 
     sim = Simulator(dut)
     sim.add_clock(1e-8)
@@ -68,24 +72,33 @@ def test_generic_products_match_numpy():
     assert_array_equal(np.array(got), a * b)
 
 
-@pytest.mark.parametrize("count", [1, 4, 9])
-def test_sb_mac16_netlist_equals_generic(tmp_path, count):
-    generic = verilog.convert(Int8Products(count), name="generic", emit_src=False)
-    ice40 = verilog.convert(Int8Products(count), name="ice40", platform=_UP5K(), emit_src=False)
+# The iCE40 boards' engines are compact (deep_pipeline = 0: unregistered
+# operands); the registered-operand form is proven once, on a whole window
+# (a few minutes of SAT: slow).
+@pytest.mark.parametrize("count, registered", [
+    (1, False), (4, False), (9, False), pytest.param(9, True, marks=pytest.mark.slow)])
+def test_sb_mac16_netlist_equals_generic(tmp_path, count, registered):
+    latency = 2 if registered else 1
+    generic = verilog.convert(Int8Products(count, registered_operands=registered),
+                              name="generic", emit_src=False)
+    ice40 = verilog.convert(Int8Products(count, registered_operands=registered),
+                            name="ice40", platform=_UP5K(), emit_src=False)
     assert ("SB_MAC16" in ice40) == (count >= 2)
     (tmp_path / "generic.v").write_text(generic)
     (tmp_path / "ice40.v").write_text(ice40)
     (tmp_path / "sb_mac16.v").write_text(_sb_mac16_model())
     # The iCE40 design is elaborated first (hierarchy: the DSPs get their
     # parameters), then both go into a miter: outputs equal at every step
-    # after the first (the first compares register contents, which the DSP
-    # model leaves uninitialised), for any inputs, with the sync reset low
-    # (the DSP's registers have no sync reset).
+    # at step latency + 1 (the steps before compare register contents, which
+    # the DSP model leaves uninitialised), for any inputs, with the sync reset
+    # low (the DSP's registers have no sync reset). The products are a
+    # pipeline without feedback: that step sees the inputs of step 1, any of
+    # them, so one step proves them all (each further step costs minutes).
     script = ("read_verilog ice40.v sb_mac16.v; hierarchy -check -top ice40; "
               "read_verilog generic.v; proc; async2sync; "
               "miter -equiv -flatten -make_assert generic ice40 miter; hierarchy -top miter; "
-              "opt_clean; sat -verify -prove-asserts -set-init-zero -set in_rst 0 -seq 3 "
-              "-prove-skip 1 miter")
+              f"opt_clean; sat -verify -prove-asserts -set-init-zero -set in_rst 0 -seq {latency + 1} "
+              f"-prove-skip {latency} miter")
     proc = subprocess.run(_yosys_command() + ["-q", "-l", "yosys.log", "-p", script],
                           cwd=tmp_path, capture_output=True, text=True)
     log = (tmp_path / "yosys.log").read_text() if (tmp_path / "yosys.log").exists() else ""

@@ -8,6 +8,8 @@ from fpgacnn.hdl.config import EngineConfig
 from fpgacnn.hdl.descriptor import descriptor_layout
 from fpgacnn.hdl.line_buffer import LineBuffer
 
+from arrangement_helpers import ARRANGEMENTS, arranged
+
 CFG = EngineConfig(pin=2, pout=2, kmax=3, stream_width=32, max_width=12, max_channels=6,
                    max_out_channels=4)
 
@@ -89,10 +91,24 @@ def run_line_buffer(cfg, desc, x, *, seed=0, in_pause=0.0, en_pause=0.0):
         assert ctx.get(dut.w_done)
 
     sim = Simulator(dut)
+    now_ready, now_can_write = dut._now  # the direct compares, built by the elaboration
+    mismatches = []
+
+    async def lookahead_check(ctx):
+        # `ready` and the writer's `ready` are registered a cycle ahead on
+        # ECP5: they must equal the direct compares on every cycle.
+        async for _ in ctx.tick():
+            got_now = (ctx.get(dut.ready), ctx.get(dut.w_stream.ready))
+            want = (ctx.get(now_ready), ctx.get(now_can_write))
+            if got_now != want:
+                mismatches.append((got_now, want))
+
     sim.add_clock(1e-8)
     sim.add_testbench(writer)
     sim.add_testbench(reader)
+    sim.add_testbench(lookahead_check, background=True)
     sim.run()
+    assert not mismatches, mismatches[:5]
     assert_array_equal(np.array(got, np.int8), expect)
     return issues
 
@@ -113,20 +129,22 @@ def random_case(rng, *, stride=None, pads=None, batch=None):
     return desc, x
 
 
+@pytest.mark.parametrize("arrangement", ARRANGEMENTS)
 @pytest.mark.parametrize("seed", range(6))
-def test_random_windows(seed):
+def test_random_windows(seed, arrangement):
     rng = np.random.default_rng(seed)
     desc, x = random_case(rng)
-    run_line_buffer(CFG, desc, x, seed=seed, in_pause=0.3 * (seed % 2), en_pause=0.3 * (seed % 3 == 1))
+    run_line_buffer(arranged(CFG, arrangement), desc, x, seed=seed, in_pause=0.3 * (seed % 2), en_pause=0.3 * (seed % 3 == 1))
 
 
-def test_slot_reuse_with_a_slow_reader():
+@pytest.mark.parametrize("arrangement", ARRANGEMENTS)
+def test_slot_reuse_with_a_slow_reader(arrangement):
     # The writer runs far ahead; every slot is reused several times within an image.
     rng = np.random.default_rng(10)
     desc = make_desc(in_h=9, in_w=4, ci_tiles=1, co_tiles=1, out_h=9, out_w=4, stride=1,
                      pad_top=1, pad_left=1, batch=2, x_zp=5)
     x = rng.integers(-128, 128, (2, CFG.pin, 9, 4), dtype=np.int8)
-    run_line_buffer(CFG, desc, x, en_pause=0.8)
+    run_line_buffer(arranged(CFG, arrangement), desc, x, en_pause=0.8)
 
 
 @pytest.mark.parametrize("stride", [2, 3])
@@ -149,3 +167,51 @@ def test_full_rate_once_rows_are_present():
     windows = 2 * 6 * 5 * 4
     # the second image's first rows are written while the first image finishes
     assert last - first + 1 == windows
+
+
+@pytest.mark.parametrize("arrangement", ARRANGEMENTS)
+@pytest.mark.parametrize("in_h, pad_top", [(1, 1), (2, 0), (5, 2)])
+def test_one_window_images_back_to_back(in_h, pad_top, arrangement):
+    # Every window ends an image: the next image's slots (kept a step ahead)
+    # are taken on consecutive cycles, with in_h mod row_slots != 0.
+    rng = np.random.default_rng(in_h)
+    n = 2 * CFG.row_slots + 1
+    desc = make_desc(in_h=in_h, in_w=1, out_h=1, out_w=1, pad_top=pad_top, pad_left=1,
+                     batch=n, x_zp=-3)
+    x = rng.integers(-128, 128, (n, CFG.pin, in_h, 1), dtype=np.int8)
+    run_line_buffer(arranged(CFG, arrangement), desc, x)
+
+
+@pytest.mark.parametrize("arrangement", ARRANGEMENTS)
+@pytest.mark.parametrize("stride", [1, 2])
+def test_one_window_rows_back_to_back(stride, arrangement):
+    # Every window ends an output row: the next row's bounds (kept a row
+    # ahead) are taken on consecutive cycles once the writer is ahead.
+    rng = np.random.default_rng(stride)
+    in_h = 11
+    out_h = (in_h + 2 - CFG.kmax) // stride + 1
+    desc = make_desc(in_h=in_h, in_w=1, out_h=out_h, out_w=1, stride=stride, pad_top=1,
+                     pad_left=1, batch=3, x_zp=7)
+    x = rng.integers(-128, 128, (3, CFG.pin, in_h, 1), dtype=np.int8)
+    run_line_buffer(arranged(CFG, arrangement), desc, x, en_pause=0.0)
+
+
+#: Banks of 1,368 words of 16 bits: two block RAMs deep, so the deep
+#: arrangement registers the part select too (a stage longer).
+WIDE = EngineConfig(pin=2, pout=2, kmax=3, stream_width=32, max_width=1024, max_channels=8,
+                    max_out_channels=8)
+
+
+@pytest.mark.parametrize("arrangement", ARRANGEMENTS)
+def test_banks_two_block_rams_deep(arrangement):
+    cfg = arranged(WIDE, arrangement)
+    lb = LineBuffer(cfg)
+    lb._MustUse__used = True  # built only to ask
+    assert lb.latency == (4 if cfg.deep_pipeline else 2)
+    # Rows of 1,000 columns at 4 tiles: bank words up to 1,335, beyond the
+    # first block RAM (1,024 words) of each bank.
+    rng = np.random.default_rng(11)
+    desc = make_desc(in_h=2, in_w=1000, ci_tiles=4, co_tiles=1, out_h=2, out_w=1000, stride=1,
+                     pad_top=1, pad_left=1, batch=1, x_zp=3)
+    x = rng.integers(-128, 128, (1, 4 * cfg.pin, 2, 1000), dtype=np.int8)
+    run_line_buffer(cfg, desc, x)

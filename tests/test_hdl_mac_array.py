@@ -50,11 +50,17 @@ def _simulate(cfg, groups, *, tag_width=4, gap_prob=0.3, seed=0):
     async def testbench(ctx):
         cycle = 0
 
+        early = []  # o_next_tag of the cycle before, when o_next_valid
+
         def sample():
             if ctx.get(dut.o_valid):
                 results.append(unpack(ctx.get(dut.o_acc.as_value()), cfg.acc_width, cfg.pout))
                 tags.append(ctx.get(dut.o_tag))
                 latencies.append(cycle - last_cycles[len(results) - 1])
+                # announced one cycle early, with the same tag
+                assert early and early[-1] == (cycle - 1, tags[-1])
+            if ctx.get(dut.o_next_valid):
+                early.append((cycle, ctx.get(dut.o_next_tag)))
 
         for g, cycles in enumerate(groups):
             for i, (win, wts) in enumerate(cycles):
@@ -196,7 +202,7 @@ def test_mac_array_converts_to_verilog():
     header = re.search(r"module mac_array\((.*?)\);", text, re.S).group(1)
     assert set(re.split(r",\s*", header.strip())) == {
         "clk", "rst", "i_valid", "i_first", "i_last", "i_tag", "i_window", "i_weights",
-        "o_valid", "o_tag", "o_acc"}
+        "o_valid", "o_tag", "o_acc", "o_next_valid", "o_next_tag"}
     for port in ("input [63:0] i_window;", "input [127:0] i_weights;", "input [2:0] i_tag;",
                  "output [63:0] o_acc;", "output [2:0] o_tag;"):
         assert port in text

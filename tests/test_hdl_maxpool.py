@@ -12,6 +12,7 @@ from fpgacnn.hdl.config import EngineConfig
 from fpgacnn.hdl.maxpool import MaxPool2x2
 from fpgacnn.host.integer_ops import maxpool2d
 
+from arrangement_helpers import ARRANGEMENTS, arranged
 from hdl_pack_helpers import pack, unpack
 
 POUT = 2
@@ -25,9 +26,11 @@ def _words(img, co_tiles):
     return img.reshape(co_tiles, POUT, h, w).transpose(2, 3, 0, 1).reshape(-1, POUT)
 
 
-def _simulate(images, co_tiles, *, gap_prob=0.3, seed=0, clear_with_first_word=False):
+def _simulate(images, co_tiles, *, gap_prob=0.3, seed=0, clear_with_first_word=False,
+              cfg=CFG, latency=None):
     """Stream images (each (C, H, W) int8) with a clear before each; return words per image."""
-    dut = MaxPool2x2(CFG)
+    dut = MaxPool2x2(cfg)
+    assert latency is None or dut.latency == latency
     rng = np.random.default_rng(seed)
     out = []  # (image index, word)
     current = [0]
@@ -95,21 +98,44 @@ def _reference(img, co_tiles):
 @pytest.mark.parametrize("co_tiles, h, w", [
     (1, 4, 6), (1, 5, 7), (2, 6, 5), (2, 3, 4), (3, 5, 6), (3, 4, 3), (1, 4, 10), (3, 2, 10),
 ])
-def test_maxpool_matches_reference(co_tiles, h, w):
+@pytest.mark.parametrize("arrangement", ARRANGEMENTS)
+def test_maxpool_matches_reference(co_tiles, h, w, arrangement):
     rng = np.random.default_rng(100 * co_tiles + 10 * h + w)
     img = rng.integers(-128, 128, size=(co_tiles * POUT, h, w), dtype=np.int64).astype(np.int8)
     img[0, 0, 0] = -128  # a window whose max is -128
     img[0, 0, 1] = img[0, 1, 0] = img[0, 1, 1] = -128
-    (got,) = _simulate([img], co_tiles, seed=h * w)
+    (got,) = _simulate([img], co_tiles, seed=h * w, cfg=arranged(CFG, arrangement))
     assert_array_equal(got, _reference(img, co_tiles))
 
 
 @pytest.mark.parametrize("co_tiles", [1, 2])
-def test_maxpool_back_to_back_words_without_gaps(co_tiles):
+@pytest.mark.parametrize("arrangement", ARRANGEMENTS)
+def test_maxpool_back_to_back_words_without_gaps(co_tiles, arrangement):
     # co_tiles = 1 and no gaps: every pair of columns hits the same entry on consecutive cycles.
     rng = np.random.default_rng(co_tiles)
     img = rng.integers(-128, 128, size=(co_tiles * POUT, 6, 8), dtype=np.int64).astype(np.int8)
-    (got,) = _simulate([img], co_tiles, gap_prob=0.0)
+    (got,) = _simulate([img], co_tiles, gap_prob=0.0, cfg=arranged(CFG, arrangement))
+    assert_array_equal(got, _reference(img, co_tiles))
+
+
+#: A row memory of 1,280 words: two block RAMs deep, so the part select is
+#: registered and the read-modify-write is a stage longer.
+DEEP = EngineConfig(pout=POUT, max_width=64, max_out_channels=40 * POUT, stream_width=32)
+
+
+@pytest.mark.parametrize("co_tiles, w, gap_prob", [
+    (1, 2, 0.0), (1, 3, 0.0), (2, 2, 0.0), (1, 8, 0.0), (2, 8, 0.0), (3, 9, 0.0), (4, 8, 0.0),
+    (5, 6, 0.0), (40, 64, 0.1),
+])
+@pytest.mark.parametrize("arrangement", ARRANGEMENTS)
+def test_maxpool_with_a_deep_row_memory(co_tiles, w, gap_prob, arrangement):
+    # Entries 1 to 4 words apart meet the forwarding at every distance (two
+    # columns: four words in a row on one entry, the newest must win); 40
+    # tiles of 64 columns use both block RAMs.
+    rng = np.random.default_rng(co_tiles * w)
+    img = rng.integers(-128, 128, size=(co_tiles * POUT, 4, w), dtype=np.int64).astype(np.int8)
+    (got,) = _simulate([img], co_tiles, gap_prob=gap_prob, cfg=arranged(DEEP, arrangement),
+                       latency=5 if arrangement == "deep" else 2)
     assert_array_equal(got, _reference(img, co_tiles))
 
 

@@ -12,6 +12,7 @@ from fpgacnn.hdl.config import EngineConfig
 from fpgacnn.hdl.requantizer import Requantizer
 from fpgacnn.host.requant import requant_params, requantize
 
+from arrangement_helpers import ARRANGEMENTS, arranged
 from hdl_pack_helpers import pack, unpack
 
 
@@ -112,7 +113,8 @@ def _reference(segments):
     (32, 24, "random"),
     (16, 24, "random"),
 ])
-def test_requantizer_matches_reference(acc_width, mult_width, mult_source):
+@pytest.mark.parametrize("arrangement", ARRANGEMENTS)
+def test_requantizer_matches_reference(acc_width, mult_width, mult_source, arrangement):
     cfg = EngineConfig(pout=4, acc_width=acc_width, mult_width=mult_width)
     rng = np.random.default_rng(acc_width * 100 + mult_width)
     segments = []
@@ -130,13 +132,14 @@ def test_requantizer_matches_reference(acc_width, mult_width, mult_source):
         else:
             lo, hi = sorted(int(v) for v in rng.integers(-128, 128, size=2))
         segments.append((acc, bias, mult, shift, y_zp, lo, hi))
-    got = _simulate(cfg, segments, seed=acc_width)
+    got = _simulate(arranged(cfg, arrangement), segments, seed=acc_width)
     ref = _reference(segments)
     assert_array_equal(got, ref)
     assert len(np.unique(ref)) > 50  # not everything saturated: the rounding is really tested
 
 
-def test_requantizer_rounds_ties_half_up_and_shift_zero_exactly():
+@pytest.mark.parametrize("arrangement", ARRANGEMENTS)
+def test_requantizer_rounds_ties_half_up_and_shift_zero_exactly(arrangement):
     cfg = EngineConfig(pout=2)
     # acc*mult = k + 0.5 ulp exactly: ties at shift 1 and 2, negative ties too (half up = towards +inf).
     acc = np.array([[1, -1], [3, -3], [5, -5], [2, -2], [6, -6], [100, -100], [127, -129]], dtype=np.int64)
@@ -147,7 +150,7 @@ def test_requantizer_rounds_ties_half_up_and_shift_zero_exactly():
     ref = _reference(segments)
     assert_array_equal(ref[:, 0], [1, 2, 3, 1, 2, 100, 127])
     assert_array_equal(ref[:, 1], [0, -1, -2, 0, -1, -100, -128])
-    assert_array_equal(_simulate(cfg, segments, gap_prob=0.0), ref)
+    assert_array_equal(_simulate(arranged(cfg, arrangement), segments, gap_prob=0.0), ref)
 
 
 @pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
@@ -168,8 +171,10 @@ def test_requantizer_converts_to_verilog():
         assert port in text
 
 
-def test_requantizer_saturates_exactly_at_the_edges_of_its_narrow_shifter():
-    # The shifter keeps 11 bits (sat_shift): results around +-256 and +-512,
+@pytest.mark.parametrize("arrangement", ARRANGEMENTS)
+def test_requantizer_saturates_exactly_at_the_edges_of_its_narrow_shifter(arrangement):
+    # The result is saturated to 10 bits (11 in the iCE40 shifter, sat_shift):
+    # results around +-256 and +-512,
     # and far beyond, with extreme zero points, must still match the reference.
     cfg = EngineConfig(pout=2)
     rows = []
@@ -189,5 +194,5 @@ def test_requantizer_saturates_exactly_at_the_edges_of_its_narrow_shifter():
     mult = np.ones((n, 2), dtype=np.int64)
     shifts = np.stack([shift, shift], axis=1)
     segments = [(acc, bias, mult, shifts, zp, -128, 127) for zp in (-128, 0, 127)]
-    got = _simulate(cfg, segments, gap_prob=0.0)
+    got = _simulate(arranged(cfg, arrangement), segments, gap_prob=0.0)
     assert_array_equal(got, _reference(segments))

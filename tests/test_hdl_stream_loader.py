@@ -9,6 +9,7 @@ from fpgacnn.hdl.descriptor import descriptor_layout
 from fpgacnn.hdl.stream_loader import StreamLoader
 from fpgacnn.host.packing import pack_layer
 
+from arrangement_helpers import ARRANGEMENTS, arranged
 from conv_core_helpers import beats_of
 from test_hdl_line_buffer import pixel_words
 from test_packing import random_layer, set_weights
@@ -42,16 +43,19 @@ def run_loader(cfg, desc, data, *, seed=0, pause=0.3):
                 dut.o_pixels.valid, dut.o_pixels.ready, dut.o_pixels.payload)
             if valid and ready:
                 words.append(word)
-        # read the buffers back through their read ports
+        # read the buffers back through their read ports, one address per
+        # cycle, the data read_latency cycles later
+        latency = dut.read_latency
         params, weights = [], []
-        for co in range(desc["co_tiles"]):
-            ctx.set(dut.param_addr, co)
+        n_params, n_weights = desc["co_tiles"], desc["co_tiles"] * desc["ci_tiles"]
+        for i in range(max(n_params, n_weights) + latency - 1):
+            ctx.set(dut.param_addr, min(i, n_params - 1))
+            ctx.set(dut.weight_addr, min(i, n_weights - 1))
             await ctx.tick()
-            params.append(ctx.get(dut.param_data))
-        for i in range(desc["co_tiles"] * desc["ci_tiles"]):
-            ctx.set(dut.weight_addr, i)
-            await ctx.tick()
-            weights.append(ctx.get(dut.weight_data))
+            if i >= latency - 1:
+                params.append(ctx.get(dut.param_data))
+                weights.append(ctx.get(dut.weight_data))
+        params, weights = params[:n_params], weights[:n_weights]
         got.update(params=params, weights=weights)
 
     sim = Simulator(dut)
@@ -68,7 +72,9 @@ def run_loader(cfg, desc, data, *, seed=0, pause=0.3):
     EngineConfig(pin=16, pout=4, kmax=2, stream_width=32, max_width=8, max_channels=32,
                  max_out_channels=8),   # a pixel word spans 4 beats
 ], ids=["words-per-beat", "beats-per-word"])
-def test_sections_land_where_they_belong(cfg):
+@pytest.mark.parametrize("arrangement", ARRANGEMENTS)
+def test_sections_land_where_they_belong(cfg, arrangement):
+    cfg = arranged(cfg, arrangement)
     rng = np.random.default_rng(cfg.pin)
     layer = random_layer(rng, cfg, k=cfg.kmax, stride=1, pool=False, batch=2)
     layer["x"] = rng.integers(-128, 128, (2, 3, 3, 3), dtype=np.int8)  # odd byte counts

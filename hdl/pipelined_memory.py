@@ -1,0 +1,151 @@
+"""A block-RAM memory whose read data is registered right behind each block.
+
+An ECP5 ``DP16KD`` takes about 6 ns from its clock to its output when its
+own output register is not used, and yosys neither uses that register nor
+keeps a deep memory's word select (the multiplexer over the blocks stacked
+in depth) away from the output: a read followed by any logic then misses
+100 MHz. :class:`PipelinedMemory` splits the memory in depth into parts of
+at most one block's depth, registers every part's read data (a flip-flop
+that nextpnr places beside its block) and selects the part after that
+register, from a registered copy of the address. The read thus takes two
+cycles, with the part multiplexer at the start of the second.
+"""
+
+import math
+
+from amaranth.hdl import Array, Module, Signal, unsigned
+from amaranth.lib import wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+__all__ = ["PipelinedMemory", "MemoryPorts", "parts", "part_depth"]
+
+
+def parts(width, depth):
+    """Parts a :class:`PipelinedMemory` of ``depth`` words of ``width`` bits is split into."""
+    return math.ceil(depth / part_depth(width))
+
+
+def part_depth(width):
+    """Words of one ECP5 block RAM at ``width`` bits: 1024 up to 18 bits (1024x18), else 512 (512x36)."""
+    return 1024 if width <= 18 else 512
+
+
+class PipelinedMemory(wiring.Component):
+    """One write port, one read port; read data two cycles after the address.
+
+    Parameters
+    ----------
+    width : int
+        Bits per word.
+    depth : int
+        Words.
+    granularity : int, optional
+        Bits per write-enable lane (default: the whole word).
+    register_output : bool
+        Register the selected word too (a third cycle), for users with logic
+        of their own right behind the read. Without parts to select from
+        (one block's depth), there is nothing to register and the read
+        takes two cycles regardless.
+
+    Members
+    -------
+    w_addr : In(range(depth))
+    w_data : In(width)
+    w_en : In(width // granularity)
+    r_addr : In(range(depth))
+    r_data : Out(width)
+        The word at ``r_addr`` of :attr:`latency` cycles before (a write in
+        the first of them is not seen: the parts' read ports are not
+        transparent).
+
+    Latency
+    -------
+    :attr:`latency` = 2: the block's read, the register behind it; 3 with
+    ``register_output`` and more than one part.
+    """
+
+    #: The latency without ``register_output``.
+    LATENCY = 2
+
+    def __init__(self, width, depth, *, granularity=None, register_output=False):
+        granularity = width if granularity is None else granularity
+        if width % granularity:
+            raise ValueError(f"width {width} is not a multiple of granularity {granularity}")
+        self._width, self._depth, self._granularity = width, depth, granularity
+        self._register_output = register_output and self.parts > 1
+        super().__init__({
+            "w_addr": In(range(depth)),
+            "w_data": In(width),
+            "w_en": In(width // granularity),
+            "r_addr": In(range(depth)),
+            "r_data": Out(width),
+        })
+
+    @property
+    def latency(self):
+        return self.LATENCY + self._register_output
+
+    @property
+    def parts(self):
+        """Memories the words are split over, in depth."""
+        return parts(self._width, self._depth)
+
+    def elaborate(self, platform):
+        m = Module()
+        per_part = part_depth(self._width) if self.parts > 1 else self._depth
+        low_bits = (per_part - 1).bit_length() if self.parts > 1 else len(self.w_addr)
+        outputs = []
+        for i in range(self.parts):
+            words = min(per_part, self._depth - i * per_part)
+            mem = m.submodules[f"part{i}"] = Memory(shape=self._width, depth=words, init=[])
+            wr = mem.write_port(granularity=self._granularity)
+            rd = mem.read_port()
+            en = self.w_en
+            if self.parts > 1:
+                en = en & ((self.w_addr >> low_bits) == i).replicate(len(en))
+            m.d.comb += [wr.addr.eq(self.w_addr[:low_bits]), wr.data.eq(self.w_data),
+                         wr.en.eq(en), rd.addr.eq(self.r_addr[:low_bits])]
+            # No reset: the caller's valid says when the data matters.
+            q = Signal(self._width, name=f"part{i}_q", reset_less=True)
+            m.d.sync += q.eq(rd.data)
+            outputs.append(q)
+        if self.parts == 1:
+            m.d.comb += self.r_data.eq(outputs[0])
+        else:
+            # The part of the address of two cycles before.
+            sel1 = Signal(range(self.parts), name="part_sel1", reset_less=True)
+            sel2 = Signal(range(self.parts), name="part_sel2", reset_less=True)
+            m.d.sync += [sel1.eq(self.r_addr >> low_bits), sel2.eq(sel1)]
+            if self._register_output:
+                out = Signal(self._width, name="r_data_q", reset_less=True)
+                m.d.sync += out.eq(Array(outputs)[sel2])
+                m.d.comb += self.r_data.eq(out)
+            else:
+                m.d.comb += self.r_data.eq(Array(outputs)[sel2])
+        return m
+
+
+class MemoryPorts:
+    """A memory added to ``m`` as ``name``, by the same port names either way.
+
+    ``pipelined``: a :class:`PipelinedMemory` (read data two cycles after the
+    address); else a plain Amaranth memory (one cycle). Attributes ``w_addr``,
+    ``w_data``, ``w_en``, ``r_addr``, ``r_data``, ``latency``.
+    """
+
+    def __init__(self, m, name, width, depth, *, pipelined, granularity=None,
+                 register_output=False):
+        if pipelined:
+            mem = m.submodules[name] = PipelinedMemory(width, depth, granularity=granularity,
+                                                       register_output=register_output)
+            self.w_addr, self.w_data, self.w_en = mem.w_addr, mem.w_data, mem.w_en
+            self.r_addr, self.r_data = mem.r_addr, mem.r_data
+            self.latency = mem.latency
+        else:
+            mem = m.submodules[name] = Memory(shape=unsigned(width), depth=depth, init=[])
+            # Ports bound to names, so the netlist does not call them "$signature".
+            wport, rport = mem.write_port(granularity=granularity), mem.read_port()
+            self.w_addr, self.w_data, self.w_en = wport.addr, wport.data, wport.en
+            self.r_addr, self.r_data = rport.addr, rport.data
+            self.latency = 1
