@@ -48,7 +48,7 @@ def critical_path(log_text):
         kind, delay, total, _, name = match.groups()
         if kind == "routing" and float(delay) == 0.0:
             continue
-        chain = name.split("$CCU2")[0]
+        chain = re.sub(r"(_CCU2C|\$CCU2|\$nextpnr_CCU2C).*$", "", name)
         if kind == "logic" and chain == previous:
             continue
         previous = chain

@@ -29,7 +29,9 @@ class MaxPool2x2(wiring.Component):
     maximum (the first of the four words of a window writes itself); the
     fourth word emits the result. The block never stalls. The
     read-modify-write takes five short stages (register the word, read,
-    register the memory output, compare, write back from registers), and a
+    register the memory output -- and its part select when the row memory
+    spans several block RAMs, six then --, compare, write back from
+    registers), and a
     word that reads an entry still in flight takes the newest result
     instead; without ``deep_pipeline`` it takes two (read, compare and
     write) with a read port transparent for the write port.
