@@ -7,13 +7,14 @@ both byte pairs of its operands independently (``A[15:8]*B[15:8]`` and
 ``A[7:0]*B[7:0]``, optionally signed, each with an output register), so
 :class:`Int8Products` puts two products in each DSP when elaborated for a
 device that has them, and an odd last product in LUTs (a whole DSP for one
-8x8 product is what the budget cannot afford). On ECP5 each product is a
+8x8 product is what the budget cannot afford). With registered operands
+(``EngineConfig.deep_pipeline``) each product on ECP5 is a
 :class:`~fpgacnn.hdl.dsp.PipelinedMultiplier` (a ``MULT18X18D`` with its
 input and output registers). Everywhere else -- simulation, Verilog for the
-Zynq flow -- it is the plain ``a * b`` between two registers, which the tools
-map themselves. All have the same latency (operand and product registers)
-and results; ``tests/test_hdl_int8_products.py`` proves the iCE40 netlist
-equal to the generic one with yosys, using the ``SB_MAC16`` simulation model.
+Zynq flow -- it is the plain ``a * b`` after the registers, which the tools
+map themselves. All forms of one latency give the same results;
+``tests/test_hdl_int8_products.py`` proves the iCE40 netlist equal to the
+generic one with yosys, using the ``SB_MAC16`` simulation model.
 """
 
 from amaranth.hdl import Cat, ClockSignal, Const, Instance, Module, Mux, Signal, signed
@@ -37,7 +38,7 @@ def has_sb_mac16(platform):
 
 
 class Int8Products(wiring.Component):
-    """``count`` signed 8x8 products: ``o_p[i]`` = ``i_a[i] * i_b[i]`` of two cycles before.
+    """``count`` signed 8x8 products: ``o_p[i]`` = ``i_a[i] * i_b[i]`` of :attr:`latency` cycles before.
 
     Parameters
     ----------
