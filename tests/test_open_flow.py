@@ -230,8 +230,9 @@ def test_timing_failure_names_clock_and_figures(tmp_path):
 
 
 # The iCEBreaker's default build (a few minutes) runs in CI. The ULX3S-85F's
-# takes over an hour on two cores (routing) and does not reach its 100 MHz
-# target yet (BENCHMARKS.md section 3): slow, and expected to fail until it does.
+# takes about 40 minutes on two cores and routes at 80.8 MHz, below its
+# 100 MHz target (BENCHMARKS.md section 3): slow, and expected to fail until
+# it meets it.
 _ULX3S_85F_NOT_YET = pytest.mark.xfail(
     reason="default ULX3S-85F engine below its 100 MHz target (BENCHMARKS.md section 3)",
     raises=AssertionError, strict=True)
