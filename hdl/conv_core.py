@@ -23,6 +23,7 @@ from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
 from .config import require_config
+from .delay import delayed
 from .descriptor import descriptor_layout
 from .limits import limits, narrow_descriptor
 from .line_buffer import LineBuffer
@@ -190,16 +191,8 @@ class ConvCore(wiring.Component):
             # the tag travels with the group's last window: first word of an image
             s0.tag.img_first.eq((lb.oy == 0) & (lb.ox == 0) & (lb.co == 0)),
         ]
-        s_ctrl, widx = s0, lb.widx
-        read_stage = lb.latency - read_latency
-        for i in range(1, lb.latency + 1):
-            nxt = Signal(ctrl, name=f"s{i}")
-            m.d.sync += nxt.eq(s_ctrl)
-            s_ctrl = nxt
-            if i <= read_stage:
-                nwidx = Signal.like(loader.weight_addr, name=f"widx{i}")
-                m.d.sync += nwidx.eq(widx)
-                widx = nwidx
+        s_ctrl = delayed(m, s0, lb.latency, "s")
+        widx = delayed(m, lb.widx, lb.latency - read_latency, "widx")
         weights = loader.weight_data.as_value()
         m.d.comb += [
             loader.weight_addr.eq(widx),

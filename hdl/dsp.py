@@ -6,9 +6,11 @@ and a DSP-to-fabric route in one cycle. The block has input and output
 registers of its own; :class:`PipelinedMultiplier` instantiates it with both
 enabled when elaborated for an ECP5 platform, and writes the same two
 register stages around a generic ``*`` everywhere else (simulation,
-Verilator, the Zynq flow, iCE40). Both have the same latency and products;
-``tests/test_hdl_dsp.py`` proves the ECP5 netlist equal to the generic one
-with yosys and the block's simulation model.
+Verilator, the Zynq flow, iCE40). Both have the same latency and products.
+No simulation model of the block ships with the PyPI tools, so
+``tests/test_hdl_dsp.py`` checks the generic form against numpy in the
+simulator and the ECP5 netlist's blocks (both registers clocked, operands
+sign-extended) as text.
 """
 
 from amaranth.hdl import ClockSignal, Instance, Module, Signal, signed, unsigned

@@ -24,6 +24,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .config import require_config
+from .delay import delayed
 from .descriptor import descriptor_layout
 from .limits import limits
 from .pipelined_memory import MemoryPorts, PipelinedMemory, parts
@@ -245,11 +246,6 @@ class LineBuffer(wiring.Component):
         base0 = Signal(signed((depth + lim.max_ci_tiles).bit_length() + 1))  # (x0 div kmax) * ci_tiles
         rslot0 = Signal(range(slots))  # slot of the current image's row ytop
         img_slot = Signal(range(slots))  # slot of the current image's row 0
-        # The next image's img_slot and rslot0, kept a step ahead (from
-        # registers only): at an image's end `issue` then only selects them,
-        # where two modular sums after it were the longest path on the ECP5.
-        nimg_slot = Signal(range(slots))
-        nimg_rslot0 = Signal(range(slots))
 
         # Rows (of the current image) the current output row needs, and the first
         # row the writer may not start yet: row_slots past the first row still
@@ -339,8 +335,13 @@ class LineBuffer(wiring.Component):
                 bounds.row_bounds(at_start) + row_start()
 
         if deep:
-            # The slots of the image after the next: each image starts inh_mod
-            # slots after the one before.
+            # The next image's img_slot and rslot0, kept a step ahead (from
+            # registers only): at an image's end `issue` then only selects
+            # them, where two modular sums after it were the longest path on
+            # the ECP5. Each image starts inh_mod slots after the one before.
+            nimg_slot = Signal(range(slots))
+            nimg_rslot0 = Signal(range(slots))
+
             def next_image():
                 return image_start(nimg_slot, nimg_rslot0) + [
                     nimg_slot.eq(slot_sum(nimg_slot, inh_mod)),
@@ -511,14 +512,12 @@ class LineBuffer(wiring.Component):
             m.d.sync += [bsel[kx].eq(_mod_once(bs, k)),
                          colv[kx].eq((cx >= 0) & (cx < desc.in_w))]
         m.d.sync += v1.eq(self.issue)
-        for i in range(self.latency - 2):
-            # ... and on with the memory data.
-            rsel, bsel = _delayed(m, rsel, f"rsel{i + 2}"), _delayed(m, bsel, f"bsel{i + 2}")
-            rowv = _delayed(m, [rowv], f"rowv{i + 2}")[0]
-            colv = _delayed(m, [colv], f"colv{i + 2}")[0]
-            v_next = Signal(name=f"v{i + 2}")
-            m.d.sync += v_next.eq(v1)
-            v1 = v_next
+        # ... and on with the memory data when its read takes longer.
+        extra = self.latency - 2
+        rsel = [delayed(m, s, extra, f"rsel{ky}_d") for ky, s in enumerate(rsel)]
+        bsel = [delayed(m, s, extra, f"bsel{kx}_d") for kx, s in enumerate(bsel)]
+        rowv, colv = delayed(m, rowv, extra, "rowv_d"), delayed(m, colv, extra, "colv_d")
+        v1 = delayed(m, v1, extra, "v1_d")
 
         # Last stage: pick each window row's slot for every bank, then rotate the
         # banks into window columns: kmax*kmax slots:1 muxes and kmax*kmax
@@ -551,13 +550,6 @@ class _Bounds:
     row_step: object  # () -> assignments at an output row's end
     settle: list  # assignments at `settle` (deep_pipeline)
     first_rslot0: object  # the first image's rslot0, taken at `settle` (deep_pipeline)
-
-
-def _delayed(m, signals, name):
-    """Registered copies of ``signals`` (one cycle later)."""
-    out = [Signal.like(sig, name=f"{name}_{i}") for i, sig in enumerate(signals)]
-    m.d.sync += [o.eq(sig) for o, sig in zip(out, signals)]
-    return out
 
 
 def _wrap_inc(value, modulus):

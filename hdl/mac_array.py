@@ -6,6 +6,7 @@ from amaranth.lib.wiring import In, Out
 
 from .adder_tree import AdderTree
 from .config import require_config
+from .delay import delayed
 from .int8_products import Int8Products, latency_of as products_latency
 
 __all__ = ["MacArray"]
@@ -152,10 +153,7 @@ class MacArray(wiring.Component):
             stage.last.eq(self.i_last),
             stage.tag.eq(self.i_tag),
         ]
-        for i in range(self._products_latency + self.tree_levels):
-            nxt = Signal(side, name=f"side_d{i + 1}")
-            m.d.sync += nxt.eq(stage)
-            stage = nxt
+        stage = delayed(m, stage, self._products_latency + self.tree_levels, "side_d")
 
         # Accumulator stage.
         for lane, tree in enumerate(trees):

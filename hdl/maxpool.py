@@ -8,6 +8,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from .config import require_config
+from .delay import delay_line, delayed
 from .limits import limits
 from .pipelined_memory import MemoryPorts, PipelinedMemory, parts
 
@@ -190,14 +191,8 @@ class MaxPool2x2(wiring.Component):
         b_data = Signal(word, reset_less=True)
         m.d.sync += [b.eq(now), b_data.eq(self.i_data)]
         m.d.comb += row.r_addr.eq(b.addr)
-        chain, datas = [b], [b_data]
-        for i in range(row.latency):
-            nxt, nxt_data = Signal.like(now, name=f"s{i + 1}"), Signal(word, name=f"s{i + 1}_data",
-                                                                        reset_less=True)
-            m.d.sync += [nxt.eq(chain[-1]), nxt_data.eq(datas[-1])]
-            chain.append(nxt)
-            datas.append(nxt_data)
-        d, d_data = chain[-1], datas[-1]
+        chain = delay_line(m, b, row.latency, "s")
+        d, d_data = chain[-1], delayed(m, b_data, row.latency, "s_data", reset_less=True)
         # E: the result of D, written back this cycle; then the older results.
         e = Signal.like(now, name="e")
         results = [Signal(word, name=f"result_{i}", reset_less=True) for i in range(row.latency + 1)]
@@ -213,12 +208,7 @@ class MaxPool2x2(wiring.Component):
         m.d.comb += pick.eq(Cat(~Cat(*match).any(),
                                 *(match[i] & ~Cat(*match[:i]).any() if i else match[0]
                                   for i in range(len(ahead)))))
-        picks = [pick]
-        for i in range(row.latency):
-            nxt = Signal(len(pick), name=f"pick{i + 1}")
-            m.d.sync += nxt.eq(picks[-1])
-            picks.append(nxt)
-        pick = picks[-1]
+        pick = delayed(m, pick, row.latency, "pick")
         # Stage D: the running maximum from memory or, for a word that read
         # too early, the newest of the results after it; the new word is
         # compared with every candidate at once (all registers), and the

@@ -6,6 +6,7 @@ from amaranth.lib.wiring import In, Out
 
 from .config import require_config
 from .mac_array import _check_tag_width
+from .delay import delayed
 from .dsp import PipelinedMultiplier
 from .sat_shift import double, round_half_up, saturate, shift_levels
 
@@ -120,13 +121,8 @@ class Requantizer(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         # Side band: valid and tag through all stages.
-        valid, tag = self.i_valid, self.i_tag
-        for i in range(self.latency):
-            nvalid = Signal(name=f"valid_d{i + 1}")
-            ntag = Signal(self._tag_width, name=f"tag_d{i + 1}")
-            m.d.sync += [nvalid.eq(valid), ntag.eq(tag)]
-            valid, tag = nvalid, ntag
-        m.d.comb += [self.o_valid.eq(valid), self.o_tag.eq(tag)]
+        m.d.comb += [self.o_valid.eq(delayed(m, self.i_valid, self.latency, "valid_d")),
+                     self.o_tag.eq(delayed(m, self.i_tag, self.latency, "tag_d"))]
         lane = self._dsp_lane if self._config.deep_pipeline else self._compact_lane
         for i in range(self._config.pout):
             lane(m, i)
@@ -165,12 +161,8 @@ class Requantizer(wiring.Component):
     def _dsp_lane(self, m, lane):
         s_sum, s_mult, shift = self._bias_stage(m, lane)
 
-        def delay(value, cycles, name):
-            for i in range(cycles):
-                nxt = self._reg(len(value), f"{name}_d{i + 1}_", lane)
-                m.d.sync += nxt.eq(value)
-                value = nxt
-            return value
+        def delay(value, cycles):
+            return delayed(m, value, cycles, f"shift{lane}_d", reset_less=True)
 
         # 2, 3: partial products, one registered DSP block each (the
         # multiplier is unsigned, so each keeps the sign of its part of the sum).
@@ -182,7 +174,7 @@ class Requantizer(wiring.Component):
             m.d.comb += [mul.a.eq(a_part.as_signed() if a_signed else a_part),
                          mul.b.eq(s_mult[b_off:b_off + b_w])]
             terms.append(mul.p << (a_off + b_off))
-        shift = delay(shift, PipelinedMultiplier.LATENCY, "shift")
+        shift = delay(shift, PipelinedMultiplier.LATENCY)
 
         # 4..6: the parts and the rounding term 2**(shift-1) (none for shift
         # 0: (1 << shift) >> 1) summed two by two, a register per level.
@@ -195,7 +187,7 @@ class Requantizer(wiring.Component):
                 m.d.sync += r.eq(value)
                 nxt.append(r)
             terms = nxt
-            shift = delay(shift, 1, "shift")
+            shift = delay(shift, 1)
         s_round = terms[0]
 
         # 7: arithmetic shift right (Amaranth sign-extends signed operands).
