@@ -43,9 +43,10 @@ import subprocess
 import threading
 import time
 
-from amaranth.hdl import ClockDomain, ClockSignal, Elaboratable, Module, Signal
+from amaranth.hdl import ClockDomain, ClockSignal, Elaboratable, Module, ResetSignal, Signal
 from amaranth.lib.cdc import ResetSynchronizer
 
+from ..hdl.global_net import global_buffer
 from ..host.errors import BackendError
 from .board import BoardError, require_board
 from .pll import find_tool, instantiate, pll_settings
@@ -129,7 +130,14 @@ class _BoardTop(Elaboratable):
         m.domains.sync = ClockDomain("sync")
         m.d.comb += ClockSignal("sync").eq(engine_clk)
         platform.add_clock_constraint(engine_clk, self.pll.achieved_mhz * 1e6)
-        m.submodules.reset_sync = ResetSynchronizer(~locked, domain="sync")
+        # The reset is synchronised in a domain of its own on the same clock,
+        # then handed to `sync` through a global buffer where the part has
+        # one: it reaches most flip-flops (see fpgacnn.hdl.global_net).
+        m.domains.reset = ClockDomain("reset", local=True)
+        m.d.comb += ClockSignal("reset").eq(engine_clk)
+        m.submodules.reset_sync = ResetSynchronizer(~locked, domain="reset")
+        m.d.comb += ResetSignal("sync").eq(
+            global_buffer(m, platform, ResetSignal("reset"), "reset_global"))
 
         if self.uart:
             names = {r.name for r in platform.resources.values()}

@@ -178,10 +178,11 @@ class ConvCore(wiring.Component):
             m.d.sync += [credits.eq(depth), no_credit.eq(0)]
 
         # Stage 0 -> lb.latency: control travels beside the window read. The
-        # weight word is read the loader's read latency before the MAC array
-        # (with deep_pipeline two stages, registered behind the block RAMs: a
-        # block RAM's clock-to-output delay and the route to DSPs spread over
-        # the die do not fit one cycle together; else one).
+        # weight word is read the loader's weight read latency before the MAC
+        # array (with deep_pipeline two stages, registered behind the block
+        # RAMs: a block RAM's clock-to-output delay and the route to DSPs
+        # spread over the die do not fit one cycle together, three when the
+        # part select is registered too; else one).
         read_latency = loader.read_latency
         ctrl = data.StructLayout({"valid": 1, "first": 1, "last": 1, "tag": self._tag})
         s0 = Signal(ctrl)
@@ -192,7 +193,7 @@ class ConvCore(wiring.Component):
             s0.tag.img_first.eq((lb.oy == 0) & (lb.ox == 0) & (lb.co == 0)),
         ]
         s_ctrl = delayed(m, s0, lb.latency, "s")
-        widx = delayed(m, lb.widx, lb.latency - read_latency, "widx")
+        widx = delayed(m, lb.widx, lb.latency - loader.weight_read_latency, "widx")
         weights = loader.weight_data.as_value()
         m.d.comb += [
             loader.weight_addr.eq(widx),
@@ -273,29 +274,42 @@ class ConvCore(wiring.Component):
         # were the longest path on the iCE40, in front of `pop`.
         co_last, px_last = Signal.like(oco, name="o_co_last"), Signal.like(opx, name="o_px_last")
         py_last, n_last = Signal.like(opy, name="o_py_last"), Signal.like(on, name="o_n_last")
-        m.d.sync += [
-            co_last.eq(desc.co_tiles - 1),
-            px_last.eq(Mux(desc.pool, desc.out_w >> 1, desc.out_w) - 1),
-            py_last.eq(Mux(desc.pool, desc.out_h >> 1, desc.out_h) - 1),
-            n_last.eq(desc.batch - 1),
-        ]
-        img_end = (oco == co_last) & (opx == px_last) & (opy == py_last)
-        batch_end = img_end & (on == n_last)
+        out_w = Mux(desc.pool, desc.out_w >> 1, desc.out_w)
+        out_h = Mux(desc.pool, desc.out_h >> 1, desc.out_h)
+        m.d.sync += [co_last.eq(desc.co_tiles - 1), px_last.eq(out_w - 1),
+                     py_last.eq(out_h - 1), n_last.eq(desc.batch - 1)]
+        # "At the last position" flags, registered with the counters (the
+        # compares of the next counts are made beside `pop`, which only
+        # enables them): the equality compares in front of `pop` and back
+        # into every counter's enable were among the longest paths on the
+        # ECP5. `*_one`: a single position, the flag when a counter restarts.
+        co_at, px_at = Signal(name="o_co_at"), Signal(name="o_px_at")
+        py_at, n_at = Signal(name="o_py_at"), Signal(name="o_n_at")
+        co_one, px_one = Signal(name="o_co_one"), Signal(name="o_px_one")
+        py_one, n_one = Signal(name="o_py_one"), Signal(name="o_n_one")
+        m.d.sync += [co_one.eq(desc.co_tiles == 1), px_one.eq(out_w == 1),
+                     py_one.eq(out_h == 1), n_one.eq(desc.batch == 1)]
+        img_end = co_at & px_at & py_at
+        batch_end = img_end & n_at
         with m.If(pop):
-            with m.If(oco == co_last):
-                m.d.sync += oco.eq(0)
-                with m.If(opx == px_last):
-                    m.d.sync += opx.eq(0)
-                    with m.If(opy == py_last):
-                        m.d.sync += [opy.eq(0), on.eq(on + 1)]
+            with m.If(co_at):
+                m.d.sync += [oco.eq(0), co_at.eq(co_one)]
+                with m.If(px_at):
+                    m.d.sync += [opx.eq(0), px_at.eq(px_one)]
+                    with m.If(py_at):
+                        m.d.sync += [opy.eq(0), py_at.eq(py_one), on.eq(on + 1),
+                                     n_at.eq(on + 1 == n_last)]
                     with m.Else():
-                        m.d.sync += opy.eq(opy + 1)
+                        m.d.sync += [opy.eq(opy + 1), py_at.eq(opy + 1 == py_last)]
                 with m.Else():
-                    m.d.sync += opx.eq(opx + 1)
+                    m.d.sync += [opx.eq(opx + 1), px_at.eq(opx + 1 == px_last)]
             with m.Else():
-                m.d.sync += oco.eq(oco + 1)
+                m.d.sync += [oco.eq(oco + 1), co_at.eq(oco + 1 == co_last)]
         with m.If(start):
-            m.d.sync += [oco.eq(0), opx.eq(0), opy.eq(0), on.eq(0)]
+            # (from the descriptor: the registers above follow it a cycle late)
+            m.d.sync += [oco.eq(0), opx.eq(0), opy.eq(0), on.eq(0),
+                         co_at.eq(desc.co_tiles == 1), px_at.eq(out_w == 1),
+                         py_at.eq(out_h == 1), n_at.eq(desc.batch == 1)]
 
         out = self.o_stream
         accepted = out.valid & out.ready

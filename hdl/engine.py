@@ -5,7 +5,8 @@ cocotb testbenches and the board flows instantiate. See docs/engine.md for
 the stream formats and :mod:`fpgacnn.hdl.regmap` for the registers.
 """
 
-from amaranth.hdl import Module, Signal, ResetInserter
+from amaranth.hdl import (ClockDomain, ClockSignal, DomainRenamer, Module, ResetInserter,
+                          ResetSignal, Signal)
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -15,6 +16,8 @@ from .config import require_config
 from .conv_core import ConvCore
 from .csr_bank import CSRBank
 from .descriptor import DESCRIPTOR_FIELDS, descriptor_layout
+from .dsp import is_ecp5
+from .global_net import global_buffer
 from .regmap import ADDR_WIDTH, build_regmap
 
 __all__ = ["ConvEngine"]
@@ -85,20 +88,35 @@ class ConvEngine(wiring.Component):
         wiring.connect(m, wiring.flipped(self.s_axil), axil.axi)
         wiring.connect(m, axil.bus, csr.bus)
 
-        # The soft reset is registered: it resets most of the core's
-        # flip-flops, and the register write decode in front of a net that
-        # size would be among the longest paths. It takes effect one cycle
-        # after the write (AXI4-Lite writes are further apart than that).
-        soft_reset = Signal()
-        m.d.sync += soft_reset.eq(csr.control.soft_reset)
-
-        core = ConvCore(self._config)
-        m.submodules.core = ResetInserter(soft_reset)(core)
-
-        # Run control lives in its own module so that the soft reset clears it
+        # The core's reset is a register: the domain's reset (its init value
+        # holds through it, and a cycle after) or the soft reset a cycle
+        # after its write (AXI4-Lite writes are further apart than that). It
+        # resets most of the core's flip-flops: the register write decode in
+        # front of a net that size would be among the longest paths. Run
+        # control lives in its own module so that the soft reset clears it
         # together with the core (the CSR bank keeps the descriptor).
+        core = ConvCore(self._config)
         run = Module()
-        m.submodules.run = ResetInserter(soft_reset)(run)
+        core_reset = Signal(init=1)
+        m.d.sync += core_reset.eq(csr.control.soft_reset)
+        if is_ecp5(platform):
+            # On a global network (see hdl/global_net.py), as the only reset
+            # of the core: with the domain's too, the two would meet in a LUT
+            # in front of each flip-flop's one LSR pin, back in the fabric. So
+            # the core runs in a domain of its own on the same clock, in the
+            # board's build only (a clock assigned from another races in an
+            # event-driven simulator); `core_reset` covers the domain's reset.
+            m.domains.conv_core = ClockDomain("conv_core", local=True)
+            m.d.comb += [
+                ClockSignal("conv_core").eq(ClockSignal("sync")),
+                ResetSignal("conv_core").eq(
+                    global_buffer(m, platform, core_reset, "core_reset_global")),
+            ]
+            in_core_reset = DomainRenamer("conv_core")
+        else:
+            in_core_reset = ResetInserter(core_reset)
+        m.submodules.core = in_core_reset(core)
+        m.submodules.run = in_core_reset(run)
 
         desc = Signal(descriptor_layout())
         start_q = Signal()

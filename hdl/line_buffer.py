@@ -70,10 +70,12 @@ class LineBuffer(wiring.Component):
     Latency
     -------
     ``latency`` cycles from ``issue`` to ``o_valid``: memory read, the tap
-    multiplexers (2); with ``deep_pipeline`` a register behind the memories
-    between them (3: a block RAM's clock-to-output delay and the multiplexers
-    would not fit one 100 MHz cycle on the ECP5), and one more after the
-    memories' part select when a bank spans several block RAMs in depth (4).
+    multiplexers (2); with ``deep_pipeline`` the read address registered
+    (copies per slot memory, for the fanout), a register behind the
+    memories (a block RAM's clock-to-output delay and the multiplexers
+    would not fit one 100 MHz cycle on the ECP5) and one between the two
+    multiplexer levels (5), and one more after the memories' part select
+    when a bank spans several block RAMs in depth (6).
     No window issues in the first ``setup_cycles`` (18) cycles after ``start``.
     """
 
@@ -103,9 +105,11 @@ class LineBuffer(wiring.Component):
         cfg = self._config
         if not cfg.deep_pipeline:
             return 2
-        # the memory's read (registered, and its part select too when the
-        # banks span several block RAMs in depth), the taps
-        return 1 + PipelinedMemory.LATENCY + (parts(8 * cfg.pin, cfg.line_bank_depth) > 1)
+        # the read address registered (its sum fans out to every slot's
+        # block RAMs), the memory's read (registered, and its part select too
+        # when the banks span several block RAMs in depth), the window rows,
+        # the taps
+        return 3 + PipelinedMemory.LATENCY + (parts(8 * cfg.pin, cfg.line_bank_depth) > 1)
 
     @property
     def setup_cycles(self):
@@ -143,8 +147,9 @@ class LineBuffer(wiring.Component):
         # registered) beside the sum, not after it.
         top_row = Signal(signed(19))
         m.d.sync += top_row.eq(desc.in_h - k)
+        # ynext + stride, a register of its own (stepped with ynext): the sum
+        # in front of the compares was the longest path on the ULX3S-85F.
         y_after = Signal(signed(19))
-        m.d.comb += y_after.eq(ynext + desc.stride)
         after_t, after_l = Signal(signed(19)), Signal(signed(19))
         m.d.comb += [after_t.eq(Mux(y_after > top_row, desc.in_h, y_after + k)),
                      after_l.eq(Mux(y_after < 0, slots, y_after + slots))]
@@ -153,11 +158,12 @@ class LineBuffer(wiring.Component):
             # At `start`, only the writer's bound (constant): the others follow at `settle`.
             return ([rlimit.eq(img_l)] if at_start else
                     [rtarget.eq(img_t), rlimit.eq(img_l), next_t.eq(img2_t), next_l.eq(img2_l)]
-                    ) + [ynext.eq(desc.stride - desc.pad_top)]
+                    ) + [ynext.eq(desc.stride - desc.pad_top),
+                         y_after.eq((desc.stride << 1) - desc.pad_top)]
 
         def row_step():
             return [rtarget.eq(next_t), rlimit.eq(next_l), next_t.eq(after_t),
-                    next_l.eq(after_l), ynext.eq(y_after)]
+                    next_l.eq(after_l), ynext.eq(y_after), y_after.eq(y_after + desc.stride)]
         settle = [rtarget.eq(img_t), next_t.eq(img2_t), next_l.eq(img2_l)]
         return _Bounds(next_t, next_l, img_t, img_l, row_bounds, row_step, settle, img_rslot0)
 
@@ -200,9 +206,11 @@ class LineBuffer(wiring.Component):
         # the block RAMs) with deep_pipeline, else a plain one.
         deep = bool(cfg.deep_pipeline)
         # The part select registered too: the tap multiplexers gather the
-        # banks from block RAMs all over the die.
+        # banks from block RAMs all over the die. No read meets a write of
+        # its address in one cycle (see the writer below), so yosys adds no
+        # logic to keep a read's old data.
         banks = [[MemoryPorts(m, f"bank_{r}_{b}", 8 * pin, depth, pipelined=deep,
-                              register_output=True)
+                              register_output=True, no_rw_check=deep)
                   for b in range(k)] for r in range(slots)]
 
         # in_h mod row_slots (how far the slots turn from one image to the next),
@@ -261,12 +269,27 @@ class LineBuffer(wiring.Component):
         can_write = Signal()
         m.d.comb += self.w_stream.ready.eq(can_write)
         wen = self.w_stream.valid & can_write
+        # With deep_pipeline the memories' write is registered (a cycle
+        # later; the word fans out to every bank's block RAMs), as their read
+        # address is: a window is read at least two cycles after the write
+        # of its last word (`ready` follows `avail` a cycle after the write,
+        # then the address register), and a freed row is overwritten at
+        # least a cycle after its last read (`can_write` follows the issue
+        # a cycle later, then the write register). Without either register
+        # the same holds a cycle earlier on both sides.
+        w_addr, w_data = wbase + wci, self.w_stream.payload
+        w_ens = [[wen & (wslot == r) & (wbank == b) for b in range(k)] for r in range(slots)]
+        if deep:
+            w_addr = delayed(m, w_addr, 1, "w_addr_q", reset_less=True)
+            w_data = delayed(m, w_data, 1, "w_data_q", reset_less=True)
+            w_ens = [[delayed(m, w_ens[r][b], 1, f"w_en_{r}_{b}_q") for b in range(k)]
+                     for r in range(slots)]
         for r in range(slots):
             for b in range(k):
                 m.d.comb += [
-                    banks[r][b].w_addr.eq(wbase + wci),
-                    banks[r][b].w_data.eq(self.w_stream.payload),
-                    banks[r][b].w_en.eq(wen & (wslot == r) & (wbank == b)),
+                    banks[r][b].w_addr.eq(w_addr),
+                    banks[r][b].w_data.eq(w_data),
+                    banks[r][b].w_en.eq(w_ens[r][b]),
                 ]
         # Writer "last" flags, as the reader's below: `row_written` feeds avail.
         wci_last, wx_last = Signal(), Signal()
@@ -482,8 +505,11 @@ class LineBuffer(wiring.Component):
             with m.If(self.start):
                 # avail = 0 < rlimit = row_slots: the writer may start at once.
                 m.d.sync += [ready_q.eq(0), can_write_q.eq(1), avail_p1.eq(1)]
-        # The direct values, for checking the lookahead in simulation.
+        # The direct values, for checking the lookahead in simulation; the
+        # memories, for checking that no read meets a write (no_rw_check)
+        # of a row the window uses (`_window_rows`).
         self._now = (now_ready, now_can_write)
+        self._banks = banks
 
         # ---- window read: stage 0 (addresses) -> 1 (memory data) -> (with
         # deep_pipeline: 2, the memory data registered ->) the taps --------
@@ -492,19 +518,29 @@ class LineBuffer(wiring.Component):
             addr = Signal(signed(19), name=f"raddr_{b}")
             m.d.comb += addr.eq(base0 + Mux(b < bank0, desc.ci_tiles, 0) + ci)
             for r in range(slots):
-                m.d.comb += banks[r][b].r_addr.eq(addr.as_unsigned())
+                if deep:
+                    # A register per slot memory: the sum fanned out to every
+                    # slot's block RAMs across the die was the longest path.
+                    # (`keep`: else yosys merges the copies back into one.)
+                    addr_q = Signal(range(depth), name=f"raddr_{r}_{b}", attrs={"keep": 1})
+                    m.d.sync += addr_q.eq(addr.as_unsigned())
+                    m.d.comb += banks[r][b].r_addr.eq(addr_q)
+                else:
+                    m.d.comb += banks[r][b].r_addr.eq(addr.as_unsigned())
         mem_data = [[banks[r][b].r_data for b in range(k)] for r in range(slots)]
         rsel = [Signal(range(slots), name=f"rsel_{ky}") for ky in range(k)]
         bsel = [Signal(range(k), name=f"bsel_{kx}") for kx in range(k)]
         rowv = Signal(k)
         colv = Signal(k)
         v1 = Signal()
+        self._window_rows = []  # (slot, in the image) of each window row, for tests
         for ky in range(k):
             ry = Signal(signed(19), name=f"ry_{ky}")
             rs = Signal(range(slots + k), name=f"rs_{ky}")
             m.d.comb += [ry.eq(ytop + ky), rs.eq(rslot0 + ky)]
             m.d.sync += [rsel[ky].eq(_mod_once(rs, slots)),
                          rowv[ky].eq((ry >= 0) & (ry < desc.in_h))]
+            self._window_rows.append((_mod_once(rs, slots), (ry >= 0) & (ry < desc.in_h)))
         for kx in range(k):
             cx = Signal(signed(col_w), name=f"cx_{kx}")
             bs = Signal(range(2 * k), name=f"bs_{kx}")
@@ -512,19 +548,27 @@ class LineBuffer(wiring.Component):
             m.d.sync += [bsel[kx].eq(_mod_once(bs, k)),
                          colv[kx].eq((cx >= 0) & (cx < desc.in_w))]
         m.d.sync += v1.eq(self.issue)
-        # ... and on with the memory data when its read takes longer.
-        extra = self.latency - 2
+        # ... and on with the memory data when its read takes longer. With
+        # deep_pipeline the window rows are registered between the two
+        # multiplexer levels (the selects fan out to hundreds of LUTs across
+        # the banks' block RAMs: a multiplexer level and its routing per cycle).
+        split = int(deep)
+        extra = self.latency - 2 - split
         rsel = [delayed(m, s, extra, f"rsel{ky}_d") for ky, s in enumerate(rsel)]
-        bsel = [delayed(m, s, extra, f"bsel{kx}_d") for kx, s in enumerate(bsel)]
-        rowv, colv = delayed(m, rowv, extra, "rowv_d"), delayed(m, colv, extra, "colv_d")
-        v1 = delayed(m, v1, extra, "v1_d")
+        bsel = [delayed(m, s, extra + split, f"bsel{kx}_d") for kx, s in enumerate(bsel)]
+        rowv = delayed(m, rowv, extra + split, "rowv_d")
+        colv = delayed(m, colv, extra + split, "colv_d")
+        v1 = delayed(m, v1, extra + split, "v1_d")
 
-        # Last stage: pick each window row's slot for every bank, then rotate the
-        # banks into window columns: kmax*kmax slots:1 muxes and kmax*kmax
+        # Last stage(s): pick each window row's slot for every bank, then rotate
+        # the banks into window columns: kmax*kmax slots:1 muxes and kmax*kmax
         # kmax:1 muxes, where rotating every slot's banks first takes
         # slots*kmax kmax:1 muxes more (~200 LUT4 on the iCE40 engine).
         rows = [[Array(mem_data[r][b] for r in range(slots))[rsel[ky]] for b in range(k)]
                 for ky in range(k)]
+        if deep:
+            rows = [[delayed(m, rows[ky][b], 1, f"row_{ky}_{b}", reset_less=True)
+                     for b in range(k)] for ky in range(k)]
         zp_word = Cat(*([desc.x_zp] * pin))
         taps = []
         for ky in range(k):

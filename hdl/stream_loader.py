@@ -17,7 +17,7 @@ from amaranth.lib.wiring import In, Out
 from .config import require_config
 from .descriptor import descriptor_layout
 from .limits import limits
-from .pipelined_memory import MemoryPorts, PipelinedMemory
+from .pipelined_memory import MemoryPorts, PipelinedMemory, parts
 
 __all__ = ["PARAM_RECORD", "StreamLoader"]
 
@@ -60,7 +60,7 @@ class StreamLoader(wiring.Component):
         cycles before.
     weight_addr : In(range(weight_depth))
     weight_data : Out(data.ArrayLayout(data.ArrayLayout(signed(8), kmax*kmax*pin), pout))
-        The weight word at ``weight_addr`` of ``read_latency``
+        The weight word at ``weight_addr`` of ``weight_read_latency``
         cycles before (MacArray's ``i_weights``).
     """
 
@@ -73,6 +73,18 @@ class StreamLoader(wiring.Component):
         behind the block RAMs).
         """
         return PipelinedMemory.LATENCY if self._config.deep_pipeline else 1
+
+    @property
+    def weight_read_latency(self):
+        """Cycles from ``weight_addr`` to ``weight_data``: :attr:`read_latency`, and one more
+        with ``deep_pipeline`` when the weights span several block RAMs in depth.
+
+        The part select is registered then: the weight word (``kmax*kmax*pin*pout``
+        bytes) goes to every DSP block of the MAC array, across the die.
+        """
+        cfg = self._config
+        many = parts(self.weight_beats * cfg.stream_width, cfg.weight_depth) > 1
+        return self.read_latency + (bool(cfg.deep_pipeline) and many)
 
     def __init__(self, config):
         require_config(config)
@@ -109,10 +121,18 @@ class StreamLoader(wiring.Component):
 
         pbeats, wbeats = self.param_beats, self.weight_beats
         pipelined = bool(cfg.deep_pipeline)
+        # The buffers are loaded before any window of the run issues, and
+        # only the reads at issue matter (the core reads every cycle): a read
+        # meeting a write of its address is never used, so yosys need not
+        # keep its old data (no_rw_check), and a write may land a cycle late
+        # (register_write: the stream handshake in front of the block RAMs'
+        # write enables, across the die, was among the longest paths).
         params = MemoryPorts(m, "params", pbeats * beat_bits, cfg.param_depth,
-                             pipelined=pipelined, granularity=beat_bits)
+                             pipelined=pipelined, granularity=beat_bits, no_rw_check=True,
+                             register_write=True)
         weights = MemoryPorts(m, "weights", wbeats * beat_bits, cfg.weight_depth,
-                              pipelined=pipelined, granularity=beat_bits)
+                              pipelined=pipelined, granularity=beat_bits,
+                              register_output=True, no_rw_check=True, register_write=True)
         m.d.comb += [
             params.r_addr.eq(self.param_addr),
             self.param_data.as_value().eq(params.r_data),

@@ -44,16 +44,17 @@ def run_loader(cfg, desc, data, *, seed=0, pause=0.3):
             if valid and ready:
                 words.append(word)
         # read the buffers back through their read ports, one address per
-        # cycle, the data read_latency cycles later
-        latency = dut.read_latency
+        # cycle, the data read_latency (weight_read_latency) cycles later
+        p_lat, w_lat = dut.read_latency, dut.weight_read_latency
         params, weights = [], []
         n_params, n_weights = desc["co_tiles"], desc["co_tiles"] * desc["ci_tiles"]
-        for i in range(max(n_params, n_weights) + latency - 1):
+        for i in range(max(n_params, n_weights) + max(p_lat, w_lat) - 1):
             ctx.set(dut.param_addr, min(i, n_params - 1))
             ctx.set(dut.weight_addr, min(i, n_weights - 1))
             await ctx.tick()
-            if i >= latency - 1:
+            if i >= p_lat - 1:
                 params.append(ctx.get(dut.param_data))
+            if i >= w_lat - 1:
                 weights.append(ctx.get(dut.weight_data))
         params, weights = params[:n_params], weights[:n_weights]
         got.update(params=params, weights=weights)
@@ -71,7 +72,9 @@ def run_loader(cfg, desc, data, *, seed=0, pause=0.3):
                  max_out_channels=8),   # 4 pixel words per beat, padded images
     EngineConfig(pin=16, pout=4, kmax=2, stream_width=32, max_width=8, max_channels=32,
                  max_out_channels=8),   # a pixel word spans 4 beats
-], ids=["words-per-beat", "beats-per-word"])
+    EngineConfig(pin=2, pout=2, kmax=3, stream_width=64, max_width=8, max_channels=64,
+                 max_out_channels=64),  # weights two block RAMs deep: part select registered
+], ids=["words-per-beat", "beats-per-word", "weights-two-parts"])
 @pytest.mark.parametrize("arrangement", ARRANGEMENTS)
 def test_sections_land_where_they_belong(cfg, arrangement):
     cfg = arranged(cfg, arrangement)
