@@ -206,11 +206,9 @@ class LineBuffer(wiring.Component):
         # the block RAMs) with deep_pipeline, else a plain one.
         deep = bool(cfg.deep_pipeline)
         # The part select registered too: the tap multiplexers gather the
-        # banks from block RAMs all over the die. No read meets a write of
-        # its address in one cycle (see the writer below), so yosys adds no
-        # logic to keep a read's old data.
+        # banks from block RAMs all over the die.
         banks = [[MemoryPorts(m, f"bank_{r}_{b}", 8 * pin, depth, pipelined=deep,
-                              register_output=True, no_rw_check=deep)
+                              register_output=True)
                   for b in range(k)] for r in range(slots)]
 
         # in_h mod row_slots (how far the slots turn from one image to the next),
@@ -276,7 +274,8 @@ class LineBuffer(wiring.Component):
         # then the address register), and a freed row is overwritten at
         # least a cycle after its last read (`can_write` follows the issue
         # a cycle later, then the write register). Without either register
-        # the same holds a cycle earlier on both sides.
+        # the same holds a cycle earlier on both sides. So no read relies on
+        # a block RAM's read-during-write behaviour (the tests check it).
         w_addr, w_data = wbase + wci, self.w_stream.payload
         w_ens = [[wen & (wslot == r) & (wbank == b) for b in range(k)] for r in range(slots)]
         if deep:
@@ -506,8 +505,8 @@ class LineBuffer(wiring.Component):
                 # avail = 0 < rlimit = row_slots: the writer may start at once.
                 m.d.sync += [ready_q.eq(0), can_write_q.eq(1), avail_p1.eq(1)]
         # The direct values, for checking the lookahead in simulation; the
-        # memories, for checking that no read meets a write (no_rw_check)
-        # of a row the window uses (`_window_rows`).
+        # memories, for checking that no read meets a write of a row the
+        # window uses (`_window_rows`).
         self._now = (now_ready, now_can_write)
         self._banks = banks
 

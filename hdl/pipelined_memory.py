@@ -47,11 +47,6 @@ class PipelinedMemory(wiring.Component):
         of their own right behind the read. Without parts to select from
         (one block's depth), there is nothing to register and the read
         takes two cycles regardless.
-    no_rw_check : bool
-        The caller never reads an address in the cycle it writes it: yosys
-        need not keep the read's old data then. (The ECP5's DP16KD in its
-        36-bit mode does not; yosys otherwise adds a bypass register and a
-        multiplexer behind the block's output, which is slow already.)
     register_write : bool
         Register the write port's inputs: a write lands a cycle after it is
         presented (for writers whose handshake logic is deep, in front of
@@ -66,7 +61,7 @@ class PipelinedMemory(wiring.Component):
     r_data : Out(width)
         The word at ``r_addr`` of :attr:`latency` cycles before (a write in
         the first of them is not seen: the parts' read ports are not
-        transparent; undefined with ``no_rw_check``).
+        transparent).
 
     Latency
     -------
@@ -78,9 +73,8 @@ class PipelinedMemory(wiring.Component):
     LATENCY = 2
 
     def __init__(self, width, depth, *, granularity=None, register_output=False,
-                 no_rw_check=False, register_write=False):
+                 register_write=False):
         granularity = width if granularity is None else granularity
-        self._no_rw_check = no_rw_check
         self._register_write = register_write
         if width % granularity:
             raise ValueError(f"width {width} is not a multiple of granularity {granularity}")
@@ -116,27 +110,17 @@ class PipelinedMemory(wiring.Component):
         outputs = []
         for i in range(self.parts):
             words = min(per_part, self._depth - i * per_part)
-            mem = m.submodules[f"part{i}"] = Memory(
-                shape=self._width, depth=words, init=[],
-                attrs={"no_rw_check": 1} if self._no_rw_check else None)
+            mem = m.submodules[f"part{i}"] = Memory(shape=self._width, depth=words, init=[])
             wr = mem.write_port(granularity=self._granularity)
-            # With no_rw_check the read is described as an asynchronous port
-            # and a register: yosys's memory_dff folds the register into the
-            # block and only there heeds the attribute (a synchronous port as
-            # Amaranth writes it keeps the old-data guarantee, with its bypass).
-            rd = mem.read_port(domain="comb" if self._no_rw_check else "sync")
+            rd = mem.read_port()
             en = w_en
             if self.parts > 1:
                 en = en & ((w_addr >> low_bits) == i).replicate(len(en))
             m.d.comb += [wr.addr.eq(w_addr[:low_bits]), wr.data.eq(w_data),
                          wr.en.eq(en), rd.addr.eq(self.r_addr[:low_bits])]
-            data = rd.data
-            if self._no_rw_check:
-                data = Signal(self._width, name=f"part{i}_read", reset_less=True)
-                m.d.sync += data.eq(rd.data)
             # No reset: the caller's valid says when the data matters.
             q = Signal(self._width, name=f"part{i}_q", reset_less=True)
-            m.d.sync += q.eq(data)
+            m.d.sync += q.eq(rd.data)
             outputs.append(q)
         if self.parts == 1:
             m.d.comb += self.r_data.eq(outputs[0])
@@ -163,11 +147,10 @@ class MemoryPorts:
     """
 
     def __init__(self, m, name, width, depth, *, pipelined, granularity=None,
-                 register_output=False, no_rw_check=False, register_write=False):
+                 register_output=False, register_write=False):
         if pipelined:
             mem = m.submodules[name] = PipelinedMemory(width, depth, granularity=granularity,
                                                        register_output=register_output,
-                                                       no_rw_check=no_rw_check,
                                                        register_write=register_write)
             self.w_addr, self.w_data, self.w_en = mem.w_addr, mem.w_data, mem.w_en
             self.r_addr, self.r_data = mem.r_addr, mem.r_data

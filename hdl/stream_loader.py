@@ -121,18 +121,15 @@ class StreamLoader(wiring.Component):
 
         pbeats, wbeats = self.param_beats, self.weight_beats
         pipelined = bool(cfg.deep_pipeline)
-        # The buffers are loaded before any window of the run issues, and
-        # only the reads at issue matter (the core reads every cycle): a read
-        # meeting a write of its address is never used, so yosys need not
-        # keep its old data (no_rw_check), and a write may land a cycle late
-        # (register_write: the stream handshake in front of the block RAMs'
-        # write enables, across the die, was among the longest paths).
+        # The buffers are loaded before any window of the run issues, so a
+        # write may land a cycle late (register_write: the stream handshake
+        # in front of the block RAMs' write enables, across the die, was
+        # among the longest paths).
         params = MemoryPorts(m, "params", pbeats * beat_bits, cfg.param_depth,
-                             pipelined=pipelined, granularity=beat_bits, no_rw_check=True,
-                             register_write=True)
+                             pipelined=pipelined, granularity=beat_bits, register_write=True)
         weights = MemoryPorts(m, "weights", wbeats * beat_bits, cfg.weight_depth,
                               pipelined=pipelined, granularity=beat_bits,
-                              register_output=True, no_rw_check=True, register_write=True)
+                              register_output=True, register_write=True)
         m.d.comb += [
             params.r_addr.eq(self.param_addr),
             self.param_data.as_value().eq(params.r_data),

@@ -109,8 +109,8 @@ def run_line_buffer(cfg, desc, x, *, seed=0, in_pause=0.0, en_pause=0.0):
             if got_now != want:
                 mismatches.append((got_now, want))
             # No window's read meets a write of the same word in a row it
-            # uses (the deep arrangement's memories are built with
-            # no_rw_check: what such a read returns is undefined).
+            # uses (hdl/line_buffer.py's writer comment: what such a read
+            # returns is left to the block RAM's read-during-write mode).
             slots = {ctx.get(s) for s, inside in dut._window_rows if ctx.get(inside)}
             reading = [slots if ctx.get(dut.issue) else set()] + reading[:-1]
             for r in reading[read_lag]:
