@@ -71,7 +71,7 @@ class LineBuffer(wiring.Component):
     -------
     ``latency`` cycles from ``issue`` to ``o_valid``: memory read, the tap
     multiplexers (2); with ``deep_pipeline`` the read address registered
-    (copies per slot memory, for the fanout), a register behind the
+    (it fans out to every slot's memories), a register behind the
     memories (a block RAM's clock-to-output delay and the multiplexers
     would not fit one 100 MHz cycle on the ECP5) and one between the two
     multiplexer levels (5), and one more after the memories' part select
@@ -516,16 +516,16 @@ class LineBuffer(wiring.Component):
             # Bank b holds the window column whose word is one further on when b < bank0.
             addr = Signal(signed(19), name=f"raddr_{b}")
             m.d.comb += addr.eq(base0 + Mux(b < bank0, desc.ci_tiles, 0) + ci)
+            if deep:
+                # Registered: the sum fanned out to every slot's block RAMs
+                # across the die was the longest path. (One register per bank:
+                # copies per slot memory would be merged back by yosys, which
+                # a wire's `keep` does not stop.)
+                addr_q = Signal(range(depth), name=f"raddr_q_{b}")
+                m.d.sync += addr_q.eq(addr.as_unsigned())
+                addr = addr_q
             for r in range(slots):
-                if deep:
-                    # A register per slot memory: the sum fanned out to every
-                    # slot's block RAMs across the die was the longest path.
-                    # (`keep`: else yosys merges the copies back into one.)
-                    addr_q = Signal(range(depth), name=f"raddr_{r}_{b}", attrs={"keep": 1})
-                    m.d.sync += addr_q.eq(addr.as_unsigned())
-                    m.d.comb += banks[r][b].r_addr.eq(addr_q)
-                else:
-                    m.d.comb += banks[r][b].r_addr.eq(addr.as_unsigned())
+                m.d.comb += banks[r][b].r_addr.eq(addr.as_unsigned())
         mem_data = [[banks[r][b].r_data for b in range(k)] for r in range(slots)]
         rsel = [Signal(range(slots), name=f"rsel_{ky}") for ky in range(k)]
         bsel = [Signal(range(k), name=f"bsel_{kx}") for kx in range(k)]
