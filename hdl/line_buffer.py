@@ -27,7 +27,7 @@ from .config import require_config
 from .delay import delayed
 from .descriptor import descriptor_layout
 from .limits import limits
-from .pipelined_memory import MemoryPorts, PipelinedMemory, parts
+from .pipelined_memory import MemoryPorts, memory_latency
 
 __all__ = ["LineBuffer"]
 
@@ -109,7 +109,7 @@ class LineBuffer(wiring.Component):
         # block RAMs), the memory's read (registered, and its part select too
         # when the banks span several block RAMs in depth), the window rows,
         # the taps
-        return 3 + PipelinedMemory.LATENCY + (parts(8 * cfg.pin, cfg.line_bank_depth) > 1)
+        return 3 + memory_latency(8 * cfg.pin, cfg.line_bank_depth, register_output=True)
 
     @property
     def setup_cycles(self):
@@ -206,9 +206,10 @@ class LineBuffer(wiring.Component):
         # the block RAMs) with deep_pipeline, else a plain one.
         deep = bool(cfg.deep_pipeline)
         # The part select registered too: the tap multiplexers gather the
-        # banks from block RAMs all over the die.
+        # banks from block RAMs all over the die; the write too (see the
+        # writer below).
         banks = [[MemoryPorts(m, f"bank_{r}_{b}", 8 * pin, depth, pipelined=deep,
-                              register_output=True)
+                              register_output=True, register_write=True)
                   for b in range(k)] for r in range(slots)]
 
         # in_h mod row_slots (how far the slots turn from one image to the next),
@@ -268,27 +269,21 @@ class LineBuffer(wiring.Component):
         m.d.comb += self.w_stream.ready.eq(can_write)
         wen = self.w_stream.valid & can_write
         # With deep_pipeline the memories' write is registered (a cycle
-        # later; the word fans out to every bank's block RAMs), as their read
-        # address is: a window is read at least two cycles after the write
-        # of its last word (`ready` follows `avail` a cycle after the write,
-        # then the address register), and a freed row is overwritten at
-        # least a cycle after its last read (`can_write` follows the issue
-        # a cycle later, then the write register). Without either register
-        # the same holds a cycle earlier on both sides. So no read relies on
-        # a block RAM's read-during-write behaviour (the tests check it).
-        w_addr, w_data = wbase + wci, self.w_stream.payload
-        w_ens = [[wen & (wslot == r) & (wbank == b) for b in range(k)] for r in range(slots)]
-        if deep:
-            w_addr = delayed(m, w_addr, 1, "w_addr_q", reset_less=True)
-            w_data = delayed(m, w_data, 1, "w_data_q", reset_less=True)
-            w_ens = [[delayed(m, w_ens[r][b], 1, f"w_en_{r}_{b}_q") for b in range(k)]
-                     for r in range(slots)]
+        # later, in the memory; the word fans out to every bank's block
+        # RAMs), as their read address is: a window is read at least two
+        # cycles after the write of its last word (`ready` follows `avail` a
+        # cycle after the write, then the address register), and a freed
+        # row is overwritten at least a cycle after its last read
+        # (`can_write` follows the issue a cycle later, then the write
+        # register). Without either register the same holds a cycle earlier
+        # on both sides. So no read relies on a block RAM's read-during-write
+        # behaviour (the tests check it).
         for r in range(slots):
             for b in range(k):
                 m.d.comb += [
-                    banks[r][b].w_addr.eq(w_addr),
-                    banks[r][b].w_data.eq(w_data),
-                    banks[r][b].w_en.eq(w_ens[r][b]),
+                    banks[r][b].w_addr.eq(wbase + wci),
+                    banks[r][b].w_data.eq(self.w_stream.payload),
+                    banks[r][b].w_en.eq(wen & (wslot == r) & (wbank == b)),
                 ]
         # Writer "last" flags, as the reader's below: `row_written` feeds avail.
         wci_last, wx_last = Signal(), Signal()
@@ -537,9 +532,9 @@ class LineBuffer(wiring.Component):
             ry = Signal(signed(19), name=f"ry_{ky}")
             rs = Signal(range(slots + k), name=f"rs_{ky}")
             m.d.comb += [ry.eq(ytop + ky), rs.eq(rslot0 + ky)]
-            m.d.sync += [rsel[ky].eq(_mod_once(rs, slots)),
-                         rowv[ky].eq((ry >= 0) & (ry < desc.in_h))]
-            self._window_rows.append((_mod_once(rs, slots), (ry >= 0) & (ry < desc.in_h)))
+            slot, inside = _mod_once(rs, slots), (ry >= 0) & (ry < desc.in_h)
+            m.d.sync += [rsel[ky].eq(slot), rowv[ky].eq(inside)]
+            self._window_rows.append((slot, inside))
         for kx in range(k):
             cx = Signal(signed(col_w), name=f"cx_{kx}")
             bs = Signal(range(2 * k), name=f"bs_{kx}")

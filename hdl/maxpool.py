@@ -10,7 +10,7 @@ from amaranth.lib.wiring import In, Out
 from .config import require_config
 from .delay import delay_line, delayed
 from .limits import limits
-from .pipelined_memory import MemoryPorts, PipelinedMemory, parts
+from .pipelined_memory import MemoryPorts, memory_latency
 
 __all__ = ["MaxPool2x2"]
 
@@ -100,7 +100,7 @@ class MaxPool2x2(wiring.Component):
             return 2  # read; compare and write back
         # register the word, the memory's read (a third cycle when its part
         # select is registered too), compare
-        return 2 + PipelinedMemory.LATENCY + (parts(8 * self._config.pout, self._depth) > 1)
+        return 2 + memory_latency(8 * self._config.pout, self._depth, register_output=True)
 
     def elaborate(self, platform):
         m = Module()

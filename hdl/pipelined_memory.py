@@ -26,6 +26,11 @@ def parts(width, depth):
     return math.ceil(depth / part_depth(width))
 
 
+def memory_latency(width, depth, *, register_output=False):
+    """Read latency of a :class:`PipelinedMemory` of these parameters, known before building one."""
+    return PipelinedMemory.LATENCY + (register_output and parts(width, depth) > 1)
+
+
 def part_depth(width):
     """Words of one ECP5 block RAM at ``width`` bits: 1024 up to 18 bits (1024x18), else 512 (512x36)."""
     return 1024 if width <= 18 else 512
@@ -90,7 +95,12 @@ class PipelinedMemory(wiring.Component):
 
     @property
     def latency(self):
-        return self.LATENCY + self._register_output
+        return memory_latency(self._width, self._depth, register_output=self._register_output)
+
+    @property
+    def write_latency(self):
+        """Cycles from presenting a write to the memory holding it: 1 with ``register_write``, else 0."""
+        return int(self._register_write)
 
     @property
     def parts(self):
@@ -142,8 +152,9 @@ class MemoryPorts:
     """A memory added to ``m`` as ``name``, by the same port names either way.
 
     ``pipelined``: a :class:`PipelinedMemory` (read data two cycles after the
-    address); else a plain Amaranth memory (one cycle). Attributes ``w_addr``,
-    ``w_data``, ``w_en``, ``r_addr``, ``r_data``, ``latency``.
+    address); else a plain Amaranth memory (one cycle; ``register_write``
+    only applies to the pipelined one). Attributes ``w_addr``, ``w_data``,
+    ``w_en``, ``r_addr``, ``r_data``, ``latency``, ``write_latency``.
     """
 
     def __init__(self, m, name, width, depth, *, pipelined, granularity=None,
@@ -154,11 +165,11 @@ class MemoryPorts:
                                                        register_write=register_write)
             self.w_addr, self.w_data, self.w_en = mem.w_addr, mem.w_data, mem.w_en
             self.r_addr, self.r_data = mem.r_addr, mem.r_data
-            self.latency = mem.latency
+            self.latency, self.write_latency = mem.latency, mem.write_latency
         else:
             mem = m.submodules[name] = Memory(shape=unsigned(width), depth=depth, init=[])
             # Ports bound to names, so the netlist does not call them "$signature".
             wport, rport = mem.write_port(granularity=granularity), mem.read_port()
             self.w_addr, self.w_data, self.w_en = wport.addr, wport.data, wport.en
             self.r_addr, self.r_data = rport.addr, rport.data
-            self.latency = 1
+            self.latency, self.write_latency = 1, 0

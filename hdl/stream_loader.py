@@ -17,7 +17,7 @@ from amaranth.lib.wiring import In, Out
 from .config import require_config
 from .descriptor import descriptor_layout
 from .limits import limits
-from .pipelined_memory import MemoryPorts, PipelinedMemory, parts
+from .pipelined_memory import MemoryPorts, PipelinedMemory, memory_latency
 
 __all__ = ["PARAM_RECORD", "StreamLoader"]
 
@@ -83,8 +83,10 @@ class StreamLoader(wiring.Component):
         bytes) goes to every DSP block of the MAC array, across the die.
         """
         cfg = self._config
-        many = parts(self.weight_beats * cfg.stream_width, cfg.weight_depth) > 1
-        return self.read_latency + (bool(cfg.deep_pipeline) and many)
+        if not cfg.deep_pipeline:
+            return 1
+        return memory_latency(self.weight_beats * cfg.stream_width, cfg.weight_depth,
+                              register_output=True)
 
     def __init__(self, config):
         require_config(config)

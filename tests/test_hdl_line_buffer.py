@@ -96,13 +96,17 @@ def run_line_buffer(cfg, desc, x, *, seed=0, in_pause=0.0, en_pause=0.0):
 
     collisions = []
     # A window's memories are read the cycle of its issue, or the cycle
-    # after with deep_pipeline (the read address is registered).
+    # after with deep_pipeline (the read address is registered); a write
+    # presented to a memory lands write_latency cycles later (the memory's
+    # own figure: what the hardware does, not what this test expects).
     read_lag = 1 if cfg.deep_pipeline else 0
 
     async def lookahead_check(ctx):
         # `ready` and the writer's `ready` are registered a cycle ahead on
         # ECP5: they must equal the direct compares on every cycle.
         reading = [set()] * (read_lag + 1)  # slots of the windows issued, by cycle
+        write_lag = dut._banks[0][0].write_latency
+        writes = [{}] * (write_lag + 1)  # (slot, bank) -> address presented, by cycle
         async for _ in ctx.tick():
             got_now = (ctx.get(dut.ready), ctx.get(dut.w_stream.ready))
             want = (ctx.get(now_ready), ctx.get(now_can_write))
@@ -113,10 +117,12 @@ def run_line_buffer(cfg, desc, x, *, seed=0, in_pause=0.0, en_pause=0.0):
             # returns is left to the block RAM's read-during-write mode).
             slots = {ctx.get(s) for s, inside in dut._window_rows if ctx.get(inside)}
             reading = [slots if ctx.get(dut.issue) else set()] + reading[:-1]
+            writes = [{(r, b): ctx.get(bank.w_addr) for r, row in enumerate(dut._banks)
+                       for b, bank in enumerate(row) if ctx.get(bank.w_en)}] + writes[:-1]
             for r in reading[read_lag]:
                 for b, bank in enumerate(dut._banks[r]):
-                    if ctx.get(bank.w_en) and ctx.get(bank.w_addr) == ctx.get(bank.r_addr):
-                        collisions.append((r, b, ctx.get(bank.w_addr)))
+                    if writes[write_lag].get((r, b)) == ctx.get(bank.r_addr):
+                        collisions.append((r, b, ctx.get(bank.r_addr)))
 
     sim.add_clock(1e-8)
     sim.add_testbench(writer)

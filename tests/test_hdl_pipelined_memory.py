@@ -21,6 +21,7 @@ def test_reads_later_what_was_written(width, depth, granularity, register_output
     dut = PipelinedMemory(width, depth, granularity=granularity, register_output=register_output,
                           register_write=register_write)
     assert dut.latency == 2 + (register_output and dut.parts > 1)
+    assert dut.write_latency == register_write
     lanes = width // (granularity or width)
     lane_bits = width // lanes
     assert dut.parts == -(-depth // part_depth(width))
