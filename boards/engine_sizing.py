@@ -35,6 +35,8 @@ from dataclasses import dataclass, field
 import math
 
 from ..hdl.config import EngineConfig
+from ..hdl.ecp5_block_ram import BLOCK_DEPTH, blocks_in_parts
+from ..hdl.pipelined_memory import part_depth
 from .board import require_board
 
 __all__ = ["Sizing", "size_engine", "multipliers_needed", "bram_blocks_needed"]
@@ -74,8 +76,24 @@ def bram_blocks_needed(config, board):
     line = banks * r.blocks_for(config.line_bank_depth, config.pin * config.act_width)
     weight = r.blocks_for(config.weight_depth, config.weight_word_bytes * 8)
     param = r.blocks_for(config.param_depth, config.pout * _PARAM_BITS_PER_LANE)
+    if board.family == "ecp5" and config.deep_pipeline:
+        # The loader's buffers are written a stream beat at a time, and on
+        # the ECP5 built from blocks with their output registers, a beat's
+        # lane in blocks of its own (hdl/ecp5_block_ram.py).
+        weight, param = (_in_beat_lanes(bytes_, depth, config, r)
+                         for bytes_, depth in ((config.weight_word_bytes, config.weight_depth),
+                                               (config.pout * _PARAM_BITS_PER_LANE // 8,
+                                                config.param_depth)))
     return {"line_buffer": line, "weight_buffer": weight, "param_buffer": param,
             "total": line + weight + param}
+
+
+def _in_beat_lanes(word_bytes, depth, config, resources):
+    """Blocks of a loader buffer of ``word_bytes`` words stored as whole stream beats."""
+    width = math.ceil(word_bytes / config.stream_bytes) * config.stream_width
+    if part_depth(width) != BLOCK_DEPTH:  # narrow words stay inferred memories
+        return resources.blocks_for(depth, width)
+    return blocks_in_parts(width, depth, config.stream_width)
 
 
 @dataclass(frozen=True)

@@ -208,8 +208,11 @@ class LineBuffer(wiring.Component):
         # The part select registered too: the tap multiplexers gather the
         # banks from block RAMs all over the die; the write too (see the
         # writer below).
+        # No read meets a write of a word in use (see the writer; checked
+        # every cycle in the tests), so on the ECP5 the blocks' own output
+        # registers can hold the read (collision_free).
         banks = [[MemoryPorts(m, f"bank_{r}_{b}", 8 * pin, depth, pipelined=deep,
-                              register_output=True, register_write=True)
+                              register_output=True, register_write=True, collision_free=True)
                   for b in range(k)] for r in range(slots)]
 
         # in_h mod row_slots (how far the slots turn from one image to the next),

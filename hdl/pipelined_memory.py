@@ -8,7 +8,10 @@ in depth) away from the output: a read followed by any logic then misses
 at most one block's depth, registers every part's read data (a flip-flop
 that nextpnr places beside its block) and selects the part after that
 register, from a registered copy of the address. The read thus takes two
-cycles, with the part multiplexer at the start of the second.
+cycles, with the part multiplexer at the start of the second. Where the
+caller never uses a read that meets a write (``collision_free``), an ECP5
+build instantiates the blocks with their own output registers instead
+(:mod:`.ecp5_block_ram`): same latency, 4.6 ns less from the clock.
 """
 
 import math
@@ -17,6 +20,9 @@ from amaranth.hdl import Array, Module, Signal, unsigned
 from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
+
+from .dsp import is_ecp5
+from .ecp5_block_ram import BLOCK_DEPTH, ecp5_block_ram_part
 
 __all__ = ["PipelinedMemory", "MemoryPorts", "parts", "part_depth"]
 
@@ -56,6 +62,13 @@ class PipelinedMemory(wiring.Component):
         Register the write port's inputs: a write lands a cycle after it is
         presented (for writers whose handshake logic is deep, in front of
         block RAMs spread over the die).
+    collision_free : bool
+        The caller promises never to use a read of a word made in the
+        cycle its write lands (:attr:`write_latency` counted): what such a
+        read returns is then left undefined, which lets an ECP5 build put 36-bit-mode parts
+        (words wider than 18 bits) in ``DP16KD`` blocks with their own
+        output registers (see :mod:`.ecp5_block_ram`). Elsewhere, and in
+        simulation, the read returns the old word either way.
 
     Members
     -------
@@ -78,9 +91,10 @@ class PipelinedMemory(wiring.Component):
     LATENCY = 2
 
     def __init__(self, width, depth, *, granularity=None, register_output=False,
-                 register_write=False):
+                 register_write=False, collision_free=False):
         granularity = width if granularity is None else granularity
         self._register_write = register_write
+        self._collision_free = collision_free
         if width % granularity:
             raise ValueError(f"width {width} is not a multiple of granularity {granularity}")
         self._width, self._depth, self._granularity = width, depth, granularity
@@ -117,15 +131,23 @@ class PipelinedMemory(wiring.Component):
             w_data = Signal.like(w_data, name="w_data_q", reset_less=True)
             w_en = Signal.like(self.w_en, name="w_en_q")
             m.d.sync += [w_addr.eq(self.w_addr), w_data.eq(self.w_data), w_en.eq(self.w_en)]
+        in_blocks = (self._collision_free and is_ecp5(platform)
+                     and part_depth(self._width) == BLOCK_DEPTH)
         outputs = []
         for i in range(self.parts):
+            en = w_en
+            if self.parts > 1:
+                en = en & ((w_addr >> low_bits) == i).replicate(len(en))
+            if in_blocks:
+                outputs.append(ecp5_block_ram_part(
+                    m, f"part{i}", width=self._width, granularity=self._granularity,
+                    w_addr=w_addr[:low_bits], w_data=w_data, w_en=en,
+                    r_addr=self.r_addr[:low_bits]))
+                continue
             words = min(per_part, self._depth - i * per_part)
             mem = m.submodules[f"part{i}"] = Memory(shape=self._width, depth=words, init=[])
             wr = mem.write_port(granularity=self._granularity)
             rd = mem.read_port()
-            en = w_en
-            if self.parts > 1:
-                en = en & ((w_addr >> low_bits) == i).replicate(len(en))
             m.d.comb += [wr.addr.eq(w_addr[:low_bits]), wr.data.eq(w_data),
                          wr.en.eq(en), rd.addr.eq(self.r_addr[:low_bits])]
             # No reset: the caller's valid says when the data matters.
@@ -158,11 +180,12 @@ class MemoryPorts:
     """
 
     def __init__(self, m, name, width, depth, *, pipelined, granularity=None,
-                 register_output=False, register_write=False):
+                 register_output=False, register_write=False, collision_free=False):
         if pipelined:
             mem = m.submodules[name] = PipelinedMemory(width, depth, granularity=granularity,
                                                        register_output=register_output,
-                                                       register_write=register_write)
+                                                       register_write=register_write,
+                                                       collision_free=collision_free)
             self.w_addr, self.w_data, self.w_en = mem.w_addr, mem.w_data, mem.w_en
             self.r_addr, self.r_data = mem.r_addr, mem.r_data
             self.latency, self.write_latency = mem.latency, mem.write_latency

@@ -126,12 +126,14 @@ class StreamLoader(wiring.Component):
         # The buffers are loaded before any window of the run issues, so a
         # write may land a cycle late (register_write: the stream handshake
         # in front of the block RAMs' write enables, across the die, was
-        # among the longest paths).
+        # among the longest paths) and is never read as it lands
+        # (collision_free).
         params = MemoryPorts(m, "params", pbeats * beat_bits, cfg.param_depth,
-                             pipelined=pipelined, granularity=beat_bits, register_write=True)
+                             pipelined=pipelined, granularity=beat_bits, register_write=True,
+                             collision_free=True)
         weights = MemoryPorts(m, "weights", wbeats * beat_bits, cfg.weight_depth,
                               pipelined=pipelined, granularity=beat_bits,
-                              register_output=True, register_write=True)
+                              register_output=True, register_write=True, collision_free=True)
         m.d.comb += [
             params.r_addr.eq(self.param_addr),
             self.param_data.as_value().eq(params.r_data),

@@ -1,5 +1,6 @@
 """Boards as data: loading, listing, validation errors, default engine sizing, CLI."""
 
+import dataclasses
 import json
 import re
 
@@ -186,6 +187,24 @@ def test_block_ram_counting():
     assert r.blocks_for(256, 1152) == 32  # 512x36, 32 side by side
     assert r.blocks_for(16384, 1) == 1
     assert r.multipliers_for(8, 8) == 1 and r.multipliers_for(32, 17) == 2
+
+
+def test_ecp5_loader_buffers_counted_as_built():
+    # With deep_pipeline the ECP5 build stores each 64-bit stream lane of
+    # the weight words in blocks of its own (hdl/ecp5_block_ram.py): 1152-bit
+    # words take 2 x 18 blocks per 512 words, not yosys's 32; the compact
+    # arrangement keeps the inferred memories, counted as yosys packs them.
+    board = load_board("ulx3s-85f")
+    c = EngineConfig(pin=8, pout=2, kmax=3, stream_width=64, max_width=256,
+                     max_channels=128, max_out_channels=128, deep_pipeline=1)
+    assert c.weight_word_bytes * 8 == 1152 and c.weight_depth == 1024
+    assert bram_blocks_needed(c, board)["weight_buffer"] == 2 * 36
+    compact = dataclasses.replace(c, deep_pipeline=0)
+    assert bram_blocks_needed(compact, board)["weight_buffer"] == 2 * 32
+    # Other families: as yosys packs them, either way.
+    pynq = load_board("pynq-z2")
+    assert (bram_blocks_needed(c, pynq)["weight_buffer"]
+            == pynq.resources.blocks_for(c.weight_depth, 1152))
 
 
 # -- default engine sizing ----------------------------------------------------
