@@ -169,6 +169,14 @@ def _harness_pins(platform, board):
                      f"'button' and an LED to put the port harness on")
 
 
+#: nextpnr placer per family. ECP5: the electrostatic placer. HeAP (the
+#: default) packed the ULX3S-85F default engine so densely that router1
+#: ripped up ~55-60% of the arcs it routed and did not finish in 90 minutes
+#: (four netlists in a row); after the static placer it ripped up ~35-40% and
+#: finished in 46 minutes, routed at 90.2 MHz (BENCHMARKS.md section 3.1).
+_PLACER_OPTS = {"ecp5": ["--placer", "static"]}
+
+
 def _synthesis_overrides(family, name):
     """Options for Amaranth's Yosys script: DSPs on iCE40, classic ABC on ECP5, kept copies.
 
@@ -408,7 +416,8 @@ def build_open(board, component, out_dir, *, name="fpgacnn", target_mhz=None,
     plan = platform.build(top, name=name, build_dir=str(build_dir), do_build=False,
                           verbose=True, **_synthesis_overrides(board.family, name),
                           nextpnr_opts=["--report", f"{name}.report.json",
-                                        "--timing-allow-fail", "--seed", str(seed)])
+                                        "--timing-allow-fail", "--seed", str(seed),
+                                        *_PLACER_OPTS.get(board.family, [])])
     plan.extract(str(build_dir))
     with open(build_dir / f"build_{name}.json") as f:
         commands = json.load(f)["commands"]

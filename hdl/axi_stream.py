@@ -7,10 +7,11 @@ formats pad to beat boundaries, docs/engine.md), and a DMA without ``tkeep``
 ties it to all ones.
 """
 
+from amaranth.hdl import Cat, Module, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-__all__ = ["AXI4StreamSignature"]
+__all__ = ["AXI4StreamSignature", "AXI4StreamRegisterSlice"]
 
 
 class AXI4StreamSignature(wiring.Signature):
@@ -46,3 +47,47 @@ class AXI4StreamSignature(wiring.Signature):
 
     def __repr__(self):
         return f"AXI4StreamSignature({self.data_width})"
+
+
+class AXI4StreamRegisterSlice(wiring.Component):
+    """A full register slice (skid buffer): every output and ``tready`` registered.
+
+    Beats pass through unchanged, in order, one per cycle at full rate, a
+    cycle later. Neither side's handshake reaches the other combinationally:
+    ``s_axis.tready`` is a register (the spare register is empty) and the
+    sink's ``tready`` only enables registers. Used where a stream crosses
+    the die between two blocks with deep handshake logic of their own.
+
+    Parameters
+    ----------
+    data_width : int
+
+    Members
+    -------
+    s_axis : In(AXI4StreamSignature(data_width))
+    m_axis : Out(AXI4StreamSignature(data_width))
+    """
+
+    def __init__(self, data_width):
+        super().__init__({"s_axis": In(AXI4StreamSignature(data_width)),
+                          "m_axis": Out(AXI4StreamSignature(data_width))})
+
+    def elaborate(self, platform):
+        m = Module()
+        s, o = self.s_axis, self.m_axis
+        width = len(s.tdata) + 1
+        out, out_valid = Signal(width, reset_less=True), Signal()
+        spare, spare_valid = Signal(width, reset_less=True), Signal()
+        beat = Cat(s.tdata, s.tlast)
+        take = s.tvalid & ~spare_valid
+        m.d.comb += [s.tready.eq(~spare_valid), o.tvalid.eq(out_valid),
+                     Cat(o.tdata, o.tlast).eq(out)]
+        with m.If(o.tready | ~out_valid):
+            # The output register is free (or leaving): the spare first.
+            with m.If(spare_valid):
+                m.d.sync += [out.eq(spare), out_valid.eq(1), spare_valid.eq(0)]
+            with m.Else():
+                m.d.sync += [out.eq(beat), out_valid.eq(take)]
+        with m.Elif(take):
+            m.d.sync += [spare.eq(beat), spare_valid.eq(1)]
+        return m

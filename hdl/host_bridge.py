@@ -20,7 +20,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from .axi_lite import AXI4LiteSignature
-from .axi_stream import AXI4StreamSignature
+from .axi_stream import AXI4StreamRegisterSlice, AXI4StreamSignature
 from .config import require_config
 from .regmap import ADDR_WIDTH
 from .uart import UartRx, UartTx, check_clocks_per_bit
@@ -160,8 +160,9 @@ class HostBridge(wiring.Component):
     Implements the frames of docs/host_link.md. Commands arrive on
     ``uart_rx``; ``'W'``/``'R'`` become one AXI4-Lite transaction each on
     ``m_axil``, ``'S'`` beats go through an input FIFO of ``fifo_depth`` beats
-    to ``m_axis`` (one ``'c'`` credit is sent per beat the engine accepts),
-    and beats the engine offers on ``s_axis`` leave as ``'d'`` frames. Frames
+    to ``m_axis`` through a register slice (one ``'c'`` credit is sent per beat
+    that leaves the FIFO), and beats the engine offers on ``s_axis`` leave as
+    ``'d'`` frames. Frames
     to the host are whole and chosen in the order replies, credits, output
     beats.
 
@@ -363,11 +364,21 @@ class HostBridge(wiring.Component):
             fifo.w_data.eq(args[top - 8 * (nb + 1):top - 8 * nb]),
             fifo.w_en.eq(copy != 0),     # dropped if full: the host broke the credit rule
         ]
-        wiring.connect(m, fifo.stream, wiring.flipped(self.m_axis))
-        # A counter, not a flag: several beats may enter the engine while
-        # the transmitter is busy with one long frame. At most D are owed.
+        # A register slice between the FIFO and the engine: the engine's
+        # tready (its loader and line buffer's write decision) reached the
+        # FIFO's beat register and the credit logic in one cycle, across
+        # the die -- the critical path of the routed ULX3S-85F build. A
+        # flush empties it with the FIFO.
+        out_slice = AXI4StreamRegisterSlice(8 * nb)
+        m.submodules.out_slice = ResetInserter(flush)(out_slice)
+        wiring.connect(m, fifo.stream, out_slice.s_axis)
+        wiring.connect(m, out_slice.m_axis, wiring.flipped(self.m_axis))
+        # A counter, not a flag: several beats may leave the FIFO while the
+        # transmitter is busy with one long frame. At most D are owed. A
+        # credit is a beat's room in the FIFO, returned as the beat leaves
+        # it for the slice (which holds two more).
         credits = Signal(range(depth + 1))
-        beat_in = self.m_axis.tvalid & self.m_axis.tready
+        beat_in = fifo.stream.tvalid & fifo.stream.tready
 
         # ---- reply framer -----------------------------------------------------
         i_pend, x_pend = Signal(), Signal()

@@ -417,21 +417,24 @@ def test_unknown_opcodes_are_ignored():
 
 
 @pytest.mark.parametrize("config", [CFG32, CFG64], ids=["B4", "B8"])
-def test_beats_are_credited_when_the_engine_takes_them(config):
+def test_beats_are_credited_when_they_leave_the_fifo(config):
     depth = 4
     nb = config.stream_bytes
     rng = random.Random(nb)
     beats = [(bytes(rng.randrange(256) for _ in range(nb)), i % 3 == 2) for i in range(depth)]
 
     async def test(link, engine, port):
-        # The engine stalls: a whole FIFO of beats is held, nothing is credited.
+        # The engine stalls: the register slice in front of it takes two
+        # beats (credited: they left the FIFO), the FIFO holds the rest.
         for data, last in beats:
             port.write(cmd_beat(data, last))
-        assert await port.quiet(frame_clocks(depth * (nb + 2)) + 8 * CPB) == b""
+        assert await link.frames(frame_clocks(depth * (nb + 2) + 2) + 8 * CPB) == [("c", b"")] * 2
+        assert await port.quiet(8 * CPB) == b""
         assert engine.beats_in == []
-        # The engine takes them: one 'c' each, and the beats arrive intact.
+        # The engine takes them: one 'c' for each beat the FIFO still held,
+        # and the beats arrive intact, in order.
         engine.accept = True
-        assert await link.frames(frame_clocks(depth + 2)) == [("c", b"")] * depth
+        assert await link.frames(frame_clocks(depth)) == [("c", b"")] * (depth - 2)
         assert [(d, l) for d, l, _ in engine.beats_in] == beats
         # Streaming with an engine that takes beats at random.
         engine.accept = 0.3
@@ -449,21 +452,25 @@ def test_replies_then_credits_then_output_beats():
     """While one 'd' frame is on the wire, a reply, two credits and more output become due."""
     outs = [(bytes([0x10 + i, 0x20 + i, 0x30 + i, 0x40 + i]), i == 2) for i in range(3)]
 
+    ins = [bytes([4 * i + 1, 4 * i + 2, 4 * i + 3, 4 * i + 4]) for i in range(4)]
+
     async def test(link, engine, port):
-        port.write(cmd_beat(b"\x01\x02\x03\x04") + cmd_beat(b"\x05\x06\x07\x08"))
+        # Four beats for a stalled engine: the register slice takes two
+        # (credited at once), the FIFO holds two.
+        port.write(b"".join(cmd_beat(d) for d in ins))
         await port.flush_out()
         await port.idle(12 * CPB)
-        assert not port.received
+        assert await port.quiet(0) == b"cc"
         for data, last in outs:
             engine.offer(data, last)
         await port.idle(3)
         assert len(engine.taken_at) == 1      # the first 'd' frame has started
-        engine.accept = True                  # two beats enter the engine: two credits owed
+        engine.accept = True                  # two beats leave the FIFO: two credits owed
         port.write(b"I")                      # and a reply, all within the first frame
         frames = await link.frames(frame_clocks(6 * 3 + 5 + 2) + 20 * CPB)
         assert frames == [d_frame(*outs[0]), ("i", b"\x01\x04\x10\x00"), ("c", b""), ("c", b""),
                           d_frame(*outs[1]), d_frame(*outs[2])]
-        assert [d for d, _, _ in engine.beats_in] == [b"\x01\x02\x03\x04", b"\x05\x06\x07\x08"]
+        assert [d for d, _, _ in engine.beats_in] == ins
 
     bridge_bench(test, accept=False)
 
@@ -517,6 +524,10 @@ def test_flush_drops_queued_beats_and_owed_credits():
     async def test(link, engine, port):
         for i in range(3):
             port.write(cmd_beat(bytes([i] * 4)))
+        # Two go on into the register slice (credited), one waits in the FIFO.
+        await port.flush_out()
+        await port.idle(12 * CPB)
+        assert await port.quiet(0) == b"cc"
         assert await link.command(b"X", 1) == b"x"
         engine.accept = True
         assert await port.quiet(30 * CPB) == b""
@@ -528,17 +539,19 @@ def test_flush_drops_queued_beats_and_owed_credits():
         # Credits owed but not yet sent (the transmitter is busy) are dropped too:
         # after 'x' the host has nothing in flight.
         engine.accept = False
-        port.write(cmd_beat(b"\x01\x01\x01\x01") + cmd_beat(b"\x02\x02\x02\x02"))
+        ins = [bytes([i] * 4) for i in range(1, 5)]
+        port.write(b"".join(cmd_beat(d) for d in ins))
         await port.flush_out()
         await port.idle(12 * CPB)
+        assert await port.quiet(0) == b"cc"    # the two beats in the register slice
         engine.offer(b"\xd0\xd1\xd2\xd3")
         engine.offer(b"\xe0\xe1\xe2\xe3", last=True)
         await port.idle(3)
-        engine.accept = True                   # two credits owed from here on
+        engine.accept = True                   # two beats leave the FIFO: two credits owed
         port.write(b"X")
         frames = await link.frames(frame_clocks(6 * 2 + 1) + 20 * CPB)
         assert frames == [d_frame(b"\xd0\xd1\xd2\xd3"), ("x", b""), d_frame(b"\xe0\xe1\xe2\xe3", True)]
-        assert [d for d, _, _ in engine.beats_in[1:]] == [b"\x01" * 4, b"\x02" * 4]
+        assert [d for d, _, _ in engine.beats_in[1:]] == ins
 
     bridge_bench(test, accept=False)
 
@@ -616,9 +629,10 @@ def test_engine_resync_after_a_truncated_command():
         port.write(cmd_write(addr, 0x1234)[:4])
         port.pulse(1, TIMEOUT + 2 * CPB)
         assert await link.command(cmd_read(addr), 6) == b"r\x00\x00\x00\x00\x00"
-        # An idle engine takes no input: the beat waits, uncredited, until a flush.
+        # An idle engine takes no input: the beat waits in the register slice
+        # in front of it (credited: it left the FIFO) until a flush.
         port.write(cmd_beat(b"\x01\x02\x03\x04"))
-        assert await port.quiet(frame_clocks(8)) == b""
+        assert await port.quiet(frame_clocks(8)) == b"c"
         assert await link.command(b"X", 1) == b"x"
         assert await port.quiet(frame_clocks(2)) == b""
         assert await link.read(regs.address("magic")) == MAGIC
