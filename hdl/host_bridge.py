@@ -160,8 +160,8 @@ class HostBridge(wiring.Component):
     Implements the frames of docs/host_link.md. Commands arrive on
     ``uart_rx``; ``'W'``/``'R'`` become one AXI4-Lite transaction each on
     ``m_axil``, ``'S'`` beats go through an input FIFO of ``fifo_depth`` beats
-    to ``m_axis`` through a register slice (one ``'c'`` credit is sent per beat
-    that leaves the FIFO), and beats the engine offers on ``s_axis`` leave as
+    to ``m_axis`` (through a register slice with ``deep_pipeline``; one ``'c'``
+    credit is sent per beat that leaves the FIFO), and beats the engine offers on ``s_axis`` leave as
     ``'d'`` frames. Frames
     to the host are whole and chosen in the order replies, credits, output
     beats.
@@ -364,15 +364,20 @@ class HostBridge(wiring.Component):
             fifo.w_data.eq(args[top - 8 * (nb + 1):top - 8 * nb]),
             fifo.w_en.eq(copy != 0),     # dropped if full: the host broke the credit rule
         ]
-        # A register slice between the FIFO and the engine: the engine's
-        # tready (its loader and line buffer's write decision) reached the
-        # FIFO's beat register and the credit logic in one cycle, across
-        # the die -- the critical path of the routed ULX3S-85F build. A
-        # flush empties it with the FIFO.
-        out_slice = AXI4StreamRegisterSlice(8 * nb)
-        m.submodules.out_slice = ResetInserter(flush)(out_slice)
-        wiring.connect(m, fifo.stream, out_slice.s_axis)
-        wiring.connect(m, out_slice.m_axis, wiring.flipped(self.m_axis))
+        # With deep_pipeline, a register slice between the FIFO and the
+        # engine: the engine's tready (its loader and line buffer's write
+        # decision) reached the FIFO's beat register and the credit logic
+        # in one cycle, across the die -- the critical path of the routed
+        # ULX3S-85F build. A flush empties it with the FIFO. (The compact
+        # arrangement's slow clock does not need it, and the iCEBreaker
+        # has no logic cells to spare for it.)
+        if self._config.deep_pipeline:
+            out_slice = AXI4StreamRegisterSlice(8 * nb)
+            m.submodules.out_slice = ResetInserter(flush)(out_slice)
+            wiring.connect(m, fifo.stream, out_slice.s_axis)
+            wiring.connect(m, out_slice.m_axis, wiring.flipped(self.m_axis))
+        else:
+            wiring.connect(m, fifo.stream, wiring.flipped(self.m_axis))
         # A counter, not a flag: several beats may leave the FIFO while the
         # transmitter is busy with one long frame. At most D are owed. A
         # credit is a beat's room in the FIFO, returned as the beat leaves

@@ -13,6 +13,7 @@ Every reply is checked byte for byte against docs/host_link.md.
 """
 
 from collections import deque
+import dataclasses
 import gc
 import random
 import warnings
@@ -446,6 +447,21 @@ def test_beats_are_credited_when_they_leave_the_fifo(config):
         assert [(d, l) for d, l, _ in engine.beats_in] == beats + more
 
     bridge_bench(test, config=config, fifo_depth=depth, accept=False)
+
+
+def test_compact_bridge_credits_only_what_the_engine_takes():
+    # Without deep_pipeline there is no register slice: a beat leaves the
+    # FIFO only into the engine, so a stalled engine earns no credit.
+    compact = dataclasses.replace(CFG32, deep_pipeline=0)
+
+    async def test(link, engine, port):
+        port.write(cmd_beat(b"\x01\x02\x03\x04"))
+        assert await port.quiet(frame_clocks(8)) == b""
+        engine.accept = True
+        assert await link.frames(frame_clocks(2)) == [("c", b"")]
+        assert [d for d, _, _ in engine.beats_in] == [b"\x01\x02\x03\x04"]
+
+    bridge_bench(test, config=compact, accept=False)
 
 
 def test_replies_then_credits_then_output_beats():
