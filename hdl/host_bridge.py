@@ -160,11 +160,10 @@ class HostBridge(wiring.Component):
     Implements the frames of docs/host_link.md. Commands arrive on
     ``uart_rx``; ``'W'``/``'R'`` become one AXI4-Lite transaction each on
     ``m_axil``, ``'S'`` beats go through an input FIFO of ``fifo_depth`` beats
-    to ``m_axis`` (through a register slice with ``deep_pipeline``; one ``'c'``
-    credit is sent per beat that leaves the FIFO), and beats the engine offers on ``s_axis`` leave as
-    ``'d'`` frames. Frames
-    to the host are whole and chosen in the order replies, credits, output
-    beats.
+    to ``m_axis`` (through a register slice with ``deep_pipeline``; one
+    ``'c'`` credit is sent per beat that leaves the FIFO), and beats the
+    engine offers on ``s_axis`` leave as ``'d'`` frames. Frames to the host
+    are whole and chosen in the order replies, credits, output beats.
 
     Parameters
     ----------
@@ -381,7 +380,7 @@ class HostBridge(wiring.Component):
         # A counter, not a flag: several beats may leave the FIFO while the
         # transmitter is busy with one long frame. At most D are owed. A
         # credit is a beat's room in the FIFO, returned as the beat leaves
-        # it for the slice (which holds two more).
+        # it (for the slice, which holds two more, or the engine).
         credits = Signal(range(depth + 1))
         beat_in = fifo.stream.tvalid & fifo.stream.tready
 

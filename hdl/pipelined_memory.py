@@ -66,9 +66,9 @@ class PipelinedMemory(wiring.Component):
     collision_free : bool
         The caller promises never to use a read of a word made in the
         cycle its write lands (:attr:`write_latency` counted): what such a
-        read returns is then left undefined, which lets an ECP5 build put 36-bit-mode parts
-        (words wider than 18 bits) in ``DP16KD`` blocks with their own
-        output registers (see :mod:`.ecp5_block_ram`). Elsewhere, and in
+        read returns is then left undefined, which lets an ECP5 build put
+        words wider than 18 bits in ``DP16KD`` blocks with their own output
+        registers (see :mod:`.ecp5_block_ram`). Elsewhere, and in
         simulation, the read returns the old word either way.
 
     Members
