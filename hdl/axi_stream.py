@@ -7,9 +7,11 @@ formats pad to beat boundaries, docs/engine.md), and a DMA without ``tkeep``
 ties it to all ones.
 """
 
-from amaranth.hdl import Cat, Module, Signal
+from amaranth.hdl import Cat, Module
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
+
+from .register_slice import StreamRegisterSlice
 
 __all__ = ["AXI4StreamSignature", "AXI4StreamRegisterSlice"]
 
@@ -50,13 +52,11 @@ class AXI4StreamSignature(wiring.Signature):
 
 
 class AXI4StreamRegisterSlice(wiring.Component):
-    """A full register slice (skid buffer): every output and ``tready`` registered.
+    """A full register slice: :class:`~fpgacnn.hdl.register_slice.StreamRegisterSlice`
+    for AXI4-Stream beats (``tdata`` with ``tlast``).
 
     Beats pass through unchanged, in order, one per cycle at full rate, a
-    cycle later. Neither side's handshake reaches the other combinationally:
-    ``s_axis.tready`` is a register (the spare register is empty) and the
-    sink's ``tready`` only enables registers. Used where a stream crosses
-    the die between two blocks with deep handshake logic of their own.
+    cycle later; ``s_axis.tready`` is a register.
 
     Parameters
     ----------
@@ -75,19 +75,9 @@ class AXI4StreamRegisterSlice(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         s, o = self.s_axis, self.m_axis
-        width = len(s.tdata) + 1
-        out, out_valid = Signal(width, reset_less=True), Signal()
-        spare, spare_valid = Signal(width, reset_less=True), Signal()
-        beat = Cat(s.tdata, s.tlast)
-        take = s.tvalid & ~spare_valid
-        m.d.comb += [s.tready.eq(~spare_valid), o.tvalid.eq(out_valid),
-                     Cat(o.tdata, o.tlast).eq(out)]
-        with m.If(o.tready | ~out_valid):
-            # The output register is free (or leaving): the spare first.
-            with m.If(spare_valid):
-                m.d.sync += [out.eq(spare), out_valid.eq(1), spare_valid.eq(0)]
-            with m.Else():
-                m.d.sync += [out.eq(beat), out_valid.eq(take)]
-        with m.Elif(take):
-            m.d.sync += [spare.eq(beat), spare_valid.eq(1)]
+        m.submodules.slice = beats = StreamRegisterSlice(len(s.tdata) + 1)
+        m.d.comb += [beats.i_stream.payload.eq(Cat(s.tdata, s.tlast)),
+                     beats.i_stream.valid.eq(s.tvalid), s.tready.eq(beats.i_stream.ready),
+                     Cat(o.tdata, o.tlast).eq(beats.o_stream.payload),
+                     o.tvalid.eq(beats.o_stream.valid), beats.o_stream.ready.eq(o.tready)]
         return m

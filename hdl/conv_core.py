@@ -29,10 +29,12 @@ from .limits import limits, narrow_descriptor
 from .line_buffer import LineBuffer
 from .mac_array import MacArray
 from .maxpool import MaxPool2x2
+from .register_slice import StreamRegisterSlice
 from .requantizer import Requantizer
 from .stream_loader import StreamLoader
 
-__all__ = ["ConvCore", "pipeline_latency", "output_fifo_depth", "setup_cycles"]
+__all__ = ["ConvCore", "pipeline_latency", "output_fifo_depth", "setup_cycles",
+           "pixel_slice_words"]
 
 
 @functools.lru_cache(maxsize=None)  # elaborating the blocks is slow; drivers ask per run
@@ -57,6 +59,16 @@ def setup_cycles(config):
     lb = LineBuffer(config)
     lb._MustUse__used = True  # built only to ask
     return lb.setup_cycles
+
+
+def pixel_slice_words(config):
+    """Pixel words held between the loader and the line buffer's writer.
+
+    2 with ``deep_pipeline`` (a :class:`~fpgacnn.hdl.register_slice.StreamRegisterSlice`:
+    a pixel reaches the writer a cycle after the loader hands it on), else 0
+    (no register: the same cycle).
+    """
+    return 2 if config.deep_pipeline else 0
 
 
 #: Output FIFO words beyond the pipeline latency: the FIFO's own latency and the packer's.
@@ -155,7 +167,18 @@ class ConvCore(wiring.Component):
             lb.start.eq(start), loader.start.eq(start),
         ]
         wiring.connect(m, wiring.flipped(self.i_stream), loader.i_stream)
-        wiring.connect(m, loader.o_pixels, lb.w_stream)
+        if pixel_slice_words(cfg):
+            # A register slice between the loader and the line buffer's
+            # writer: the writer's `can_write` reached the loader's `ready`,
+            # every beat counter and weight write enable of the loader, and
+            # the bridge's stream registers in one cycle, across the die --
+            # the critical path of the routed ULX3S-85F build. The pixels
+            # arrive a cycle later.
+            m.submodules.pixel_slice = pixel_slice = StreamRegisterSlice(8 * cfg.pin)
+            wiring.connect(m, loader.o_pixels, pixel_slice.i_stream)
+            wiring.connect(m, pixel_slice.o_stream, lb.w_stream)
+        else:
+            wiring.connect(m, loader.o_pixels, lb.w_stream)
 
         # ---- issue, gated by output credits ---------------------------------
         credits = Signal(range(depth + 1), init=depth)

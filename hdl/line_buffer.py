@@ -495,14 +495,38 @@ class LineBuffer(wiring.Component):
                     lt[w, move] = Signal(name=f"can_write_{w}_{move}")
                     m.d.comb += [ge[w, move].eq(a >= t), lt[w, move].eq(a < l)]
 
-            def pick(table):
-                return Mux(image_read, Mux(row_written, table[1, "image"], table[0, "image"]),
-                           Mux(row_read, Mux(row_written, table[1, "row"], table[0, "row"]),
-                               Mux(row_written, table[1, "stay"], table[0, "stay"])))
+            # The late events pick one compare of each table: a one-hot
+            # select per compare, with the done terms folded in, made beside
+            # the compares' carry chains and kept as nets of their own
+            # (`keep`: yosys's LUT mapping would otherwise merge them into
+            # one cone with the compares at its deepest inputs, 5 LUT levels
+            # after the carry chain: the longest path of the routed ULX3S-85F
+            # build). After the compares: two compares with their selects per
+            # LUT (kept too), then their OR: 2 levels.
             r_done_next = self.r_done | r_finish
             w_done_next = self.w_done | w_finish
-            m.d.sync += [ready_q.eq(~r_done_next & div_done & pick(ge)),
-                         can_write_q.eq(~w_done_next & (r_done_next | pick(lt)))]
+            move_now = {"image": image_read, "row": ~image_read & row_read,
+                        "stay": ~image_read & ~row_read}
+
+            def kept(value, name):
+                net = Signal(name=name, attrs={"keep": 1})
+                m.d.comb += net.eq(value)
+                return net
+            ready_terms, can_write_terms = [], []
+            for (w, move), ge_compare in ge.items():
+                now = move_now[move] & (row_written if w else ~row_written)
+                ready_terms.append(ge_compare & kept(now & ~r_done_next & div_done,
+                                                     f"ready_sel_{w}_{move}"))
+                can_write_terms.append(lt[w, move] & kept(now & ~w_done_next,
+                                                          f"can_write_sel_{w}_{move}"))
+            only_writes = kept(r_done_next & ~w_done_next, "can_write_sel_done")
+
+            def or_in_pairs(terms, name):
+                return Cat(*(kept(Cat(*terms[i:i + 2]).any(), f"{name}_{i // 2}")
+                             for i in range(0, len(terms), 2))).any()
+            m.d.sync += [ready_q.eq(or_in_pairs(ready_terms, "ready_pair")),
+                         can_write_q.eq(only_writes | or_in_pairs(can_write_terms,
+                                                                  "can_write_pair"))]
             with m.If(self.start):
                 # avail = 0 < rlimit = row_slots: the writer may start at once.
                 m.d.sync += [ready_q.eq(0), can_write_q.eq(1), avail_p1.eq(1)]

@@ -2,7 +2,7 @@
 
 import math
 
-from amaranth.hdl import Cat, Module, Mux, Signal, signed
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import data, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -34,7 +34,8 @@ class MaxPool2x2(wiring.Component):
     spans several block RAMs, six then --, compare, write back from
     registers), and a
     word that reads an entry still in flight takes the newest result
-    instead; without ``deep_pipeline`` it takes two (read, compare and
+    instead (compared a stage early with the results older than the
+    newest); without ``deep_pipeline`` it takes two (read, compare and
     write) with a read port transparent for the write port.
 
     Parameters
@@ -110,33 +111,76 @@ class MaxPool2x2(wiring.Component):
 
         # Position of the next input word; `clear` restarts it combinationally
         # so that a word in the clear cycle is the first of the image.
+        # With deep_pipeline, "last" and "kept" flags are registered with the
+        # counters (the compares with the descriptor in front of every
+        # counter's next value were the longest path of the pool on the
+        # ECP5): each is computed for the value its counter takes, beside
+        # that value. Without, they are compares of the position (fewer
+        # logic cells: the iCE40 UP5K is full).
+        deep = bool(self._config.deep_pipeline)
         lim = limits(self._config)
         co, ox = Signal(lim.co_bits), Signal(lim.col_bits)
         oy_odd = Signal()
         base = Signal(addr_width + 1)  # = (ox // 2) * co_tiles
+        co_last, ox_last, ox_kept = Signal(name="co_last"), Signal(name="ox_last"), Signal(name="ox_kept")
         p_co, p_ox, p_oy_odd, p_base = Signal.like(co), Signal.like(ox), Signal(), Signal(addr_width + 1)
+        p_co_last, p_ox_last, p_ox_kept = Signal(), Signal(), Signal()
+
+        def flags_at(co_value, ox_value):
+            # co_last, ox_last, ox_kept when the position is (co_value,
+            # ox_value); a trailing odd column is dropped (its pair index
+            # equals the pooled width)
+            return Cat(co_value + 1 >= self.co_tiles, ox_value + 1 >= self.out_w,
+                       (ox_value >> 1) < (self.out_w >> 1))
+
+        zero, one = Const(0, 1), Const(1, 1)
+        flags, p_flags = Cat(co_last, ox_last, ox_kept), Cat(p_co_last, p_ox_last, p_ox_kept)
+
+        def set_flags(value):
+            return [flags.eq(value)] if deep else []
+        # The flags of the next column and of the next tile, from the
+        # registers and from the restart in parallel: `clear` (late: the
+        # requantizer's valid and tag) only selects. Each is one compare of
+        # a counter with a bound registered from `out_w`/`co_tiles` (static
+        # from two cycles before an image's first word).
+        co_bound = Signal(signed(18))    # co + 2 >= co_tiles  <=>  co >= co_tiles - 2
+        last_bound = Signal(signed(18))  # ox + 2 >= out_w     <=>  ox >= out_w - 2
+        kept_bound = Signal(signed(18))  # (ox + 1) // 2 < out_w // 2  <=>  ox < out_w//2*2 - 1
+        if deep:
+            m.d.sync += [co_bound.eq(self.co_tiles - 2), last_bound.eq(self.out_w - 2),
+                         kept_bound.eq(Cat(Const(0, 1), self.out_w[1:]) - 1)]
+        next_column = Mux(self.clear, flags_at(zero, one),
+                          Cat(self.co_tiles <= 1, ox >= last_bound, ox < kept_bound))
+        next_co_last = Mux(self.clear, self.co_tiles <= 2, co >= co_bound)
         with m.If(self.clear):
             m.d.comb += [p_co.eq(0), p_ox.eq(0), p_oy_odd.eq(0), p_base.eq(0)]
+            if deep:
+                m.d.comb += p_flags.eq(flags_at(zero, zero))
         with m.Else():
             m.d.comb += [p_co.eq(co), p_ox.eq(ox), p_oy_odd.eq(oy_odd), p_base.eq(base)]
+            if deep:
+                m.d.comb += p_flags.eq(flags)
+        if not deep:
+            m.d.comb += p_flags.eq(flags_at(p_co, p_ox))
         with m.If(self.i_valid):
-            with m.If(p_co + 1 >= self.co_tiles):
-                m.d.sync += co.eq(0)
-                with m.If(p_ox + 1 >= self.out_w):
-                    m.d.sync += [ox.eq(0), base.eq(0), oy_odd.eq(~p_oy_odd)]
+            with m.If(p_co_last):
+                with m.If(p_ox_last):
+                    m.d.sync += [co.eq(0), ox.eq(0), base.eq(0), oy_odd.eq(~p_oy_odd),
+                                 *set_flags(flags_at(zero, zero))]
                 with m.Else():
                     m.d.sync += [
-                        ox.eq(p_ox + 1),
+                        co.eq(0), ox.eq(p_ox + 1),
                         base.eq(p_base + Mux(p_ox[0], self.co_tiles, 0)),
-                        oy_odd.eq(p_oy_odd),
+                        oy_odd.eq(p_oy_odd), *set_flags(next_column),
                     ]
             with m.Else():
-                m.d.sync += [co.eq(p_co + 1), ox.eq(p_ox), base.eq(p_base), oy_odd.eq(p_oy_odd)]
+                m.d.sync += [co.eq(p_co + 1), ox.eq(p_ox), base.eq(p_base), oy_odd.eq(p_oy_odd),
+                             *set_flags(Cat(next_co_last, p_ox_last, p_ox_kept))]
         with m.Elif(self.clear):
-            m.d.sync += [co.eq(0), ox.eq(0), base.eq(0), oy_odd.eq(0)]
+            m.d.sync += [co.eq(0), ox.eq(0), base.eq(0), oy_odd.eq(0),
+                         *set_flags(flags_at(zero, zero))]
 
-        # The word, its entry and what it does there. A trailing odd column
-        # is dropped (its pair index equals the pooled width).
+        # The word, its entry and what it does there.
         step = data.StructLayout({
             "valid": 1,   # a kept word: it writes its entry
             "first": 1,   # first word of its window: it writes itself
@@ -145,7 +189,7 @@ class MaxPool2x2(wiring.Component):
         })
         now = Signal(step)
         m.d.comb += [
-            now.valid.eq(self.i_valid & ((p_ox >> 1) < (self.out_w >> 1))),
+            now.valid.eq(self.i_valid & p_ox_kept),
             now.first.eq(~p_oy_odd & ~p_ox[0]),
             now.emit.eq(p_oy_odd & p_ox[0]),
             now.addr.eq(p_base + p_co),
@@ -192,7 +236,7 @@ class MaxPool2x2(wiring.Component):
         m.d.sync += [b.eq(now), b_data.eq(self.i_data)]
         m.d.comb += row.r_addr.eq(b.addr)
         chain = delay_line(m, b, row.latency, "s")
-        d, d_data = chain[-1], delayed(m, b_data, row.latency, "s_data", reset_less=True)
+        d = chain[-1]
         # E: the result of D, written back this cycle; then the older results.
         e = Signal.like(now, name="e")
         results = [Signal(word, name=f"result_{i}", reset_less=True) for i in range(row.latency + 1)]
@@ -208,20 +252,41 @@ class MaxPool2x2(wiring.Component):
         m.d.comb += pick.eq(Cat(~Cat(*match).any(),
                                 *(match[i] & ~Cat(*match[:i]).any() if i else match[0]
                                   for i in range(len(ahead)))))
-        pick = delayed(m, pick, row.latency, "pick")
-        # Stage D: the running maximum from memory or, for a word that read
-        # too early, the newest of the results after it; the new word is
-        # compared with every candidate at once (all registers), and the
-        # one-hot choice selects both the candidate and its compare.
-        cands = [data.View(word, row.r_data)] + results
+        # Stage C (a cycle before D) compares the word with the results that
+        # will be results[1..] in D (results shift every cycle: results[i-1]
+        # now) and ORs the chosen one and its compare into two registers, so
+        # that D compares with two candidates only (the memory's data and the
+        # newest result, both new in D): the compare and the choice after it
+        # were the longest path of the pool.
+        pick_c = delayed(m, pick, row.latency - 1, "pick")
+        c_data = delayed(m, b_data, row.latency - 1, "s_data", reset_less=True)
+        pick_d = delayed(m, pick_c, 1, "pick_d")
+        d_data = delayed(m, c_data, 1, "d_data", reset_less=True)
+        pout = self._config.pout
+        older_running = Signal(word, name="older_running", reset_less=True)
+        older_greater = Signal(pout, name="older_greater", reset_less=True)
+        for lane in range(pout):
+            chosen = [(pick_c[i + 2], results[i]) for i in range(len(results) - 1)]
+            m.d.sync += [
+                older_running[lane].eq(_or_words(
+                    Cat(*(r[lane].as_unsigned() & p.replicate(8) for p, r in chosen)),
+                    len(chosen), 8)),
+                older_greater[lane].eq(Cat(*((c_data[lane] > r[lane]) & p
+                                             for p, r in chosen)).any()),
+            ]
+        # Stage D: the running maximum from memory, the newest result or the
+        # older one chosen in C (one-hot), and the new word's compare with it.
         best = Signal(word)
-        for lane in range(self._config.pout):
+        memory = data.View(word, row.r_data)
+        for lane in range(pout):
             new = d_data[lane]
-            running = Cat(*(c[lane].as_unsigned() & pick[i].replicate(8)
-                            for i, c in enumerate(cands)))
             running_lane = Signal(signed(8), name=f"running{lane}")
-            m.d.comb += running_lane.eq(_or_words(running, len(cands), 8))
-            greater = Cat(*((new > c[lane]) & pick[i] for i, c in enumerate(cands))).any()
+            m.d.comb += running_lane.eq(
+                (memory[lane].as_unsigned() & pick_d[0].replicate(8)) |
+                (results[0][lane].as_unsigned() & pick_d[1].replicate(8)) |
+                older_running[lane].as_unsigned())
+            greater = (((new > memory[lane]) & pick_d[0]) | ((new > results[0][lane]) & pick_d[1])
+                       | older_greater[lane])
             with m.If(d.first | greater):
                 m.d.comb += best[lane].eq(new)
             with m.Else():

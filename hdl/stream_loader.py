@@ -147,6 +147,16 @@ class StreamLoader(wiring.Component):
         lim = limits(cfg)
         co, ci = Signal(lim.co_bits), Signal(lim.ci_bits)
         word_addr = Signal(range(cfg.weight_depth + 1))
+        # The last output and input tile: with deep_pipeline flags registered
+        # with the counters (compares with the descriptor in front of their
+        # next values were among the longest paths of the ECP5 build), else
+        # compares (fewer logic cells: the iCE40 UP5K is full).
+        co_last, ci_last = Signal(name="co_last"), Signal(name="ci_last")
+        if not pipelined:
+            m.d.comb += [co_last.eq(co == desc.co_tiles - 1), ci_last.eq(ci == desc.ci_tiles - 1)]
+
+        def set_last(flag, value):
+            return [flag.eq(value)] if pipelined else []
         px_ci, px_x = Signal(lim.ci_bits, name="px_ci"), Signal(lim.col_bits, name="px_x")
         px_y, px_n = Signal(16, name="px_y"), Signal(16, name="px_n")
         take = self.i_stream.valid & self.i_stream.ready
@@ -177,6 +187,8 @@ class StreamLoader(wiring.Component):
             with m.State("IDLE"):
                 with m.If(self.start):
                     m.d.sync += [beat_no.eq(0), co.eq(0), ci.eq(0), word_addr.eq(0),
+                                 *set_last(co_last, desc.co_tiles == 1),
+                                 *set_last(ci_last, desc.ci_tiles == 1),
                                  px_ci.eq(0), px_x.eq(0), px_y.eq(0), px_n.eq(0),
                                  last_ci.eq(desc.ci_tiles == 1), last_x.eq(desc.in_w == 1),
                                  last_y.eq(desc.in_h == 1), self.done.eq(0)]
@@ -190,9 +202,10 @@ class StreamLoader(wiring.Component):
                              params.w_addr.eq(co), params.w_en.eq(take << beat_no)]
                 with m.If(take):
                     with m.If(beat_no == pbeats - 1):
-                        m.d.sync += [beat_no.eq(0), co.eq(co + 1)]
-                        with m.If(co == desc.co_tiles - 1):
-                            m.d.sync += co.eq(0)
+                        m.d.sync += [beat_no.eq(0), co.eq(co + 1),
+                                     *set_last(co_last, co + 2 == desc.co_tiles)]
+                        with m.If(co_last):
+                            m.d.sync += [co.eq(0), *set_last(co_last, desc.co_tiles == 1)]
                             m.next = "WEIGHTS"
                     with m.Else():
                         m.d.sync += beat_no.eq(beat_no + 1)
@@ -203,12 +216,15 @@ class StreamLoader(wiring.Component):
                 with m.If(take):
                     with m.If(beat_no == wbeats - 1):
                         m.d.sync += [beat_no.eq(0), word_addr.eq(word_addr + 1)]
-                        with m.If(ci == desc.ci_tiles - 1):
-                            m.d.sync += [ci.eq(0), co.eq(co + 1)]
-                            with m.If(co == desc.co_tiles - 1):
+                        with m.If(ci_last):
+                            m.d.sync += [ci.eq(0), *set_last(ci_last, desc.ci_tiles == 1),
+                                         co.eq(co + 1),
+                                         *set_last(co_last, co + 2 == desc.co_tiles)]
+                            with m.If(co_last):
                                 m.next = "PIXELS"
                         with m.Else():
-                            m.d.sync += ci.eq(ci + 1)
+                            m.d.sync += [ci.eq(ci + 1),
+                                         *set_last(ci_last, ci + 2 == desc.ci_tiles)]
                     with m.Else():
                         m.d.sync += beat_no.eq(beat_no + 1)
 
@@ -218,16 +234,20 @@ class StreamLoader(wiring.Component):
                     per_beat = cfg.stream_bytes // cfg.pin
                     words = [self.i_stream.payload[i * 8 * cfg.pin:(i + 1) * 8 * cfg.pin]
                              for i in range(per_beat)]
+                    # With one word per beat every word ends its beat: no
+                    # beat count in front of `ready` (it was on the longest
+                    # path of the ECP5 build).
+                    beat_end = (beat_no == per_beat - 1) | image_end if per_beat > 1 else 1
                     m.d.comb += [
                         self.o_pixels.valid.eq(self.i_stream.valid),
-                        self.o_pixels.payload.eq(Array(words)[beat_no]),
-                        self.i_stream.ready.eq(self.o_pixels.ready &
-                                               ((beat_no == per_beat - 1) | image_end)),
+                        self.o_pixels.payload.eq(Array(words)[beat_no] if per_beat > 1
+                                                 else words[0]),
+                        self.i_stream.ready.eq(self.o_pixels.ready & beat_end),
                         self.wants.eq(self.o_pixels.ready),
                     ]
                     with m.If(self.o_pixels.valid & self.o_pixels.ready):
                         advance_pixel()
-                        with m.If((beat_no == per_beat - 1) | image_end):
+                        with m.If(beat_end):
                             m.d.sync += beat_no.eq(0)
                         with m.Else():
                             m.d.sync += beat_no.eq(beat_no + 1)

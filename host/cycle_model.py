@@ -4,9 +4,11 @@ The model follows the engine's schedule at the granularity of rows:
 
 - the parameters and weights stream in first, one beat per cycle;
 - the line-buffer writer stores input rows at one ``pin``-byte word per cycle
-  (``pin/B`` cycles per word when a word spans several beats), but may only
-  start a row once its slot is free, i.e. once the output row that still
-  needed the slot's previous row has been issued;
+  (``pin/B`` cycles per word when a word spans several beats; a cycle after
+  the loader, and two words buffered, with ``deep_pipeline``'s register
+  slice between them), but may only start a row once its slot is free,
+  i.e. once the output row that still needed the slot's previous row has
+  been issued;
 - output row ``oy`` is issued once its input rows are complete, one window per
   cycle: ``out_w*co_tiles*ci_tiles`` cycles, or longer when the output stream
   (``pout/B`` beats per output word) is slower than the array;
@@ -93,6 +95,11 @@ def _pipeline(config, pool):
     return pipeline_latency(config, pool), pipeline_latency(config, True) + 1
 
 
+def _pixel_slice(config):
+    from ..hdl.conv_core import pixel_slice_words
+    return pixel_slice_words(config)
+
+
 @functools.lru_cache(maxsize=64)
 def _setup(config):
     from ..hdl.conv_core import setup_cycles
@@ -147,6 +154,7 @@ def layer_cycles(config, desc, *, macs=None):
     t0 = _START_CYCLES + load
 
     per_word_in = max(1, pin // beat)            # cycles per line-buffer word
+    held = _pixel_slice(config)                  # words between loader and writer (a cycle)
     row_in = in_w * ci * per_word_in             # cycles to write one input row
     per_word_out = max(1, pout // beat)          # cycles per output word
     issue = out_w * co * ci                      # cycles to issue one output row
@@ -169,9 +177,11 @@ def layer_cycles(config, desc, *, macs=None):
                 j_free += 1
             if j_free <= len(r_end):
                 freed = t0 if j_free == 0 else r_end[j_free - 1]
-                prev = w_end[-1] if w_end else t0
-                if freed > prev:  # blocked: the loader collected all but a word's last beat
-                    end = max(prev + row_in, freed + row_in - (per_word_in - 1))
+                prev = w_end[-1] if w_end else t0 + (1 if held else 0)
+                if freed > prev:
+                    # blocked: the words in the register slice and all but the last beat
+                    # of the next word are waiting
+                    end = max(prev + row_in, freed + row_in - (held + 1) * (per_word_in - 1))
                 else:
                     end = prev + row_in
                 w_end.append(end)
