@@ -15,6 +15,6 @@ def __getattr__(name):
         from .host.accelerator import Accelerator
         return Accelerator
     if name == "EngineConfig":
-        from .hdl.config import EngineConfig
+        from .core.config import EngineConfig
         return EngineConfig
     raise AttributeError(f"module 'fpgacnn' has no attribute {name!r}")

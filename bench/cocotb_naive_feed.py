@@ -20,8 +20,8 @@ from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, RisingEdge
 from cocotbext.axi import AxiLiteBus, AxiLiteMaster
 
-from fpgacnn.hdl.descriptor import DESCRIPTOR_FIELDS
-from fpgacnn.hdl.regmap import build_regmap
+from fpgacnn.core.descriptor import DESCRIPTOR_FIELDS
+from fpgacnn.core.regmap import build_regmap
 from fpgacnn.sim.engine_tb import config_from_env
 
 

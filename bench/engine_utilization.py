@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fpgacnn.hdl.config import EngineConfig
+from fpgacnn.core.config import EngineConfig
 from fpgacnn.host.accelerator import Accelerator, open_board
 from fpgacnn.host.commands.sim import random_layer_model
 from fpgacnn.host.compiler import compile_model, pack_run

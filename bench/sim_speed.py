@@ -41,7 +41,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))  # the cocotb module and the report helper live here
 
 from bench_report import replace_section  # noqa: E402
-from fpgacnn.hdl.config import EngineConfig  # noqa: E402
+from fpgacnn.core.config import EngineConfig  # noqa: E402
 from fpgacnn.host import packing  # noqa: E402
 from fpgacnn.host.accelerator import Accelerator, open_board  # noqa: E402
 from fpgacnn.host.commands.sim import random_layer_model  # noqa: E402
@@ -100,8 +100,8 @@ def naive_cocotb(config, desc, data, want_bytes, repeats):
 
 
 def bare_loop(config, board, desc, cycles, repeats):
-    from fpgacnn.hdl.regmap import build_regmap
-    from fpgacnn.hdl.descriptor import DESCRIPTOR_FIELDS
+    from fpgacnn.core.regmap import build_regmap
+    from fpgacnn.core.descriptor import DESCRIPTOR_FIELDS
     regs = build_regmap(config)
     # The same layer with many images: the engine stays busy for the whole free run.
     big = dict(desc, batch=1000, load_weights=1)

@@ -17,7 +17,7 @@ from pathlib import Path
 import math
 import re
 
-from ..host.errors import FpgacnnError
+from ..core.errors import FpgacnnError
 
 __all__ = ["BoardError", "Board", "Resources", "Clock", "Vivado", "BOARD_DIR",
            "FAMILIES", "HOST_LINKS", "DEFAULT_UART_BAUD", "require_board", "load_board", "load_board_file", "list_boards"]

@@ -1,6 +1,6 @@
 """A default engine for a board: as many multipliers and as much buffer as fit.
 
-:func:`size_engine` picks an :class:`~fpgacnn.hdl.config.EngineConfig` for a
+:func:`size_engine` picks an :class:`~fpgacnn.core.config.EngineConfig` for a
 :class:`~fpgacnn.boards.board.Board` and says why. The rules, in order:
 
 1. ``kmax = 3``: 3x3 is the common kernel, and 1x1 layers and Gemm are
@@ -8,7 +8,7 @@
 2. ``pin`` and ``pout`` (powers of two) give the most MACs per cycle,
    ``kmax*kmax*pin*pout``, such that the multipliers fit the board's hard
    multipliers: one per int8 x int8 product -- except on iCE40 UltraPlus
-   parts, where :class:`~fpgacnn.hdl.int8_products.Int8Products` puts two
+   parts, where :class:`~fpgacnn.hdl.tech.int8_products.Int8Products` puts two
    products in each ``SB_MAC16`` (its 8x8 mode) and a lane's odd product in
    LUTs -- plus per output lane the requantizer's
    ``acc_width x (mult_width + 1)`` product, split into tiles of the DSP's
@@ -34,9 +34,9 @@ import dataclasses
 from dataclasses import dataclass, field
 import math
 
-from ..hdl.config import EngineConfig
-from ..hdl.ecp5_block_ram import blocks_in_parts
-from ..hdl.pipelined_memory import in_ecp5_blocks
+from ..core.config import EngineConfig
+from ..hdl.tech.ecp5_block_ram import blocks_in_parts
+from ..hdl.tech.pipelined_memory import in_ecp5_blocks
 from .board import require_board
 
 __all__ = ["Sizing", "size_engine", "multipliers_needed", "bram_blocks_needed"]
@@ -79,7 +79,7 @@ def bram_blocks_needed(config, board):
     if board.family == "ecp5" and config.deep_pipeline:
         # The loader's buffers are written a stream beat at a time, and on
         # the ECP5 built from blocks with their output registers, a beat's
-        # lane in blocks of its own (hdl/ecp5_block_ram.py).
+        # lane in blocks of its own (hdl/tech/ecp5_block_ram.py).
         weight, param = (_in_beat_lanes(bytes_, depth, config, r)
                          for bytes_, depth in ((config.weight_word_bytes, config.weight_depth),
                                                (config.pout * _PARAM_BITS_PER_LANE // 8,

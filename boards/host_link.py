@@ -2,7 +2,7 @@
 
 Open boards (ECP5, iCE40) have no CPU beside the FPGA, so their bitstream holds
 the engine behind a bridge from the board's host link
-(:class:`fpgacnn.hdl.uart_top.UartEngineTop` for ``host_link = "uart"``,
+(:class:`fpgacnn.hdl.link.uart_top.UartEngineTop` for ``host_link = "uart"``,
 protocol in docs/host_link.md). :func:`host_link_top` picks that top for a
 board and :func:`uart_clocks_per_bit` the UART divisor for the engine clock.
 """
@@ -80,7 +80,7 @@ def host_link_top(board, config, clock_mhz):
     if board.host_link != "uart":
         raise BoardError(f"{board.name}: host link {board.host_link!r} has no bridge in "
                          f"gateware yet (only 'uart' does; docs/host_link.md)")
-    from ..hdl.uart_top import UartEngineTop
+    from ..hdl.link.uart_top import UartEngineTop
     divisor = uart_clocks_per_bit(clock_mhz * 1e6, board.uart_baud)
     top = UartEngineTop(config, clocks_per_bit=divisor)
     return HostLinkTop(top, {"kind": "uart", "baud": board.uart_baud,

@@ -46,9 +46,9 @@ import time
 from amaranth.hdl import ClockDomain, ClockSignal, Elaboratable, Module, ResetSignal, Signal
 from amaranth.lib.cdc import ResetSynchronizer
 
-from ..hdl.global_net import global_buffer
-from ..hdl.register_copies import YOSYS_KEEP_COPIES
-from ..host.errors import BackendError
+from ..hdl.tech.global_net import global_buffer
+from ..hdl.tech.register_copies import YOSYS_KEEP_COPIES
+from ..core.errors import BackendError
 from .board import BoardError, require_board
 from .pll import find_tool, instantiate, pll_settings
 from .port_harness import PortHarness
@@ -133,7 +133,7 @@ class _BoardTop(Elaboratable):
         platform.add_clock_constraint(engine_clk, self.pll.achieved_mhz * 1e6)
         # The reset is synchronised in a domain of its own on the same clock,
         # then handed to `sync` through a global buffer where the part has
-        # one: it reaches most flip-flops (see fpgacnn.hdl.global_net).
+        # one: it reaches most flip-flops (see fpgacnn.hdl.tech.global_net).
         m.domains.reset = ClockDomain("reset", local=True)
         m.d.comb += ClockSignal("reset").eq(engine_clk)
         m.submodules.reset_sync = ResetSynchronizer(~locked, domain="reset")
@@ -185,9 +185,9 @@ def _synthesis_overrides(family, name):
     (``GetSize(conn.first) == GetSize(conn.second)``) on engines the size of
     the ULX3S-85F default, so the script stops ``synth_ecp5`` before its LUT
     mapping, maps with classic ``abc`` and resumes at ``map_cells`` -- the
-    same split :func:`fpgacnn.hdl.synth_stats.ecp5_cell_counts` uses.
+    same split :func:`fpgacnn.boards.synth_stats.ecp5_cell_counts` uses.
     """
-    # Either way, registers made as copies stay copies (hdl/register_copies.py).
+    # Either way, registers made as copies stay copies (hdl/tech/register_copies.py).
     keep_copies = {"script_after_read": YOSYS_KEEP_COPIES}
     if family == "ice40":
         return {"synth_opts": ["-dsp"], **keep_copies}

@@ -18,7 +18,7 @@ import tempfile
 
 from amaranth.hdl import Instance
 
-from ..host.errors import BackendError
+from ..core.errors import BackendError
 
 __all__ = ["PllSettings", "PLL_TOLERANCE", "find_tool", "ecp5_pll", "ice40_pll", "pll_settings"]
 

@@ -28,8 +28,8 @@ import shutil
 import subprocess
 import time
 
-from ..hdl.config import EngineConfig
-from ..host.errors import BackendError
+from ..core.config import EngineConfig
+from ..core.errors import BackendError
 from .board import BoardError, require_board
 
 __all__ = ["VivadoError", "ZynqProject", "VIVADO_COMMANDS", "ADDRESS_MAP",
@@ -84,7 +84,7 @@ def _ports(config, addr_width):
 
 def wrapper_verilog(config, *, engine_name="fpgacnn_engine", addr_width=None):
     """Verilog of the Vivado-facing wrapper around the engine top."""
-    from ..hdl.regmap import ADDR_WIDTH
+    from ..core.regmap import ADDR_WIDTH
     addr_width = ADDR_WIDTH if addr_width is None else addr_width
     sw = config.stream_width
     ports = _ports(config, addr_width)

@@ -2,7 +2,7 @@
 
 This is the module ``fpgacnn generate`` turns into Verilog and the one the
 cocotb testbenches and the board flows instantiate. See docs/engine.md for
-the stream formats and :mod:`fpgacnn.hdl.regmap` for the registers.
+the stream formats and :mod:`fpgacnn.core.regmap` for the registers.
 """
 
 from amaranth.hdl import (ClockDomain, ClockSignal, DomainRenamer, Module, ResetInserter,
@@ -10,15 +10,15 @@ from amaranth.hdl import (ClockDomain, ClockSignal, DomainRenamer, Module, Reset
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from .axi_lite import AXI4LiteSignature, AXI4LiteSlave
-from .axi_stream import AXI4StreamSignature
-from .config import require_config
-from .conv_core import ConvCore
-from .csr_bank import CSRBank
-from .descriptor import DESCRIPTOR_FIELDS, descriptor_layout
-from .dsp import is_ecp5
-from .global_net import global_buffer
-from .regmap import ADDR_WIDTH, build_regmap
+from .bus.axi_lite import AXI4LiteSignature, AXI4LiteSlave
+from .bus.axi_stream import AXI4StreamSignature
+from ..core.config import require_config
+from .datapath.conv_core import ConvCore
+from .bus.csr_bank import CSRBank
+from ..core.descriptor import DESCRIPTOR_FIELDS, descriptor_layout
+from .tech.dsp import is_ecp5
+from .tech.global_net import global_buffer
+from ..core.regmap import ADDR_WIDTH, build_regmap
 
 __all__ = ["ConvEngine"]
 
@@ -41,7 +41,7 @@ class ConvEngine(wiring.Component):
     Members
     -------
     s_axil : In(AXI4LiteSignature(ADDR_WIDTH, 32))
-        Control and status registers (:func:`fpgacnn.hdl.regmap.build_regmap`).
+        Control and status registers (:func:`fpgacnn.core.regmap.build_regmap`).
     s_axis : In(AXI4StreamSignature(config.stream_width))
         Layer input (parameters, weights, pixels); ``tlast`` is ignored, the
         descriptor says how much input a run takes.
@@ -77,7 +77,7 @@ class ConvEngine(wiring.Component):
 
     @property
     def regmap(self):
-        """The :class:`~fpgacnn.hdl.regmap.RegisterMap` this engine decodes."""
+        """The :class:`~fpgacnn.core.regmap.RegisterMap` this engine decodes."""
         return self._regmap
 
     def elaborate(self, platform):
@@ -100,7 +100,7 @@ class ConvEngine(wiring.Component):
         core_reset = Signal(init=1)
         m.d.sync += core_reset.eq(csr.control.soft_reset)
         if is_ecp5(platform):
-            # On a global network (see hdl/global_net.py), as the only reset
+            # On a global network (see hdl/tech/global_net.py), as the only reset
             # of the core: with the domain's too, the two would meet in a LUT
             # in front of each flip-flop's one LSR pin, back in the fabric. So
             # the core runs in a domain of its own on the same clock, in the

@@ -1,6 +1,6 @@
 """Emit an engine: Verilog, register map (JSON, C header) and a configuration summary.
 
-Everything written is derived from one :class:`~fpgacnn.hdl.config.EngineConfig`;
+Everything written is derived from one :class:`~fpgacnn.core.config.EngineConfig`;
 :func:`write_engine` is what ``fpgacnn generate`` and the simulation builds call.
 """
 
@@ -8,8 +8,8 @@ from pathlib import Path
 
 from amaranth.back import verilog
 
-from .config import require_config
-from .regmap import build_regmap
+from ..core.config import require_config
+from ..core.regmap import build_regmap
 
 __all__ = ["TOP_NAME", "UART_TOP_NAME", "engine_verilog", "uart_top_verilog",
            "config_summary", "write_engine"]
@@ -32,14 +32,14 @@ def engine_verilog(config, *, name=TOP_NAME):
 
 
 def uart_top_verilog(config, *, clocks_per_bit, fifo_depth=None, name=UART_TOP_NAME):
-    """Verilog text of :class:`~fpgacnn.hdl.uart_top.UartEngineTop` for ``config``.
+    """Verilog text of :class:`~fpgacnn.hdl.link.uart_top.UartEngineTop` for ``config``.
 
     Ports: ``clk``, ``rst`` (active high), ``uart_rx``, ``uart_tx``; the
     protocol is docs/host_link.md. ``fifo_depth=None`` takes the bridge's
-    default (:data:`~fpgacnn.hdl.host_bridge.DEFAULT_FIFO_DEPTH`).
+    default (:data:`~fpgacnn.hdl.link.host_bridge.DEFAULT_FIFO_DEPTH`).
     """
-    from .host_bridge import DEFAULT_FIFO_DEPTH
-    from .uart_top import UartEngineTop
+    from .link.host_bridge import DEFAULT_FIFO_DEPTH
+    from .link.uart_top import UartEngineTop
     require_config(config)
     top = UartEngineTop(config, clocks_per_bit=clocks_per_bit,
                         fifo_depth=DEFAULT_FIFO_DEPTH if fifo_depth is None else fifo_depth)
@@ -56,7 +56,7 @@ def _bytes(n):
 
 def config_summary(config):
     """A human-readable summary: parameters, peak throughput, buffer sizes."""
-    from .conv_core import pipeline_latency, setup_cycles
+    from .datapath.conv_core import pipeline_latency, setup_cycles
     c = config
     regs = build_regmap(c)
     rows = [("parameter", "value")]

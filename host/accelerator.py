@@ -24,12 +24,12 @@ import time
 
 import numpy as np
 
-from ..hdl.config import EngineConfig
+from ..core.config import EngineConfig
 from . import packing
 from .compiler import EngineStep, compile_model, pack_run
 from .cycle_model import layer_cycles
 from .engine_driver import EngineDriver
-from .errors import InputError
+from ..core.errors import InputError
 from .layers import Gemm
 from .onnx_import import load_onnx
 from .reference import ReferenceBackend

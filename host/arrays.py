@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import InputError
+from ..core.errors import InputError
 
 __all__ = ["load_array", "format_shape", "check_array", "check_labels"]
 

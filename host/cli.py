@@ -2,7 +2,7 @@
 
 Each subcommand lives in its own module under :mod:`fpgacnn.host.commands`
 and provides ``add_parser(subparsers)`` (returning its parser) and
-``run(args) -> int``. User errors (:class:`~fpgacnn.host.errors.FpgacnnError`)
+``run(args) -> int``. User errors (:class:`~fpgacnn.core.errors.FpgacnnError`)
 print one line and exit with status 1; argument errors exit with status 2.
 """
 
@@ -11,8 +11,8 @@ import importlib
 import sys
 
 from .. import __version__
-from .errors import FpgacnnError
-from ..hdl.config import ConfigError
+from ..core.errors import FpgacnnError
+from ..core.config import ConfigError
 
 __all__ = ["main"]
 

@@ -29,7 +29,7 @@ import math
 import numpy as np
 
 from . import packing
-from .errors import MappingError
+from ..core.errors import MappingError
 from .layers import Conv, Gemm, MaxPool
 
 __all__ = ["EngineRun", "EngineStep", "HostStep", "Program", "compile_model", "run_inputs", "pack_run"]
@@ -148,7 +148,7 @@ def compile_model(model, config, *, batch=1):
     Parameters
     ----------
     model : fpgacnn.host.model.QuantizedModel
-    config : fpgacnn.hdl.config.EngineConfig
+    config : fpgacnn.core.config.EngineConfig
     batch : int
         Images per run (Gemm layers lay the batch along the image width, so it
         shapes their tiling; convolution runs take any batch).

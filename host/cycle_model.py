@@ -20,7 +20,7 @@ reference; tests check this model against them within 2%.
 
 Examples
 --------
->>> from fpgacnn.hdl.config import EngineConfig
+>>> from fpgacnn.core.config import EngineConfig
 >>> cfg = EngineConfig(pin=8, pout=8, kmax=3, stream_width=64)
 >>> est = conv_cycles(cfg, (1, 32, 16, 16), (32, 32, 3, 3), pads=(1, 1, 1, 1))
 >>> est.bound, round(est.compute_utilization, 2) > 0.9
@@ -91,24 +91,24 @@ class CycleEstimate:
 @functools.lru_cache(maxsize=64)
 def _pipeline(config, pool):
     # The core's latencies come from its blocks; asking them keeps one truth.
-    from ..hdl.conv_core import pipeline_latency
+    from ..hdl.datapath.conv_core import pipeline_latency
     return pipeline_latency(config, pool), pipeline_latency(config, True) + 1
 
 
 def _pixel_slice(config):
-    from ..hdl.conv_core import pixel_slice_words
+    from ..hdl.datapath.conv_core import pixel_slice_words
     return pixel_slice_words(config)
 
 
 @functools.lru_cache(maxsize=64)
 def _setup(config):
-    from ..hdl.conv_core import setup_cycles
+    from ..hdl.datapath.conv_core import setup_cycles
     return setup_cycles(config)
 
 
 @functools.lru_cache(maxsize=64)
 def _fifo_depth(config):
-    from ..hdl.conv_core import output_fifo_depth
+    from ..hdl.datapath.conv_core import output_fifo_depth
     return output_fifo_depth(config)
 
 
@@ -126,7 +126,7 @@ def layer_cycles(config, desc, *, macs=None):
 
     Parameters
     ----------
-    config : fpgacnn.hdl.config.EngineConfig
+    config : fpgacnn.core.config.EngineConfig
     desc : mapping
         Descriptor values keyed by field name.
     macs : int, optional
@@ -262,7 +262,7 @@ def conv_cycles(config, x_shape, w_shape, *, stride=1, pads=(0, 0, 0, 0), pool=F
 
     Parameters
     ----------
-    config : fpgacnn.hdl.config.EngineConfig
+    config : fpgacnn.core.config.EngineConfig
     x_shape, w_shape : tuple of int
         ``(N, Cin, H, W)`` and ``(Cout, Cin, KH, KW)``.
     stride, pads, pool, remap, load_weights, name
@@ -276,7 +276,7 @@ def conv_cycles(config, x_shape, w_shape, *, stride=1, pads=(0, 0, 0, 0), pool=F
 
     Raises
     ------
-    fpgacnn.host.errors.MappingError
+    fpgacnn.core.errors.MappingError
         The layer does not fit the engine.
     """
     from .packing import map_layer

@@ -8,7 +8,7 @@ section 4::
     board.allocate(nbytes) -> uint8 array board.dma_send(buf)   board.dma_recv(buf)
     board.dma_wait(timeout_s) -> bool     board.dma_abort()     board.received
 
-Register addresses come from :func:`fpgacnn.hdl.regmap.build_regmap`, the
+Register addresses come from :func:`fpgacnn.core.regmap.build_regmap`, the
 declaration the gateware is generated from; nothing here types an address.
 """
 
@@ -16,10 +16,10 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-from ..hdl.config import EngineConfig
-from ..hdl.descriptor import DESCRIPTOR_FIELDS
-from ..hdl.regmap import build_regmap
-from .errors import BackendError
+from ..core.config import EngineConfig
+from ..core.descriptor import DESCRIPTOR_FIELDS
+from ..core.regmap import build_regmap
+from ..core.errors import BackendError
 
 __all__ = ["EngineDriver", "LayerRun", "config_differences"]
 
@@ -96,7 +96,7 @@ class EngineDriver:
         Parameters
         ----------
         descriptor : dict
-            A value for every field of :data:`fpgacnn.hdl.descriptor.DESCRIPTOR_FIELDS`.
+            A value for every field of :data:`fpgacnn.core.descriptor.DESCRIPTOR_FIELDS`.
         stream_in : numpy.ndarray of uint8
             The input stream (parameters, weights, pixels), already packed.
         out_nbytes : int

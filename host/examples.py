@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import InputError
+from ..core.errors import InputError
 
 __all__ = ["EXAMPLES", "Example", "example_dir", "load_example"]
 

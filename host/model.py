@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .errors import InputError
+from ..core.errors import InputError
 
 __all__ = ["TensorSpec", "QuantizedModel"]
 
@@ -84,7 +84,7 @@ class QuantizedModel:
         return sum(layer.macs for layer in self.layers)
 
     def check_input(self, x, what="input"):
-        """Raise :class:`~fpgacnn.host.errors.InputError` unless ``x`` is a batch
+        """Raise :class:`~fpgacnn.core.errors.InputError` unless ``x`` is a batch
         of the graph input: shape ``(N, *input.shape)``, dtype ``input.dtype``
         (any float dtype for a float input)."""
         x = np.asarray(x)

@@ -20,7 +20,7 @@ quantization already clips.
 
 uint8 tensors become int8 exactly (value - 128, zero point - 128;
 DESIGN.md s.2). Everything that cannot be represented raises
-:class:`~fpgacnn.host.errors.ModelError` with one line naming the node (name
+:class:`~fpgacnn.core.errors.ModelError` with one line naming the node (name
 and operator) or the file, and the reason. See docs/semantics.md.
 
 Example::
@@ -37,7 +37,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from . import layers as L
-from .errors import ModelError
+from ..core.errors import ModelError
 from .model import QuantizedModel, TensorSpec
 
 __all__ = ["load_onnx"]
@@ -55,7 +55,7 @@ def load_onnx(path):
 
     Raises
     ------
-    fpgacnn.host.errors.ModelError
+    fpgacnn.core.errors.ModelError
         If the file is missing, unreadable, corrupt or truncated, or uses an
         operator or attribute that fpgacnn does not support.
     """

@@ -12,7 +12,7 @@ input zero point is folded into the bias.
 Examples
 --------
 >>> import numpy as np
->>> from fpgacnn.hdl.config import EngineConfig
+>>> from fpgacnn.core.config import EngineConfig
 >>> cfg = EngineConfig(pin=2, pout=2, kmax=3, stream_width=32, max_width=16, max_channels=8,
 ...                    max_out_channels=8)
 >>> x = np.zeros((1, 3, 5, 5), np.int8); w = np.ones((4, 3, 3, 3), np.int8)
@@ -26,8 +26,8 @@ import math
 
 import numpy as np
 
-from ..hdl.descriptor import DESCRIPTOR_FIELDS
-from .errors import InputError, MappingError
+from ..core.descriptor import DESCRIPTOR_FIELDS
+from ..core.errors import InputError, MappingError
 
 __all__ = ["PARAM_RECORD_BYTES", "map_layer", "pack_layer", "unpack_output", "output_nbytes", "input_nbytes",
            "use_remap"]
@@ -118,7 +118,7 @@ def map_layer(config, x_shape, w_shape, *, stride=1, pads=(0, 0, 0, 0), pool=Fal
 
     Parameters
     ----------
-    config : fpgacnn.hdl.config.EngineConfig
+    config : fpgacnn.core.config.EngineConfig
     x_shape : (int, int, int, int)
         Input shape ``(N, Cin, H, W)``.
     w_shape : (int, int, int, int)
@@ -213,7 +213,7 @@ def pack_layer(config, x, w, bias, x_zp, mult, shift, y_zp, *, clamp=(-128, 127)
 
     Parameters
     ----------
-    config : fpgacnn.hdl.config.EngineConfig
+    config : fpgacnn.core.config.EngineConfig
     x : numpy.ndarray of int8, shape (N, Cin, H, W)
         The batch of input images.
     w : numpy.ndarray of int8, shape (Cout, Cin, KH, KW)
@@ -242,7 +242,7 @@ def pack_layer(config, x, w, bias, x_zp, mult, shift, y_zp, *, clamp=(-128, 127)
     Returns
     -------
     desc : dict
-        Descriptor values keyed by :data:`fpgacnn.hdl.descriptor.DESCRIPTOR_FIELDS` names.
+        Descriptor values keyed by :data:`fpgacnn.core.descriptor.DESCRIPTOR_FIELDS` names.
     data : numpy.ndarray of uint8
         The input stream, a whole number of beats.
 
@@ -352,7 +352,7 @@ def unpack_output(config, raw, desc, out_channels):
 
     Parameters
     ----------
-    config : fpgacnn.hdl.config.EngineConfig
+    config : fpgacnn.core.config.EngineConfig
     raw : bytes or numpy.ndarray of uint8
         The whole output stream (``output_nbytes(config, desc)`` bytes).
     desc : dict

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from xml.etree import ElementTree
 
-from .errors import BackendError
+from ..core.errors import BackendError
 
 __all__ = ["PynqBoard", "find_engine_in_hwh"]
 

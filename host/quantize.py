@@ -15,7 +15,7 @@ import numpy as np
 import onnx
 
 from .arrays import check_array, load_array
-from .errors import InputError, ModelError
+from ..core.errors import InputError, ModelError
 
 __all__ = ["ACTIVATION_TYPES", "FORMATS", "float_model_input", "quantize_model"]
 

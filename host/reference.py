@@ -14,7 +14,7 @@ Example::
 
 import numpy as np
 
-from .errors import InputError
+from ..core.errors import InputError
 
 __all__ = ["ReferenceBackend"]
 
@@ -29,7 +29,7 @@ class ReferenceBackend:
 
         Raises
         ------
-        fpgacnn.host.errors.InputError
+        fpgacnn.core.errors.InputError
             If ``x`` has the wrong shape or dtype.
         """
         return model.dequantize_output(self.run_int8(model, model.quantize_input(x)))

@@ -27,7 +27,7 @@ import time
 import numpy as np
 
 from ..boards.board import DEFAULT_UART_BAUD
-from .errors import BackendError
+from ..core.errors import BackendError
 
 __all__ = ["SerialBoard", "open_serial", "PROTOCOL_VERSION", "DEFAULT_BAUD"]
 

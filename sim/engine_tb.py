@@ -2,7 +2,7 @@
 
 The bus models are cocotbext-axi's, bound to Amaranth's ``__``-joined port
 names. Registers are reached by name through
-:func:`fpgacnn.hdl.regmap.build_regmap`, never by address.
+:func:`fpgacnn.core.regmap.build_regmap`, never by address.
 
 Used from a cocotb test module::
 
@@ -27,10 +27,10 @@ from cocotb.triggers import ClockCycles, RisingEdge, SimTimeoutError, with_timeo
 from cocotbext.axi import (AxiLiteBus, AxiLiteMaster, AxiStreamBus, AxiStreamFrame,
                            AxiStreamSink, AxiStreamSource)
 
-from ..hdl.config import EngineConfig
-from ..hdl.descriptor import DESCRIPTOR_FIELDS
-from ..hdl.regmap import build_regmap
-from ..host.errors import BackendError
+from ..core.config import EngineConfig
+from ..core.descriptor import DESCRIPTOR_FIELDS
+from ..core.regmap import build_regmap
+from ..core.errors import BackendError
 
 __all__ = ["CONFIG_ENV", "config_from_env", "LayerResult", "EngineTB", "random_pauses"]
 
@@ -232,7 +232,7 @@ class EngineTB:
         Parameters
         ----------
         desc : mapping
-            Descriptor field values (``fpgacnn.hdl.descriptor.DESCRIPTOR_FIELDS``).
+            Descriptor field values (``fpgacnn.core.descriptor.DESCRIPTOR_FIELDS``).
         data : bytes
             The input stream (docs/engine.md), a whole number of beats.
         timeout_cycles : int, optional

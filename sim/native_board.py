@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..host.errors import BackendError
+from ..core.errors import BackendError
 from .verilator_tool import verilator_env, verilator_version
 
 __all__ = ["SimulatedBoard", "build_board_library", "build_harness_library", "TopPorts",

@@ -28,7 +28,7 @@ import tty
 from pathlib import Path
 
 from ..hdl.verilog import UART_TOP_NAME
-from ..host.errors import BackendError
+from ..core.errors import BackendError
 from .native_board import build_harness_library, load_library, waveform_format
 
 __all__ = ["SimulatedSerialPort", "UART_TOP_NAME", "build_uart_library", "serve_pty", "PtyServer"]

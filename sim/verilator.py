@@ -14,7 +14,7 @@ writes the trace where it is told: FST when the C++ compiler finds
 
 Examples
 --------
->>> from fpgacnn.hdl.config import EngineConfig                 # doctest: +SKIP
+>>> from fpgacnn.core.config import EngineConfig                 # doctest: +SKIP
 >>> build = build_engine(EngineConfig(pin=4, pout=4))          # doctest: +SKIP
 >>> result = run_cocotb(build, "cocotb_engine", env={...})     # doctest: +SKIP
 >>> result.failed                                              # doctest: +SKIP
@@ -35,7 +35,7 @@ import tempfile
 import time
 from xml.etree import ElementTree
 
-from ..host.errors import BackendError
+from ..core.errors import BackendError
 from .verilator_tool import verilator_env, verilator_version
 
 __all__ = ["cache_dir", "wave_format", "waves_requested",
@@ -248,43 +248,57 @@ def prune_cache(prefix="engine-", keep=MAX_CACHED_BUILDS):
     return removed
 
 
-def _local_imports(path):
-    """Modules of the same package a source file imports relatively (``from .x import``)."""
+def _package_root():
+    """The folder of the ``fpgacnn`` package (the repository root)."""
+    return Path(__file__).resolve().parent.parent
+
+
+def _module_path(module):
+    """Source file of ``fpgacnn.<module>`` (dotted, without the prefix), or None."""
+    base = _package_root().joinpath(*module.split(".")) if module else _package_root()
+    for path in (base.with_suffix(".py"), base / "__init__.py"):
+        if path.is_file():
+            return path
+    return None
+
+
+def _package_imports(module, path):
+    """``fpgacnn`` modules (dotted, without the prefix) that a source file imports relatively."""
     tree = ast.parse(path.read_text(), str(path))
-    names = set()
+    package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+    found = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.level == 1:
-            if node.module:
-                names.add(node.module.split(".")[0])
-            else:
-                names.update(a.name for a in node.names)
-    return names
+        if isinstance(node, ast.ImportFrom) and node.level >= 1:
+            base = package[:len(package) - (node.level - 1)]
+            target = ".".join([*base, *(node.module.split(".") if node.module else [])])
+            found.add(target)
+            found.update(f"{target}.{a.name}".lstrip(".") for a in node.names)
+    return {name for name in found if _module_path(name) is not None}
 
 
-def generator_sources(roots=("engine", "verilog")):
-    """The ``fpgacnn.hdl`` source files the engine's Verilog is generated from.
+def generator_sources(roots=("hdl.engine", "hdl.verilog")):
+    """The ``fpgacnn`` source files the engine's Verilog is generated from.
 
-    The closure of modules reachable from ``roots`` through relative imports,
-    so that editing an unrelated module (the synthesis statistics, say) does
-    not throw the cached builds away.
+    The closure of modules reachable from ``roots`` through relative imports
+    (the generators in ``fpgacnn.hdl`` and what they read from
+    ``fpgacnn.core``), so that editing an unrelated module (the synthesis
+    statistics, say) does not throw the cached builds away.
     """
-    from .. import hdl
-    pkg = Path(hdl.__file__).resolve().parent
-    seen, todo = set(), list(roots)
+    seen, todo = {}, list(roots)
     while todo:
         name = todo.pop()
-        path = pkg / f"{name}.py"
-        if name in seen or not path.exists():
+        path = _module_path(name)
+        if name in seen or path is None:
             continue
-        seen.add(name)
-        todo.extend(_local_imports(path))
-    return [pkg / f"{name}.py" for name in sorted(seen)]
+        seen[name] = path
+        todo.extend(_package_imports(name, path))
+    return [seen[name] for name in sorted(seen)]
 
 
 def _hdl_sources_digest():
     h = hashlib.sha256()
     for path in generator_sources():
-        h.update(path.name.encode() + b"\0")
+        h.update(str(path.relative_to(_package_root())).encode() + b"\0")
         h.update(path.read_bytes())
     return h.hexdigest()
 

@@ -11,7 +11,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from ..host.errors import BackendError
+from ..core.errors import BackendError
 
 __all__ = ["PCH_FIX", "verilator_root", "verilator_env", "verilator_version"]
 

@@ -11,7 +11,7 @@ import os
 import cocotbpynq
 import numpy as np
 
-from fpgacnn.hdl.config import EngineConfig
+from fpgacnn.core.config import EngineConfig
 from fpgacnn.host.accelerator import Accelerator
 from fpgacnn.host.examples import load_example
 from fpgacnn.host.pynq_board import PynqBoard

@@ -2,7 +2,7 @@
 
 import pytest
 
-from fpgacnn.hdl.config import EngineConfig
+from fpgacnn.core.config import EngineConfig
 
 #: A small engine for the end-to-end tests: it builds quickly, and its buffers
 #: are small enough that real models need output-channel groups, column strips

@@ -5,8 +5,8 @@ import numpy as np
 from amaranth.hdl import ClockDomain, Module
 from amaranth.sim import Simulator
 
-from fpgacnn.hdl.conv_core import ConvCore
-from fpgacnn.hdl.descriptor import descriptor_layout
+from fpgacnn.hdl.datapath.conv_core import ConvCore
+from fpgacnn.core.descriptor import descriptor_layout
 
 
 def beats_of(cfg, data):

@@ -14,10 +14,10 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.sim import Simulator
 
-from fpgacnn.hdl.axi_lite import AXI4LiteSignature, AXI4LiteSlave, RegisterBusSignature
-from fpgacnn.hdl.axi_stream import AXI4StreamSignature
-from fpgacnn.hdl.csr_bank import CSRBank
-from fpgacnn.hdl.regmap import RegisterMapBuilder
+from fpgacnn.hdl.bus.axi_lite import AXI4LiteSignature, AXI4LiteSlave, RegisterBusSignature
+from fpgacnn.hdl.bus.axi_stream import AXI4StreamSignature
+from fpgacnn.hdl.bus.csr_bank import CSRBank
+from fpgacnn.core.regmap import RegisterMapBuilder
 
 
 def small_map():

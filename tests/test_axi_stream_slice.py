@@ -1,11 +1,11 @@
-"""AXI4-Stream register slice (hdl/axi_stream.py): order, no loss, full rate."""
+"""AXI4-Stream register slice (hdl/bus/axi_stream.py): order, no loss, full rate."""
 
 import random
 
 import pytest
 from amaranth.sim import Simulator
 
-from fpgacnn.hdl.axi_stream import AXI4StreamRegisterSlice
+from fpgacnn.hdl.bus.axi_stream import AXI4StreamRegisterSlice
 
 
 def _run(beats, p_valid, p_ready, seed, cycles_limit=5000):

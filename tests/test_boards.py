@@ -8,7 +8,7 @@ import pytest
 
 from fpgacnn.boards.board import BOARD_DIR, BoardError, list_boards, load_board, load_board_file
 from fpgacnn.boards.engine_sizing import bram_blocks_needed, multipliers_needed, size_engine
-from fpgacnn.hdl.config import EngineConfig
+from fpgacnn.core.config import EngineConfig
 from fpgacnn.host.cli import main
 
 REQUIRED = {"ulx3s-12f", "ulx3s-25f", "ulx3s-45f", "ulx3s-85f", "orangecrab-25f",
@@ -191,7 +191,7 @@ def test_block_ram_counting():
 
 def test_ecp5_loader_buffers_counted_as_built():
     # With deep_pipeline the ECP5 build stores each 64-bit stream lane of
-    # the weight words in blocks of its own (hdl/ecp5_block_ram.py): 1152-bit
+    # the weight words in blocks of its own (hdl/tech/ecp5_block_ram.py): 1152-bit
     # words take 2 x 18 blocks per 512 words, not yosys's 32; the compact
     # arrangement keeps the inferred memories, counted as yosys packs them.
     board = load_board("ulx3s-85f")

@@ -1,9 +1,9 @@
 import numpy as np
 import pytest
 
-from fpgacnn.hdl.config import EngineConfig
+from fpgacnn.core.config import EngineConfig
 from fpgacnn.host.cycle_model import conv_cycles, layer_cycles
-from fpgacnn.host.errors import MappingError
+from fpgacnn.core.errors import MappingError
 from fpgacnn.host.packing import pack_layer
 
 from conv_core_helpers import run_core

@@ -1,4 +1,4 @@
-"""ECP5 block RAMs with their own output registers (hdl/ecp5_block_ram.py).
+"""ECP5 block RAMs with their own output registers (hdl/tech/ecp5_block_ram.py).
 
 No simulation model of ``DP16KD`` can run here (yosys's is a parameter
 list), so the instantiated blocks are checked against yosys's own mapping of
@@ -16,10 +16,10 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 from amaranth_boards.ulx3s import ULX3S_85F_Platform
 
-from fpgacnn.hdl.ecp5_block_ram import (DEEP, WIDE, block_plan, block_ram_slices, blocks_in_parts,
+from fpgacnn.hdl.tech.ecp5_block_ram import (DEEP, WIDE, block_plan, block_ram_slices, blocks_in_parts,
                                      ecp5_block_ram_part)
-from fpgacnn.hdl.pipelined_memory import PipelinedMemory
-from fpgacnn.hdl.synth_stats import yosys_command
+from fpgacnn.hdl.tech.pipelined_memory import PipelinedMemory
+from fpgacnn.boards.synth_stats import yosys_command
 
 
 # Memories as yosys maps them: one DP16KD each, 512 x 36 (its 36-bit

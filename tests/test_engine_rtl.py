@@ -12,7 +12,7 @@ import os
 
 import pytest
 
-from fpgacnn.hdl.config import EngineConfig
+from fpgacnn.core.config import EngineConfig
 from fpgacnn.sim.engine_tb import CONFIG_ENV
 from fpgacnn.sim.verilator import (build_engine, engine_build_key, generator_sources, run_cocotb,
                                     waves_requested)

@@ -5,8 +5,8 @@ import re
 
 import pytest
 
-from fpgacnn.hdl.config import EngineConfig
-from fpgacnn.hdl.regmap import RegisterMap, build_regmap
+from fpgacnn.core.config import EngineConfig
+from fpgacnn.core.regmap import RegisterMap, build_regmap
 from fpgacnn.hdl.verilog import TOP_NAME
 from fpgacnn.host.cli import main
 

@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 from numpy.testing import assert_array_equal
 
-from fpgacnn.hdl.config import EngineConfig
-from fpgacnn.hdl.conv_core import ConvCore
+from fpgacnn.core.config import EngineConfig
+from fpgacnn.hdl.datapath.conv_core import ConvCore
 from fpgacnn.host.cycle_model import layer_cycles
-from fpgacnn.host.errors import MappingError
+from fpgacnn.core.errors import MappingError
 from fpgacnn.host.packing import pack_layer, unpack_output
 
 from arrangement_helpers import ARRANGEMENTS, arranged

@@ -17,10 +17,10 @@ from amaranth.back import verilog
 from amaranth.hdl import signed, unsigned
 from amaranth.sim import Simulator
 
-from fpgacnn.hdl.config import EngineConfig
-from fpgacnn.hdl.dsp import PipelinedMultiplier
-from fpgacnn.hdl.int8_products import Int8Products
-from fpgacnn.hdl.requantizer import Requantizer
+from fpgacnn.core.config import EngineConfig
+from fpgacnn.hdl.tech.dsp import PipelinedMultiplier
+from fpgacnn.hdl.tech.int8_products import Int8Products
+from fpgacnn.hdl.datapath.requantizer import Requantizer
 
 
 class _ECP5:

@@ -13,8 +13,8 @@ from numpy.testing import assert_array_equal
 from amaranth.back import verilog
 from amaranth.sim import Simulator
 
-from fpgacnn.hdl.int8_products import Int8Products, has_sb_mac16
-from fpgacnn.hdl.synth_stats import yosys_command
+from fpgacnn.hdl.tech.int8_products import Int8Products, has_sb_mac16
+from fpgacnn.boards.synth_stats import yosys_command
 
 from hdl_pack_helpers import pack, unpack
 

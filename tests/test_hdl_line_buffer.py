@@ -4,9 +4,9 @@ from numpy.testing import assert_array_equal
 
 from amaranth.sim import Simulator
 
-from fpgacnn.hdl.config import EngineConfig
-from fpgacnn.hdl.descriptor import descriptor_layout
-from fpgacnn.hdl.line_buffer import LineBuffer
+from fpgacnn.core.config import EngineConfig
+from fpgacnn.core.descriptor import descriptor_layout
+from fpgacnn.hdl.datapath.line_buffer import LineBuffer
 
 from arrangement_helpers import ARRANGEMENTS, arranged
 
@@ -113,7 +113,7 @@ def run_line_buffer(cfg, desc, x, *, seed=0, in_pause=0.0, en_pause=0.0):
             if got_now != want:
                 mismatches.append((got_now, want))
             # No window's read meets a write of the same word in a row it
-            # uses (hdl/line_buffer.py's writer comment: what such a read
+            # uses (hdl/datapath/line_buffer.py's writer comment: what such a read
             # returns is left to the block RAM's read-during-write mode).
             slots = {ctx.get(s) for s, inside in dut._window_rows if ctx.get(inside)}
             reading = [slots if ctx.get(dut.issue) else set()] + reading[:-1]

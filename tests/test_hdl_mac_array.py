@@ -9,9 +9,9 @@ from numpy.testing import assert_array_equal
 
 from amaranth.sim import Simulator
 
-from fpgacnn.hdl.adder_tree import AdderTree
-from fpgacnn.hdl.config import EngineConfig
-from fpgacnn.hdl.mac_array import MacArray
+from fpgacnn.hdl.datapath.adder_tree import AdderTree
+from fpgacnn.core.config import EngineConfig
+from fpgacnn.hdl.datapath.mac_array import MacArray
 
 from hdl_pack_helpers import pack, unpack, wrap
 
@@ -213,7 +213,7 @@ def test_mac_array_multiplies_map_to_ecp5_dsps(tmp_path):
     # Every multiplier must land in a MULT18X18D, not in LUTs.
     import subprocess
     from amaranth.back import verilog
-    from fpgacnn.hdl.synth_stats import yosys_command
+    from fpgacnn.boards.synth_stats import yosys_command
     cfg = EngineConfig(pin=2, pout=2, kmax=2, stream_width=32)
     dut = MacArray(cfg, tag_width=2)
     (tmp_path / "mac.v").write_text(verilog.convert(dut, name="mac_array"))

@@ -8,8 +8,8 @@ from numpy.testing import assert_array_equal
 
 from amaranth.sim import Simulator
 
-from fpgacnn.hdl.config import EngineConfig
-from fpgacnn.hdl.maxpool import MaxPool2x2
+from fpgacnn.core.config import EngineConfig
+from fpgacnn.hdl.datapath.maxpool import MaxPool2x2
 from fpgacnn.host.integer_ops import maxpool2d
 
 from arrangement_helpers import ARRANGEMENTS, arranged

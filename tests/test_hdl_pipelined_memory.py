@@ -5,7 +5,7 @@ import pytest
 
 from amaranth.sim import Simulator
 
-from fpgacnn.hdl.pipelined_memory import PipelinedMemory, part_depth
+from fpgacnn.hdl.tech.pipelined_memory import PipelinedMemory, part_depth
 
 
 @pytest.mark.parametrize("width, depth, granularity, register_output", [

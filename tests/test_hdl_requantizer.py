@@ -8,8 +8,8 @@ from numpy.testing import assert_array_equal
 
 from amaranth.sim import Simulator
 
-from fpgacnn.hdl.config import EngineConfig
-from fpgacnn.hdl.requantizer import Requantizer
+from fpgacnn.core.config import EngineConfig
+from fpgacnn.hdl.datapath.requantizer import Requantizer
 from fpgacnn.host.requant import requant_params, requantize
 
 from arrangement_helpers import ARRANGEMENTS, arranged

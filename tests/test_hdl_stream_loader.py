@@ -4,9 +4,9 @@ from numpy.testing import assert_array_equal
 
 from amaranth.sim import Simulator
 
-from fpgacnn.hdl.config import EngineConfig
-from fpgacnn.hdl.descriptor import descriptor_layout
-from fpgacnn.hdl.stream_loader import StreamLoader
+from fpgacnn.core.config import EngineConfig
+from fpgacnn.core.descriptor import descriptor_layout
+from fpgacnn.hdl.datapath.stream_loader import StreamLoader
 from fpgacnn.host.packing import pack_layer
 
 from arrangement_helpers import ARRANGEMENTS, arranged

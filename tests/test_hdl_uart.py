@@ -8,7 +8,7 @@ import pytest
 from amaranth.hdl import Module, UnusedElaboratable
 from amaranth.sim import Simulator
 
-from fpgacnn.hdl.uart import UartRx, UartTx
+from fpgacnn.hdl.link.uart import UartRx, UartTx
 
 from uart_sim_helpers import SerialPort, frame_bits
 

@@ -24,11 +24,11 @@ from numpy.testing import assert_array_equal
 from amaranth.hdl import UnusedElaboratable
 from amaranth.sim import Simulator
 
-from fpgacnn.hdl.config import EngineConfig
-from fpgacnn.hdl.descriptor import DESCRIPTOR_FIELDS
-from fpgacnn.hdl.host_bridge import DEFAULT_FIFO_DEPTH, TIMEOUT_BIT_TIMES, BeatFifo, HostBridge
-from fpgacnn.hdl.regmap import ADDR_WIDTH, MAGIC
-from fpgacnn.hdl.uart_top import UartEngineTop
+from fpgacnn.core.config import EngineConfig
+from fpgacnn.core.descriptor import DESCRIPTOR_FIELDS
+from fpgacnn.hdl.link.host_bridge import DEFAULT_FIFO_DEPTH, TIMEOUT_BIT_TIMES, BeatFifo, HostBridge
+from fpgacnn.core.regmap import ADDR_WIDTH, MAGIC
+from fpgacnn.hdl.link.uart_top import UartEngineTop
 from fpgacnn.host.packing import output_nbytes, pack_layer, unpack_output
 
 from test_packing import random_layer, reference

@@ -4,7 +4,7 @@ import pytest
 
 from fpgacnn.boards.board import BoardError, load_board
 from fpgacnn.boards.host_link import host_link_top, uart_clocks_per_bit
-from fpgacnn.hdl.config import EngineConfig
+from fpgacnn.core.config import EngineConfig
 
 
 @pytest.mark.parametrize("clock_hz, baud, divisor", [

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from numpy.testing import assert_array_equal
 
-from fpgacnn.host.errors import BackendError
+from fpgacnn.core.errors import BackendError
 from fpgacnn.sim.native_board import SimulatedBoard, TopPorts, build_board_library
 
 from axi_loopback_top import loopback_verilog

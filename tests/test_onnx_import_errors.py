@@ -9,7 +9,7 @@ import pytest
 from onnx import helper, numpy_helper
 
 from onnx_model_builders import conv_model, make_model, quantize
-from fpgacnn.host.errors import ModelError
+from fpgacnn.core.errors import ModelError
 from fpgacnn.host.onnx_import import load_onnx
 
 logging.getLogger().setLevel(logging.ERROR)

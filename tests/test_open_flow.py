@@ -16,9 +16,9 @@ from fpgacnn.boards.engine_sizing import multipliers_needed
 from fpgacnn.boards.open_flow import (TimingError, build_open, parse_nextpnr_report,
                                       toolchain_env)
 from fpgacnn.boards.pll import ecp5_pll, ice40_pll, pll_settings
-from fpgacnn.host.errors import BackendError
+from fpgacnn.core.errors import BackendError
 from fpgacnn.boards.port_harness import PortHarness
-from fpgacnn.hdl.config import EngineConfig
+from fpgacnn.core.config import EngineConfig
 from fpgacnn.host.cli import main
 
 

@@ -2,8 +2,8 @@ import numpy as np
 import pytest
 from numpy.testing import assert_array_equal
 
-from fpgacnn.hdl.config import EngineConfig
-from fpgacnn.host.errors import InputError, MappingError
+from fpgacnn.core.config import EngineConfig
+from fpgacnn.core.errors import InputError, MappingError
 from fpgacnn.host.integer_ops import conv2d, maxpool2d
 from fpgacnn.host.packing import (input_nbytes, output_nbytes, pack_layer, unpack_output,
                                   use_remap)

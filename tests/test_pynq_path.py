@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from fpgacnn.host.errors import BackendError
+from fpgacnn.core.errors import BackendError
 from fpgacnn.host.pynq_board import find_engine_in_hwh
 from fpgacnn.sim.pynq_hwh import simulation_hwh
 from fpgacnn.sim.verilator_tool import verilator_env

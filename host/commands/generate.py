@@ -4,7 +4,7 @@
 
     fpgacnn generate [--config ENGINE.toml] -o DIR
 
-``ENGINE.toml`` holds :class:`~fpgacnn.hdl.config.EngineConfig` parameters,
+``ENGINE.toml`` holds :class:`~fpgacnn.core.config.EngineConfig` parameters,
 in an ``[engine]`` table or at the top level (``examples/engine_default.toml``);
 parameters left out take their defaults, and without ``--config`` every
 parameter does. ``DIR`` receives ``fpgacnn_engine.v``,
@@ -14,7 +14,7 @@ parameter does. ``DIR`` receives ``fpgacnn_engine.v``,
 
 from pathlib import Path
 
-from ..errors import FpgacnnError
+from ...core.errors import FpgacnnError
 
 __all__ = ["add_parser", "run"]
 
@@ -33,7 +33,7 @@ def add_parser(subparsers):
 
 
 def run(args):
-    from ...hdl.config import EngineConfig
+    from ...core.config import EngineConfig
     from ...hdl.verilog import write_engine, config_summary
 
     config = EngineConfig.from_toml(args.config) if args.config is not None else EngineConfig()

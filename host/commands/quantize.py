@@ -13,7 +13,7 @@ its dtype (float32).
 import sys
 from pathlib import Path
 
-from ..errors import ModelError
+from ...core.errors import ModelError
 from ..onnx_import import load_onnx
 from ..quantize import ACTIVATION_TYPES, FORMATS, quantize_model
 

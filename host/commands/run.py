@@ -9,7 +9,7 @@ Two forms::
     fpgacnn run --example digits [--output Y.npy] [--backend ...] [--report ...]
 
 ``sim`` (the default) generates the engine for ``--config`` (default: the
-default :class:`~fpgacnn.hdl.config.EngineConfig`), builds it with Verilator
+default :class:`~fpgacnn.core.config.EngineConfig`), builds it with Verilator
 once (cached) and runs the model on the simulated board; ``pynq`` runs it on a
 PYNQ board with ``--bitfile``; ``serial`` on an open board (ECP5/iCE40) whose
 bitstream holds the engine behind the UART bridge, through its USB-UART
@@ -43,10 +43,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ...hdl.config import EngineConfig
+from ...core.config import EngineConfig
 from ..accelerator import BACKENDS, Accelerator
 from ..arrays import check_array, check_labels, format_shape, load_array
-from ..errors import InputError
+from ...core.errors import InputError
 from ..examples import EXAMPLES, load_example
 from ..onnx_import import load_onnx
 

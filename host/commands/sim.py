@@ -22,7 +22,7 @@ import numpy as np
 from ..accelerator import Accelerator
 from ..compiler import compile_model, pack_run
 from ..cycle_model import layer_cycles
-from ..errors import BackendError, InputError
+from ...core.errors import BackendError, InputError
 from ..layers import Conv, MaxPool
 from ..model import QuantizedModel, TensorSpec
 from ..onnx_import import load_onnx

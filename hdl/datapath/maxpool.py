@@ -7,10 +7,10 @@ from amaranth.lib import data, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from .config import require_config
+from ...core.config import require_config
 from .delay import delay_line, delayed
 from .limits import limits
-from .pipelined_memory import MemoryPorts, memory_latency
+from ..tech.pipelined_memory import MemoryPorts, memory_latency
 
 __all__ = ["MaxPool2x2"]
 

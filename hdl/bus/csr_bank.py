@@ -15,7 +15,7 @@ from amaranth.lib import wiring, data
 from amaranth.lib.wiring import In, Out
 
 from .axi_lite import RegisterBusSignature
-from .regmap import RegisterMap
+from ...core.regmap import RegisterMap
 
 __all__ = ["CSRBank"]
 
@@ -27,7 +27,7 @@ def _layout(reg):
 
 
 class CSRBank(wiring.Component):
-    """Registers of a :class:`~fpgacnn.hdl.regmap.RegisterMap` on a register bus.
+    """Registers of a :class:`~fpgacnn.core.regmap.RegisterMap` on a register bus.
 
     Parameters
     ----------

@@ -5,9 +5,9 @@ from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from .adder_tree import AdderTree
-from .config import require_config
+from ...core.config import require_config
 from .delay import delayed
-from .int8_products import Int8Products, latency_of as products_latency
+from ..tech.int8_products import Int8Products, latency_of as products_latency
 
 __all__ = ["MacArray"]
 
@@ -24,7 +24,7 @@ class MacArray(wiring.Component):
 
     Every cycle with ``i_valid`` multiplies the window by each lane's weights
     (``T = kmax*kmax*pin`` multipliers per lane, all in parallel), sums the
-    products in a pipelined :class:`~fpgacnn.hdl.adder_tree.AdderTree` and adds
+    products in a pipelined :class:`~fpgacnn.hdl.datapath.adder_tree.AdderTree` and adds
     the sum to the lane's accumulator. An accumulation group is the run of
     valid cycles from one with ``i_first`` to one with ``i_last`` (a group of
     one cycle has both); idle cycles (``i_valid = 0``) may separate its cycles.
@@ -80,7 +80,7 @@ class MacArray(wiring.Component):
     -------
     :attr:`latency` = ``ceil(log2(T)) + 3`` cycles from the ``i_valid & i_last``
     cycle to its ``o_valid`` cycle: two for the multipliers (operand and
-    product registers, :class:`~fpgacnn.hdl.int8_products.Int8Products`;
+    product registers, :class:`~fpgacnn.hdl.tech.int8_products.Int8Products`;
     one, the products', with ``deep_pipeline = 0``), one per adder-tree
     level, one for the accumulator. A new group may start on the
     cycle after the previous ``i_last`` (full throughput).

@@ -1,7 +1,7 @@
 """The layer descriptor: what the host tells the engine about one layer run.
 
 Declared once; the core reads it as an Amaranth struct, the register map
-(:mod:`fpgacnn.hdl.regmap`) gives each field a register, and the host compiler
+(:mod:`fpgacnn.core.regmap`) gives each field a register, and the host compiler
 fills it. Geometry is given explicitly (output size too) so that the engine
 never re-derives what the host already decided. See docs/engine.md.
 """

@@ -4,10 +4,10 @@ from amaranth.hdl import Const, Module, Signal, signed, unsigned
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
-from .config import require_config
+from ...core.config import require_config
 from .mac_array import _check_tag_width
 from .delay import delayed
-from .dsp import PipelinedMultiplier
+from ..tech.dsp import PipelinedMultiplier
 from .sat_shift import double, round_half_up, saturate, shift_levels
 
 __all__ = ["Requantizer"]
@@ -70,11 +70,11 @@ class Requantizer(wiring.Component):
     :attr:`latency` = 9 cycles from ``i_valid`` to ``o_valid`` with
     ``deep_pipeline``, one result per cycle: add bias; the product as partial
     products of 17-bit parts, each in a registered DSP block
-    (:class:`~fpgacnn.hdl.dsp.PipelinedMultiplier`, 2 cycles); their sum with
+    (:class:`~fpgacnn.hdl.tech.dsp.PipelinedMultiplier`, 2 cycles); their sum with
     the rounding term over a registered adder tree (3); shift; saturate and
     add the zero point; clamp. Without it (small parts, a few DSPs, a slow
     clock) 5: add bias, multiply, the upper and the lower shift levels with
-    rounding (:mod:`~fpgacnn.hdl.sat_shift`), zero point and clamp.
+    rounding (:mod:`~fpgacnn.hdl.datapath.sat_shift`), zero point and clamp.
     """
 
     def __init__(self, config, *, tag_width):

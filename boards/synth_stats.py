@@ -13,7 +13,7 @@ import sys
 import tempfile
 import time
 
-from ..host.errors import BackendError
+from ..core.errors import BackendError
 
 __all__ = ["ecp5_cell_counts", "yosys_command"]
 
@@ -57,7 +57,7 @@ def ecp5_cell_counts(config, *, work_dir=None, abc9=True):
     BackendError
         If yosys fails (the message ends with the tail of its log).
     """
-    from .verilog import TOP_NAME, engine_verilog
+    from ..hdl.verilog import TOP_NAME, engine_verilog
 
     work = Path(work_dir) if work_dir is not None else Path(tempfile.mkdtemp(prefix="fpgacnn-synth-"))
     work.mkdir(parents=True, exist_ok=True)

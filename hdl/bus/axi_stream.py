@@ -52,7 +52,7 @@ class AXI4StreamSignature(wiring.Signature):
 
 
 class AXI4StreamRegisterSlice(wiring.Component):
-    """A full register slice: :class:`~fpgacnn.hdl.register_slice.StreamRegisterSlice`
+    """A full register slice: :class:`~fpgacnn.hdl.bus.register_slice.StreamRegisterSlice`
     for AXI4-Stream beats (``tdata`` with ``tlast``).
 
     Beats pass through unchanged, in order, one per cycle at full rate, a

@@ -2,7 +2,7 @@
 
 The top of the open boards' bitstreams (ECP5, iCE40) and of the Verilator
 simulation of the serial link: :class:`~fpgacnn.hdl.engine.ConvEngine`
-reached only through :class:`~fpgacnn.hdl.host_bridge.HostBridge`. As
+reached only through :class:`~fpgacnn.hdl.link.host_bridge.HostBridge`. As
 Verilog (:func:`fpgacnn.hdl.verilog.uart_top_verilog`) its ports are
 ``clk``, ``rst``, ``uart_rx`` and ``uart_tx``.
 """
@@ -11,15 +11,15 @@ from amaranth.hdl import Module
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from .config import require_config
-from .engine import ConvEngine
+from ...core.config import require_config
+from ..engine import ConvEngine
 from .host_bridge import DEFAULT_FIFO_DEPTH, HostBridge
 
 __all__ = ["UartEngineTop"]
 
 
 class UartEngineTop(wiring.Component):
-    """:class:`~fpgacnn.hdl.engine.ConvEngine` behind a :class:`~fpgacnn.hdl.host_bridge.HostBridge`.
+    """:class:`~fpgacnn.hdl.engine.ConvEngine` behind a :class:`~fpgacnn.hdl.link.host_bridge.HostBridge`.
 
     Parameters
     ----------
@@ -45,7 +45,7 @@ class UartEngineTop(wiring.Component):
     Raises
     ------
     TypeError, ValueError
-        As :class:`~fpgacnn.hdl.host_bridge.HostBridge`.
+        As :class:`~fpgacnn.hdl.link.host_bridge.HostBridge`.
     """
 
     def __init__(self, config, *, clocks_per_bit, fifo_depth=DEFAULT_FIFO_DEPTH):

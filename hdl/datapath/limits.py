@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 from amaranth.hdl import Signal
 
-from .config import require_config
-from .descriptor import descriptor_layout
+from ...core.config import require_config
+from ...core.descriptor import descriptor_layout
 
 __all__ = ["Limits", "limits", "narrow_descriptor"]
 

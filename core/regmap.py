@@ -1,7 +1,7 @@
 """The engine's register map, declared once.
 
 Everything that talks to the engine's AXI4-Lite port reads this declaration:
-the gateware (:class:`fpgacnn.hdl.csr_bank.CSRBank` decodes it), the driver
+the gateware (:class:`fpgacnn.hdl.bus.csr_bank.CSRBank` decodes it), the driver
 (the Python view, :class:`RegisterMap`), and C code (the header written by
 :meth:`RegisterMap.c_header`). Addresses are assigned by
 :class:`RegisterMapBuilder`, never typed by hand.
@@ -19,7 +19,7 @@ an accepted ``start`` and count until ``done``; they saturate at ``2**32-1``.
 
 Examples
 --------
->>> from fpgacnn.hdl.config import EngineConfig
+>>> from fpgacnn.core.config import EngineConfig
 >>> regs = build_regmap(EngineConfig())
 >>> hex(regs["control"].address)
 '0x40'
@@ -339,11 +339,11 @@ class RegisterMap:
 
         Raises
         ------
-        fpgacnn.host.errors.BackendError
+        fpgacnn.core.errors.BackendError
             If the magic number or the major version does not match, or the
             ROM holds an invalid configuration.
         """
-        from ..host.errors import BackendError
+        from .errors import BackendError
         from .config import ConfigError
         magic = read(self.address("magic"))
         if magic != MAGIC:

@@ -22,14 +22,14 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
-from .config import require_config
+from ...core.config import require_config
 from .delay import delayed
-from .descriptor import descriptor_layout
+from ...core.descriptor import descriptor_layout
 from .limits import limits, narrow_descriptor
 from .line_buffer import LineBuffer
 from .mac_array import MacArray
 from .maxpool import MaxPool2x2
-from .register_slice import StreamRegisterSlice
+from ..bus.register_slice import StreamRegisterSlice
 from .requantizer import Requantizer
 from .stream_loader import StreamLoader
 
@@ -64,7 +64,7 @@ def setup_cycles(config):
 def pixel_slice_words(config):
     """Pixel words held between the loader and the line buffer's writer.
 
-    2 with ``deep_pipeline`` (a :class:`~fpgacnn.hdl.register_slice.StreamRegisterSlice`:
+    2 with ``deep_pipeline`` (a :class:`~fpgacnn.hdl.bus.register_slice.StreamRegisterSlice`:
     a pixel reaches the writer a cycle after the loader hands it on), else 0
     (no register: the same cycle).
     """

@@ -9,7 +9,7 @@ both byte pairs of its operands independently (``A[15:8]*B[15:8]`` and
 device that has them, and an odd last product in LUTs (a whole DSP for one
 8x8 product is what the budget cannot afford). With registered operands
 (``EngineConfig.deep_pipeline``) each product on ECP5 is a
-:class:`~fpgacnn.hdl.dsp.PipelinedMultiplier` (a ``MULT18X18D`` with its
+:class:`~fpgacnn.hdl.tech.dsp.PipelinedMultiplier` (a ``MULT18X18D`` with its
 input and output registers). Everywhere else -- simulation, Verilog for the
 Zynq flow -- it is the plain ``a * b`` after the registers, which the tools
 map themselves. All forms of one latency give the same results;

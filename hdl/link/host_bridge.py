@@ -19,10 +19,10 @@ from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from .axi_lite import AXI4LiteSignature
-from .axi_stream import AXI4StreamRegisterSlice, AXI4StreamSignature
-from .config import require_config
-from .regmap import ADDR_WIDTH
+from ..bus.axi_lite import AXI4LiteSignature
+from ..bus.axi_stream import AXI4StreamRegisterSlice, AXI4StreamSignature
+from ...core.config import require_config
+from ...core.regmap import ADDR_WIDTH
 from .uart import UartRx, UartTx, check_clocks_per_bit
 
 __all__ = [

@@ -23,12 +23,12 @@ from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed, unsigne
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from .config import require_config
+from ...core.config import require_config
 from .delay import delayed
-from .descriptor import descriptor_layout
+from ...core.descriptor import descriptor_layout
 from .limits import limits
-from .pipelined_memory import MemoryPorts, memory_latency
-from .register_copies import register_copy
+from ..tech.pipelined_memory import MemoryPorts, memory_latency
+from ..tech.register_copies import register_copy
 
 __all__ = ["LineBuffer"]
 
@@ -57,7 +57,7 @@ class LineBuffer(wiring.Component):
         ``en & ready``: the window at the current position is read this cycle.
     oy, ox, co, ci : Out(16), Out(col_bits), Out(co_bits), Out(ci_bits)
         Current position of the reader in the schedule (widths from
-        :func:`~fpgacnn.hdl.limits.limits`).
+        :func:`~fpgacnn.hdl.datapath.limits.limits`).
     widx : Out(range(weight_depth))
         ``co*ci_tiles + ci``, the weight word of the current position.
     first, last : Out(1)

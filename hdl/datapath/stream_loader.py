@@ -14,10 +14,10 @@ from amaranth.hdl import Array, Cat, Module, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from .config import require_config
-from .descriptor import descriptor_layout
+from ...core.config import require_config
+from ...core.descriptor import descriptor_layout
 from .limits import limits
-from .pipelined_memory import MemoryPorts, PipelinedMemory, memory_latency
+from ..tech.pipelined_memory import MemoryPorts, PipelinedMemory, memory_latency
 
 __all__ = ["PARAM_RECORD", "StreamLoader"]
 
@@ -69,7 +69,7 @@ class StreamLoader(wiring.Component):
         """Cycles from ``param_addr``/``weight_addr`` to the data: 2 with ``deep_pipeline``, else 1.
 
         With ``deep_pipeline`` the buffers are
-        :class:`~fpgacnn.hdl.pipelined_memory.PipelinedMemory` (registered
+        :class:`~fpgacnn.hdl.tech.pipelined_memory.PipelinedMemory` (registered
         behind the block RAMs).
         """
         return PipelinedMemory.LATENCY if self._config.deep_pipeline else 1
