@@ -20,14 +20,16 @@
    under 10k LUTs, or the nearest width that divides with ``pin`` and ``pout``.
 4. Buffers: starting from a small engine, ``max_channels``,
    ``max_out_channels`` and ``max_width`` are doubled in turn while the
-   line, weight and parameter buffers fit the block RAMs, counted per memory
-   in whole blocks of the best aspect ratio, leaving 10% of the blocks (at
-   least 2) for FIFOs and skid buffers.
+   engine contract's buffers (line, weight, parameter buffers and the
+   max-pool's row memory) fit the block RAMs, counted per memory in whole
+   blocks of the best aspect ratio, leaving 5% of the blocks (at least the
+   2 the FIFOs take) for FIFOs and skid buffers.
 5. ``deep_pipeline``: 1 (registers for 100 MHz and more), 0 on iCE40
    parts, whose logic cells are few and whose clock is slow anyway.
 
 These are estimates of what the generated engine needs, made from the
-config's own buffer-size formulas; the place-and-route report is the truth.
+engine contract's buffers (:mod:`fpgacnn.core.contract`); the place-and-route
+report is the truth.
 """
 
 import dataclasses
@@ -35,20 +37,30 @@ from dataclasses import dataclass, field
 import math
 
 from ..core.config import EngineConfig
+from ..core.contract import engine_contract
 from ..hdl.tech.ecp5_block_ram import blocks_in_parts
 from ..hdl.tech.pipelined_memory import in_ecp5_blocks
 from .board import require_board
 
-__all__ = ["Sizing", "size_engine", "multipliers_needed", "bram_blocks_needed"]
+__all__ = ["Sizing", "size_engine", "multipliers_needed", "bram_blocks_needed", "fifo_reserve"]
 
 _KMAX = 3
 _POWERS = (1, 2, 4, 8, 16, 32, 64)
 _START = {"max_channels": 8, "max_out_channels": 8, "max_width": 16}
 _CAP = {"max_channels": 512, "max_out_channels": 512, "max_width": 512}
 _GROW_ORDER = ("max_channels", "max_out_channels", "max_width")
-#: Bits per output lane in the parameter buffer: bias int32, mult uint24,
-#: shift uint8 (docs/engine.md, stream formats).
-_PARAM_BITS_PER_LANE = 64
+
+
+#: Block RAMs the design's FIFOs take beside the engine's buffers: the
+#: engine's output FIFO and the host link's (the UART bridge's). Measured:
+#: the iCEBreaker's default engine used 30 / 30 blocks with 28 counted here,
+#: the ULX3S-85F's 193 / 208 with 192 (BENCHMARKS.md section 3.1).
+_FIFO_BLOCKS = 2
+
+
+def fifo_reserve(bram_blocks):
+    """Block RAMs kept out of the buffers' budget: the FIFOs, or 5% of a bigger part."""
+    return max(_FIFO_BLOCKS, math.ceil(0.05 * bram_blocks))
 
 
 def multipliers_needed(config, board):
@@ -64,33 +76,34 @@ def multipliers_needed(config, board):
 
 
 def bram_blocks_needed(config, board):
-    """Block RAMs the line, weight and parameter buffers of ``config`` take on ``board``.
+    """Block RAMs the buffers of ``config`` (the engine contract's) take on ``board``.
 
     Returns
     -------
     dict
-        ``{"line_buffer": n, "weight_buffer": n, "param_buffer": n, "total": n}``.
+        ``{"line_buffer": n, "weight_buffer": n, "param_buffer": n,
+        "pool_row": n, "total": n}``.
     """
     r = board.resources
-    banks = config.row_slots * config.kmax
-    line = banks * r.blocks_for(config.line_bank_depth, config.pin * config.act_width)
-    weight = r.blocks_for(config.weight_depth, config.weight_word_bytes * 8)
-    param = r.blocks_for(config.param_depth, config.pout * _PARAM_BITS_PER_LANE)
+    k = engine_contract(config)
+    line = k.line_buffer.banks * r.blocks_for(k.line_buffer.words, 8 * k.line_buffer.word_bytes)
+    weight = r.blocks_for(k.weights.words, 8 * k.weights.word_bytes)
+    param = r.blocks_for(k.params.words, 8 * k.params.word_bytes)
+    pool = r.blocks_for(k.pool_row.words, 8 * k.pool_row.word_bytes)
     if board.family == "ecp5" and config.deep_pipeline:
         # The loader's buffers are written a stream beat at a time, and on
         # the ECP5 built from blocks with their output registers, a beat's
         # lane in blocks of its own (hdl/tech/ecp5_block_ram.py).
-        weight, param = (_in_beat_lanes(bytes_, depth, config, r)
-                         for bytes_, depth in ((config.weight_word_bytes, config.weight_depth),
-                                               (config.pout * _PARAM_BITS_PER_LANE // 8,
-                                                config.param_depth)))
+        weight, param = (_in_beat_lanes(beats, buffer.words, config, r)
+                         for beats, buffer in ((k.weight_beats, k.weights),
+                                               (k.param_beats, k.params)))
     return {"line_buffer": line, "weight_buffer": weight, "param_buffer": param,
-            "total": line + weight + param}
+            "pool_row": pool, "total": line + weight + param + pool}
 
 
-def _in_beat_lanes(word_bytes, depth, config, resources):
-    """Blocks of a loader buffer of ``word_bytes`` words stored as whole stream beats."""
-    width = math.ceil(word_bytes / config.stream_bytes) * config.stream_width
+def _in_beat_lanes(beats, depth, config, resources):
+    """Blocks of a loader buffer whose words are ``beats`` whole stream beats."""
+    width = beats * config.stream_width
     if not in_ecp5_blocks(width):
         return resources.blocks_for(depth, width)
     return blocks_in_parts(width, depth, config.stream_width)
@@ -156,7 +169,7 @@ def size_engine(board):
     require_board(board)
     r = board.resources
     reasons = []
-    reserve = max(2, math.ceil(0.10 * r.bram_blocks))
+    reserve = fifo_reserve(r.bram_blocks)
     budget = r.bram_blocks - reserve
 
     # 2. parallelism from the multipliers
@@ -211,7 +224,8 @@ def size_engine(board):
                     sizes, blocks, grew = trial, trial_blocks, True
         reasons.append(
             f"buffers: line {blocks['line_buffer']} + weights {blocks['weight_buffer']} + "
-            f"params {blocks['param_buffer']} = {blocks['total']} of {r.bram_blocks} "
+            f"params {blocks['param_buffer']} + max-pool row {blocks['pool_row']} = "
+            f"{blocks['total']} of {r.bram_blocks} "
             f"block RAMs ({reserve} kept for FIFOs); doubling any of max_channels, "
             f"max_out_channels, max_width would not fit (or is at its cap, "
             f"{_CAP['max_width']})")

@@ -1,13 +1,13 @@
 """Generator parameters of the convolution engine, validated once, here.
 
-Every generated block takes an :class:`EngineConfig`; buffer sizes are derived
-from it by formula (see the properties), never typed in by hand. A TOML file
+Every generated block takes an :class:`EngineConfig`; buffer sizes, limits and
+latencies are derived from it once, by :mod:`fpgacnn.core.contract`. A TOML file
 with the same field names (``fpgacnn generate --config ENGINE.toml``) loads
 through :meth:`EngineConfig.from_toml`.
 """
 
 from dataclasses import dataclass, fields, asdict
-import math
+from .widths import MULT_BITS
 
 __all__ = ["EngineConfig", "ConfigError", "require_config"]
 
@@ -90,7 +90,6 @@ class EngineConfig:
     deep_pipeline: int = 1
 
     def __post_init__(self):
-        from ..host.requant import MULT_BITS
         _check_int("pin", self.pin, 1, 64)
         _check_int("pout", self.pout, 1, 64)
         _check_int("kmax", self.kmax, 1, 7)
@@ -114,57 +113,13 @@ class EngineConfig:
                 f"pout ({self.pout} bytes per word) and stream_width ({b} bytes per beat) "
                 f"must divide one another")
 
-    # -- derived sizes (formulas, documented in docs/engine.md) ---------------
+    # -- parameter arithmetic; buffer sizes and limits are the engine
+    # contract's (fpgacnn.core.contract), not the configuration's ------------
 
     @property
     def stream_bytes(self):
         """Bytes per AXI4-Stream beat."""
         return self.stream_width // 8
-
-    @property
-    def max_stride(self):
-        """Largest stride the window generator supports (= ``kmax``)."""
-        return self.kmax
-
-    @property
-    def row_slots(self):
-        """Rows the line buffer holds: ``kmax`` being read plus ``max_stride`` being written."""
-        return self.kmax + self.max_stride
-
-    @property
-    def max_ci_tiles(self):
-        return math.ceil(self.max_channels / self.pin)
-
-    @property
-    def max_co_tiles(self):
-        return math.ceil(self.max_out_channels / self.pout)
-
-    @property
-    def line_bank_depth(self):
-        """Words (of ``pin`` bytes) per line-buffer bank: one bank per (row slot, column mod kmax)."""
-        return math.ceil(self.max_width / self.kmax) * self.max_ci_tiles
-
-    @property
-    def line_buffer_bytes(self):
-        return self.row_slots * self.kmax * self.line_bank_depth * self.pin
-
-    @property
-    def weight_depth(self):
-        """Weight-buffer words; a word holds one (output tile, input tile): ``pout*kmax*kmax*pin`` bytes."""
-        return self.max_co_tiles * self.max_ci_tiles
-
-    @property
-    def weight_word_bytes(self):
-        return self.pout * self.kmax * self.kmax * self.pin
-
-    @property
-    def weight_buffer_bytes(self):
-        return self.weight_depth * self.weight_word_bytes
-
-    @property
-    def param_depth(self):
-        """Parameter-buffer words; a word holds (bias, mult, shift) for ``pout`` lanes."""
-        return self.max_co_tiles
 
     @property
     def peak_macs_per_cycle(self):

@@ -9,6 +9,7 @@ from pathlib import Path
 from amaranth.back import verilog
 
 from ..core.config import require_config
+from ..core.contract import PARAM_RECORD_BYTES, engine_contract
 from ..core.regmap import build_regmap
 
 __all__ = ["TOP_NAME", "UART_TOP_NAME", "engine_verilog", "uart_top_verilog",
@@ -56,8 +57,9 @@ def _bytes(n):
 
 def config_summary(config):
     """A human-readable summary: parameters, peak throughput, buffer sizes."""
-    from .datapath.conv_core import pipeline_latency, setup_cycles
     c = config
+    k = engine_contract(c)
+    lat = k.latency
     regs = build_regmap(c)
     rows = [("parameter", "value")]
     rows += [(k, str(v)) for k, v in c.as_dict().items()]
@@ -69,17 +71,19 @@ def config_summary(config):
         f"  peak MACs/cycle         {c.peak_macs_per_cycle:,}  "
         f"({c.kmax}x{c.kmax} window x pin {c.pin} x pout {c.pout})",
         f"  stream                  {c.stream_bytes} bytes/beat",
-        f"  line buffer             {c.row_slots} row slots x {c.kmax} banks x "
-        f"{c.line_bank_depth} words x {c.pin} B = {_bytes(c.line_buffer_bytes)}",
-        f"  weight buffer           {c.weight_depth} words x {c.weight_word_bytes} B = "
-        f"{_bytes(c.weight_buffer_bytes)}",
-        f"  parameter buffer        {c.param_depth} words x {c.pout} lanes x 8 B = "
-        f"{_bytes(c.param_depth * c.pout * 8)}",
+        f"  line buffer             {k.row_slots} row slots x {c.kmax} banks x "
+        f"{k.line_buffer.words} words x {c.pin} B = {_bytes(k.line_buffer.total_bytes)}",
+        f"  weight buffer           {k.weights.words} words x {k.weights.word_bytes} B = "
+        f"{_bytes(k.weights.total_bytes)}",
+        f"  parameter buffer        {k.params.words} words x {c.pout} lanes x "
+        f"{PARAM_RECORD_BYTES} B = {_bytes(k.params.total_bytes)}",
+        f"  max-pool row memory     {k.pool_row.words} words x {c.pout} B = "
+        f"{_bytes(k.pool_row.total_bytes)}",
         f"  limits                  width <= {c.max_width}, channels <= {c.max_channels}, "
-        f"output channels per run <= {c.max_out_channels}, stride <= {c.max_stride}",
+        f"output channels per run <= {c.max_out_channels}, stride <= {k.ranges['stride'][1]}",
         f"  pipeline                {'deep' if c.deep_pipeline else 'compact'}: "
-        f"{pipeline_latency(c, False)} cycles from a window to its result "
-        f"({pipeline_latency(c, True)} pooled), {setup_cycles(c)} setup cycles",
+        f"{lat.pipeline(False)} cycles from a window to its result "
+        f"({lat.pipeline(True)} pooled), {lat.line_buffer_setup} setup cycles",
         f"  registers               {len(regs)} (AXI4-Lite, {1 << regs.addr_width} B window)",
         "",
     ]

@@ -28,6 +28,7 @@ import math
 
 import numpy as np
 
+from ..core.contract import engine_contract
 from . import packing
 from ..core.errors import MappingError
 from .layers import Conv, Gemm, MaxPool
@@ -207,16 +208,22 @@ def _check_runs(config, step, batch):
                           pool=step.pool is not None, name=f"layer {layer.name!r}")
 
 
-def _channel_groups(config, layer, cin_words):
+def _channel_groups(config, layer, ci_tiles):
     """Output-channel groups whose parameters and weights fit the buffers."""
     cout = layer.weight.shape[0]
-    co_tiles_max = min(config.param_depth, config.weight_depth // max(cin_words, 1))
+    contract = engine_contract(config)
+    co_tiles_max = contract.max_co_tiles_for(ci_tiles)
     if co_tiles_max < 1:
         raise MappingError(f"layer {layer.name!r}: the weights of even one output tile "
-                           f"({cin_words} input tiles) exceed the weight buffer depth "
-                           f"{config.weight_depth} (max_channels {config.max_channels})")
+                           f"({ci_tiles} input tiles) exceed the weight buffer's "
+                           f"{contract.weights.words} words (max_channels {config.max_channels})")
     group = co_tiles_max * config.pout
     return [(c, min(c + group, cout)) for c in range(0, cout, group)]
+
+
+def _input_tiles(config, cin, remap):
+    """Input tiles of a layer of ``cin`` channels (after the 1x1 remap when ``remap``)."""
+    return math.ceil((math.ceil(cin / config.kmax ** 2) if remap else cin) / config.pin)
 
 
 def _conv_runs(config, layer, pooled):
@@ -226,25 +233,29 @@ def _conv_runs(config, layer, pooled):
     _, oh, ow = layer.output_shape
     sy, sx = layer.stride
     top, left, bottom, right = layer.pads
+    contract = engine_contract(config)
     remap = packing.use_remap(config, cin, (kh, kw))
-    ci_tiles = math.ceil((math.ceil(cin / config.kmax ** 2) if remap else cin) / config.pin)
-    # Widest strip (output columns) whose input row fits a line-buffer bank:
-    # column x lives in bank x mod kmax, so a bank holds ceil(in_w/kmax)*ci_tiles words.
+    ci_tiles = _input_tiles(config, cin, remap)
+    groups = _channel_groups(config, layer, ci_tiles)
+    # Widest strip (output columns) whose input row fits a line-buffer bank
+    # and, pooled, whose output row fits the max-pool's row memory.
+    max_in = contract.widest_row(ci_tiles)
     if remap:  # an output pixel is a kmax x kmax block of input pixels
-        max_out = config.line_bank_depth // ci_tiles
+        max_out = max_in // config.kmax
     else:
-        max_in = (config.line_bank_depth // ci_tiles) * config.kmax
         max_out = (max_in - kw) // sx + 1 if max_in >= kw else 0
     if pooled:
-        max_out -= max_out % 2
+        co_tiles = max(math.ceil((c1 - c0) / config.pout) for c0, c1 in groups)
+        max_out = min(max_out - max_out % 2, contract.widest_pooled_row(co_tiles))
     if max_out < (2 if pooled else 1):
         raise MappingError(f"layer {layer.name!r}: one input row of {cin} channels does not fit "
                            f"the line buffer even {kw} columns wide (bank depth "
-                           f"{config.line_bank_depth} words; max_channels {config.max_channels})")
+                           f"{contract.line_buffer.words} words; max_channels "
+                           f"{config.max_channels})")
     usable = ow - ow % 2 if pooled else ow
     strips = [(o, min(o + max_out, usable)) for o in range(0, usable, max_out)]
     runs = []
-    for c0, c1 in _channel_groups(config, layer, ci_tiles):
+    for c0, c1 in groups:
         for o0, o1 in strips:
             x0 = o0 * sx - left
             x1 = (o1 - 1) * sx - left + kw
@@ -258,18 +269,19 @@ def _conv_runs(config, layer, pooled):
 def _gemm_runs(config, layer, batch):
     """Runs of one Gemm: output-channel groups x batch chunks, each a 2-D 1x1-conv image."""
     cout, cin = layer.weight.shape
+    contract = engine_contract(config)
     remap = packing.use_remap(config, cin, (1, 1))
-    ci_tiles = math.ceil((math.ceil(cin / config.kmax ** 2) if remap else cin) / config.pin)
-    per_run = config.line_bank_depth // ci_tiles
-    if not remap:
-        per_run *= config.kmax
+    ci_tiles = _input_tiles(config, cin, remap)
+    per_run = contract.widest_row(ci_tiles)
+    if remap:  # a remapped pixel is a kmax x kmax block
+        per_run //= config.kmax
     if per_run < 1:
         raise MappingError(f"layer {layer.name!r}: {cin} input features do not fit the line buffer "
-                           f"(bank depth {config.line_bank_depth} words; max_channels "
+                           f"(bank depth {contract.line_buffer.words} words; max_channels "
                            f"{config.max_channels})")
     width = min(batch, per_run)
-    # Rows are bounded by the descriptor's 16-bit row count (kmax rows each when remapped).
-    per_chunk = width * (0xFFFF // (config.kmax if remap else 1))
+    # Rows are bounded by the descriptor's row range (kmax rows each when remapped).
+    per_chunk = width * (contract.ranges["in_h"][1] // (config.kmax if remap else 1))
     chunks = [(b, min(b + per_chunk, batch)) for b in range(0, batch, per_chunk)]
     return [EngineRun((c0, c1), chunk, chunk, (0, 0, 0, 0),
                       grid=(math.ceil((chunk[1] - chunk[0]) / width), width))

@@ -27,15 +27,12 @@ Examples
 ('compute', True)
 """
 
-import functools
-import math
 from dataclasses import dataclass, field
 
+from ..core.contract import engine_contract
+from .packing import map_layer
+
 __all__ = ["CycleEstimate", "layer_cycles", "conv_cycles"]
-
-#: Cycles from ``start`` to the first beat the loader takes.
-_START_CYCLES = 1
-
 
 @dataclass(frozen=True)
 class CycleEstimate:
@@ -88,30 +85,6 @@ class CycleEstimate:
         return self.macs / ((self.cycles - self.load_cycles) * self.peak_macs_per_cycle)
 
 
-@functools.lru_cache(maxsize=64)
-def _pipeline(config, pool):
-    # The core's latencies come from its blocks; asking them keeps one truth.
-    from ..hdl.datapath.conv_core import pipeline_latency
-    return pipeline_latency(config, pool), pipeline_latency(config, True) + 1
-
-
-def _pixel_slice(config):
-    from ..hdl.datapath.conv_core import pixel_slice_words
-    return pixel_slice_words(config)
-
-
-@functools.lru_cache(maxsize=64)
-def _setup(config):
-    from ..hdl.datapath.conv_core import setup_cycles
-    return setup_cycles(config)
-
-
-@functools.lru_cache(maxsize=64)
-def _fifo_depth(config):
-    from ..hdl.datapath.conv_core import output_fifo_depth
-    return output_fifo_depth(config)
-
-
 def _produced(oy, out_w, out_h, co, pool):
     """Indices (within the output row's groups, ``ox*co + c``) of the groups that emit a word."""
     if not pool:
@@ -138,7 +111,9 @@ def layer_cycles(config, desc, *, macs=None):
     CycleEstimate
     """
     beat, pin, pout, k = config.stream_bytes, config.pin, config.pout, config.kmax
-    slots = config.row_slots
+    contract = engine_contract(config)
+    lat = contract.latency
+    slots = contract.row_slots
     in_h, in_w = int(desc["in_h"]), int(desc["in_w"])
     ci, co = int(desc["ci_tiles"]), int(desc["co_tiles"])
     out_h, out_w = int(desc["out_h"]), int(desc["out_w"])
@@ -150,16 +125,16 @@ def layer_cycles(config, desc, *, macs=None):
 
     load = 0
     if desc["load_weights"]:
-        load = co * math.ceil(pout * 8 / beat) + co * ci * math.ceil(config.weight_word_bytes / beat)
-    t0 = _START_CYCLES + load
+        load = co * contract.param_beats + co * ci * contract.weight_beats
+    t0 = lat.start + load
 
     per_word_in = max(1, pin // beat)            # cycles per line-buffer word
-    held = _pixel_slice(config)                  # words between loader and writer (a cycle)
+    held = lat.pixel_slice_words                 # words between loader and writer (a cycle)
     row_in = in_w * ci * per_word_in             # cycles to write one input row
     per_word_out = max(1, pout // beat)          # cycles per output word
     issue = out_w * co * ci                      # cycles to issue one output row
-    latency, drain = _pipeline(config, pool)
-    depth = _fifo_depth(config)
+    latency, drain = lat.pipeline(pool), lat.drain
+    depth = lat.output_fifo_depth
 
     rows = batch * in_h
     orows = batch * out_h
@@ -190,7 +165,7 @@ def layer_cycles(config, desc, *, macs=None):
         # Reader: output row j once its input rows are written.
         n, oy = divmod(j, out_h)
         target = n * in_h + min(oy * s - pt + k, in_h)
-        prev = r_end[-1] if r_end else max(t0, _setup(config))
+        prev = r_end[-1] if r_end else max(t0, lat.line_buffer_setup)
         start = max(prev, w_end[target - 1])
         wait_in += start - prev
         groups = _produced(oy, out_w, out_h, co, pool)
@@ -279,7 +254,6 @@ def conv_cycles(config, x_shape, w_shape, *, stride=1, pads=(0, 0, 0, 0), pool=F
     fpgacnn.core.errors.MappingError
         The layer does not fit the engine.
     """
-    from .packing import map_layer
     geo = map_layer(config, x_shape, w_shape, stride=stride, pads=pads, pool=pool, remap=remap,
                     name=name)
     desc = dict(geo, load_weights=int(bool(load_weights)))

@@ -26,21 +26,16 @@ import math
 
 import numpy as np
 
-from ..core.descriptor import DESCRIPTOR_FIELDS
+from ..core.contract import (PARAM_RECORD_BYTES, PARAM_RECORD_FIELDS, beats as _beats,
+                             descriptor_violations, engine_contract)
+from ..core.widths import MAX_SHIFT, MULT_BITS
 from ..core.errors import InputError, MappingError
 
-__all__ = ["PARAM_RECORD_BYTES", "map_layer", "pack_layer", "unpack_output", "output_nbytes", "input_nbytes",
+__all__ = ["map_layer", "pack_layer", "unpack_output", "output_nbytes", "input_nbytes",
            "use_remap"]
 
-#: Bytes per output-channel parameter record: bias int32, mult uint24, shift uint8.
-PARAM_RECORD_BYTES = 8
-
-_FIELD_RANGES = {f.name: ((-(1 << (f.width - 1)), (1 << (f.width - 1)) - 1) if f.signed
-                          else (0, (1 << f.width) - 1)) for f in DESCRIPTOR_FIELDS}
-
-
-def _beats(nbytes, beat):
-    return -(-nbytes // beat)
+#: The descriptor fields that do not shape a run, at values inside every range.
+_NEUTRAL_FIELDS = dict(x_zp=0, y_zp=0, clamp_lo=-128, clamp_hi=127, load_weights=1)
 
 
 def _pad_to_beat(buf, beat):
@@ -160,9 +155,6 @@ def map_layer(config, x_shape, w_shape, *, stride=1, pads=(0, 0, 0, 0), pool=Fal
     if out_h < 1 or out_w < 1:
         raise MappingError(f"{name}: the {kh}x{kw} kernel does not fit the padded "
                            f"{h}x{wd} input (no output)")
-    if pool and (out_h < 2 or out_w < 2):
-        raise MappingError(f"{name}: a 2x2 max-pool needs at least a 2x2 output, "
-                           f"not {out_h}x{out_w}")
     macs = n * out_h * out_w * cout * cin * kh * kw
     remapped = use_remap(config, cin, (kh, kw), remap)
     if remapped:
@@ -172,37 +164,13 @@ def map_layer(config, x_shape, w_shape, *, stride=1, pads=(0, 0, 0, 0), pool=Fal
         pads = (0, 0, 0, 0)
     elif sy != sx:
         raise MappingError(f"{name}: stride {sy}x{sx} is not square; the engine has one stride")
-    if sy > kmax:
-        raise MappingError(f"{name}: stride {sy} exceeds the engine's maximum stride {kmax}")
-    if pads[0] > kmax - 1 or pads[1] > kmax - 1:
-        raise MappingError(f"{name}: top/left padding {pads[0]}/{pads[1]} exceeds kmax-1 = "
-                           f"{kmax - 1}")
-    ci_tiles = math.ceil(cin / pin)
-    co_tiles = math.ceil(cout / pout)
-    words = math.ceil(wd / kmax) * ci_tiles
-    if words > config.line_bank_depth:
-        raise MappingError(
-            f"{name}: in_w*ci_tiles ({wd} px x {ci_tiles} tiles = {words} words per bank of "
-            f"{kmax} columns) exceeds line buffer bank depth {config.line_bank_depth} "
-            f"(max_width {config.max_width} at max_channels {config.max_channels})")
-    if co_tiles > config.param_depth:
-        raise MappingError(f"{name}: {cout} output channels ({co_tiles} tiles) exceed the "
-                           f"parameter buffer ({config.param_depth} tiles of {pout}); "
-                           f"tile the output channels")
-    if co_tiles * ci_tiles > config.weight_depth:
-        raise MappingError(f"{name}: weights of {co_tiles}x{ci_tiles} tiles exceed the weight "
-                           f"buffer depth {config.weight_depth}; tile the output channels")
-    if kmax * kmax * pin * ci_tiles * 128 * 128 >= 1 << (config.acc_width - 1):
-        raise MappingError(f"{name}: {ci_tiles} input tiles can overflow the "
-                           f"{config.acc_width}-bit accumulator")
-    geo = dict(in_h=h, in_w=wd, ci_tiles=ci_tiles, co_tiles=co_tiles, out_h=out_h,
-               out_w=out_w, stride=sy, pad_top=pads[0], pad_left=pads[1], batch=n,
+    geo = dict(in_h=h, in_w=wd, ci_tiles=math.ceil(cin / pin), co_tiles=math.ceil(cout / pout),
+               out_h=out_h, out_w=out_w, stride=sy, pad_top=pads[0], pad_left=pads[1], batch=n,
                pool=int(bool(pool)))
-    for key, value in geo.items():
-        flo, fhi = _FIELD_RANGES[key]
-        if not flo <= value <= fhi:
-            raise MappingError(f"{name}: {key} = {value} does not fit the descriptor "
-                               f"field ({flo}..{fhi})")
+    # Everything else the engine cannot take is the contract's to say.
+    violations = descriptor_violations(config, dict(_NEUTRAL_FIELDS, **geo))
+    if violations:
+        raise MappingError(f"{name}: {violations[0][1]}")
     geo.update(remap=remapped, macs=macs)
     return geo
 
@@ -268,8 +236,8 @@ def pack_layer(config, x, w, bias, x_zp, mult, shift, y_zp, *, clamp=(-128, 127)
     cout, _, kh, kw = w.shape
     bias = np.zeros(cout, np.int64) if bias is None else \
         _per_channel(bias, "bias", name, cout, -(1 << 31), (1 << 31) - 1)
-    mult = _per_channel(mult, "mult", name, cout, 0, (1 << 24) - 1)
-    shift = _per_channel(shift, "shift", name, cout, 0, 63)
+    mult = _per_channel(mult, "mult", name, cout, 0, (1 << MULT_BITS) - 1)
+    shift = _per_channel(shift, "shift", name, cout, 0, MAX_SHIFT)
     folded = bias - x_zp * w.astype(np.int64).sum(axis=(1, 2, 3))
     if folded.min() < -(1 << 31) or folded.max() >= 1 << 31:
         c = int(np.argmax((folded < -(1 << 31)) | (folded >= 1 << 31)))
@@ -302,9 +270,10 @@ def pack_layer(config, x, w, bias, x_zp, mult, shift, y_zp, *, clamp=(-128, 127)
     sections = []
     if load_weights:
         rec = np.zeros((co_tiles * pout, PARAM_RECORD_BYTES), np.uint8)
-        rec[:cout, 0:4] = folded.astype("<i4").view(np.uint8).reshape(cout, 4)
-        rec[:cout, 4:8] = mult.astype("<u4").view(np.uint8).reshape(cout, 4)  # mult: bytes 4..6
-        rec[:cout, 7] = shift.astype(np.uint8)
+        values = {"bias": folded, "mult": mult, "shift": shift}
+        for field, offset, size, _ in PARAM_RECORD_FIELDS:  # little endian, two's complement
+            raw = values[field].astype("<i8").view(np.uint8).reshape(cout, 8)
+            rec[:cout, offset:offset + size] = raw[:, :size]
         for co in range(co_tiles):
             sections.append(_pad_to_beat(rec[co * pout:(co + 1) * pout], beat))
         wk = np.zeros((co_tiles * pout, ci_tiles * pin, kmax, kmax), np.int8)
@@ -321,30 +290,14 @@ def pack_layer(config, x, w, bias, x_zp, mult, shift, y_zp, *, clamp=(-128, 127)
     return desc, np.concatenate(sections)
 
 
-def _out_geometry(desc):
-    oh, ow = int(desc["out_h"]), int(desc["out_w"])
-    if desc["pool"]:
-        oh, ow = oh // 2, ow // 2
-    return oh, ow
-
-
 def output_nbytes(config, desc):
     """Bytes of the output stream of the layer run ``desc`` (whole beats)."""
-    oh, ow = _out_geometry(desc)
-    per_image = _beats(oh * ow * int(desc["co_tiles"]) * config.pout, config.stream_bytes)
-    return int(desc["batch"]) * per_image * config.stream_bytes
+    return engine_contract(config).output_nbytes(desc)
 
 
 def input_nbytes(config, desc):
     """Bytes of the input stream of the layer run ``desc`` (whole beats)."""
-    beat, pout, co, ci = config.stream_bytes, config.pout, int(desc["co_tiles"]), int(desc["ci_tiles"])
-    total = 0
-    if desc["load_weights"]:
-        total += co * _beats(pout * PARAM_RECORD_BYTES, beat)
-        total += co * ci * _beats(config.weight_word_bytes, beat)
-    image = int(desc["in_h"]) * int(desc["in_w"]) * ci * config.pin
-    total += int(desc["batch"]) * _beats(image, beat)
-    return total * beat
+    return engine_contract(config).input_nbytes(desc)
 
 
 def unpack_output(config, raw, desc, out_channels):
@@ -375,7 +328,7 @@ def unpack_output(config, raw, desc, out_channels):
     expected = output_nbytes(config, desc)
     if raw.size != expected:
         raise InputError(f"output stream has {raw.size} bytes, expected {expected}")
-    oh, ow = _out_geometry(desc)
+    oh, ow = engine_contract(config).pooled_shape(desc)
     co_tiles, batch = int(desc["co_tiles"]), int(desc["batch"])
     if not 1 <= out_channels <= co_tiles * config.pout:
         raise InputError(f"out_channels {out_channels} does not fit {co_tiles} tiles of "

@@ -13,15 +13,10 @@ the reference is checked against onnxruntime to within 1 LSB.
 
 import numpy as np
 
+from ..core.widths import MAX_SHIFT, MULT_BITS
+
 __all__ = ["MULT_BITS", "MAX_SHIFT", "requant_params", "round_shift", "requantize"]
 
-#: Width of the unsigned requantization multiplier: ``2**23 <= m < 2**24``. It
-#: matches float32's 24-bit mantissa, in which onnxruntime computes its scales:
-#: with 16 bits the rounding error compounds over a network to ~98% exact
-#: agreement with onnxruntime; with 24 bits it is 100% on the tested models.
-MULT_BITS = 24
-#: Largest right shift; smaller scales lose multiplier bits (and round to 0).
-MAX_SHIFT = 63
 
 
 def requant_params(scale):

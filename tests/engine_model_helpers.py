@@ -8,6 +8,7 @@ against it byte for byte.
 
 import numpy as np
 
+from fpgacnn.core.contract import PARAM_RECORD_BYTES, PARAM_RECORD_FIELDS, engine_contract
 from fpgacnn.host.integer_ops import maxpool2d
 from fpgacnn.host.requant import requantize
 
@@ -28,16 +29,20 @@ def emulate_engine(config, desc, data, state=None):
     if desc["load_weights"]:
         recs = []
         for _ in range(co_t):
-            chunk, pos = _take(data, pos, pout * 8, beat)
-            recs.append(chunk.reshape(pout, 8))
+            chunk, pos = _take(data, pos, pout * PARAM_RECORD_BYTES, beat)
+            recs.append(chunk.reshape(pout, PARAM_RECORD_BYTES))
         rec = np.concatenate(recs)
-        state["bias"] = rec[:, 0:4].copy().view("<i4").ravel().astype(np.int64)
-        state["mult"] = (rec[:, 4:8].copy().view("<u4").ravel() & 0xFF_FFFF).astype(np.int64)
-        state["shift"] = rec[:, 7].astype(np.int64)
+        for field, offset, size, signed in PARAM_RECORD_FIELDS:
+            value = np.zeros(len(rec), np.int64)
+            for b in range(size):
+                value |= rec[:, offset + b].astype(np.int64) << (8 * b)
+            if signed:
+                value -= (value >> (8 * size - 1)) << (8 * size)
+            state[field] = value
         wt = np.zeros((co_t, ci_t, pout, k, k, pin), np.int8)
         for co in range(co_t):
             for ci in range(ci_t):
-                chunk, pos = _take(data, pos, config.weight_word_bytes, beat)
+                chunk, pos = _take(data, pos, engine_contract(config).weights.word_bytes, beat)
                 wt[co, ci] = chunk.view(np.int8).reshape(pout, k, k, pin)
         # -> OIHW over padded channels
         state["w"] = wt.transpose(0, 2, 1, 5, 3, 4).reshape(co_t * pout, ci_t * pin, k, k)

@@ -6,8 +6,11 @@ import re
 
 import pytest
 
+from fpgacnn.core.contract import engine_contract
+
 from fpgacnn.boards.board import BOARD_DIR, BoardError, list_boards, load_board, load_board_file
-from fpgacnn.boards.engine_sizing import bram_blocks_needed, multipliers_needed, size_engine
+from fpgacnn.boards.engine_sizing import (bram_blocks_needed, fifo_reserve, multipliers_needed,
+                                          size_engine)
 from fpgacnn.core.config import EngineConfig
 from fpgacnn.host.cli import main
 
@@ -197,14 +200,15 @@ def test_ecp5_loader_buffers_counted_as_built():
     board = load_board("ulx3s-85f")
     c = EngineConfig(pin=8, pout=2, kmax=3, stream_width=64, max_width=256,
                      max_channels=128, max_out_channels=128, deep_pipeline=1)
-    assert c.weight_word_bytes * 8 == 1152 and c.weight_depth == 1024
+    weights = engine_contract(c).weights
+    assert weights.word_bytes * 8 == 1152 and weights.words == 1024
     assert bram_blocks_needed(c, board)["weight_buffer"] == 2 * 36
     compact = dataclasses.replace(c, deep_pipeline=0)
     assert bram_blocks_needed(compact, board)["weight_buffer"] == 2 * 32
     # Other families: as yosys packs them, either way.
     pynq = load_board("pynq-z2")
     assert (bram_blocks_needed(c, pynq)["weight_buffer"]
-            == pynq.resources.blocks_for(c.weight_depth, 1152))
+            == pynq.resources.blocks_for(weights.words, 1152))
 
 
 # -- default engine sizing ----------------------------------------------------
@@ -216,7 +220,7 @@ def test_sizing_fits_the_board(name):
     c = s.config
     assert isinstance(c, EngineConfig) and c.kmax == 3
     r = board.resources
-    budget = r.bram_blocks - max(2, -(-r.bram_blocks // 10))
+    budget = r.bram_blocks - fifo_reserve(r.bram_blocks)
     assert s.bram_blocks == bram_blocks_needed(c, board)
     assert s.bram_blocks["total"] <= budget
     assert s.multipliers == multipliers_needed(c, board)

@@ -5,6 +5,8 @@ import re
 
 import pytest
 
+from fpgacnn.core.contract import engine_contract
+
 from fpgacnn.core.config import EngineConfig
 from fpgacnn.core.regmap import RegisterMap, build_regmap
 from fpgacnn.hdl.verilog import TOP_NAME
@@ -49,8 +51,9 @@ def test_writes_verilog_regmap_and_summary(tmp_path, capsys):
     assert (d / f"{TOP_NAME}_regs.h").read_text() == build_regmap(config).c_header()
     summary = (d / f"{TOP_NAME}_summary.txt").read_text()
     assert "peak MACs/cycle         144" in summary
-    assert f"{config.line_buffer_bytes:,} B" in summary
-    assert f"{config.weight_buffer_bytes:,} B" in summary
+    contract = engine_contract(config)
+    for buffer in (contract.line_buffer, contract.weights, contract.params, contract.pool_row):
+        assert f"{buffer.total_bytes:,} B" in summary
     assert summary in out
     assert out.count("wrote ") == 4
 

@@ -5,6 +5,7 @@ from numpy.testing import assert_array_equal
 from amaranth.sim import Simulator
 
 from fpgacnn.core.config import EngineConfig
+from fpgacnn.core.contract import engine_contract
 from fpgacnn.core.descriptor import descriptor_layout
 from fpgacnn.hdl.datapath.line_buffer import LineBuffer
 
@@ -197,7 +198,7 @@ def test_one_window_images_back_to_back(in_h, pad_top, arrangement):
     # Every window ends an image: the next image's slots (kept a step ahead)
     # are taken on consecutive cycles, with in_h mod row_slots != 0.
     rng = np.random.default_rng(in_h)
-    n = 2 * CFG.row_slots + 1
+    n = 2 * engine_contract(CFG).row_slots + 1
     desc = make_desc(in_h=in_h, in_w=1, out_h=1, out_w=1, pad_top=pad_top, pad_left=1,
                      batch=n, x_zp=-3)
     x = rng.integers(-128, 128, (n, CFG.pin, in_h, 1), dtype=np.int8)

@@ -135,13 +135,18 @@ def test_layout_of_the_stream():
 
 @pytest.mark.parametrize("change, message", [
     (dict(x=np.zeros((1, 3, 5, 40), np.int8)),
-     r"^conv1: in_w\*ci_tiles \(40 px x 2 tiles = 28 words per bank of 3 columns\) exceeds "
-     r"line buffer bank depth 24 "),
+     r"^conv1: a row of 40 px x 2 input tiles takes 28 words of a line-buffer bank, which "
+     r"holds 24$"),
+    (dict(x=np.zeros((1, 1, 5, 80), np.int8), w=np.zeros((4, 1, 3, 3), np.int8)),
+     r"^conv1: in_w = 80 is outside the engine's range 1\.\.74 \(3 columns per word of a "
+     r"line-buffer bank of 24 words, and kmax-1 of padding\)$"),
     (dict(w=np.zeros((4, 3, 5, 5), np.int8)), r"^conv1: kernel 5x5 exceeds the engine's kmax 3$"),
     (dict(stride=(1, 2)), r"^conv1: stride 1x2 is not square"),
-    (dict(pads=(3, 0, 0, 0)), r"^conv1: top/left padding 3/0 exceeds kmax-1 = 2$"),
+    (dict(pads=(3, 0, 0, 0)), r"^conv1: pad_top = 3 is outside the engine's range 0\.\.2 "
+                              r"\(kmax - 1 = 2\)$"),
     (dict(w=np.zeros((20, 3, 3, 3), np.int8), bias=None, mult=1, shift=1),
-     r"^conv1: 20 output channels \(10 tiles\) exceed the parameter buffer \(8 tiles of 2\)"),
+     r"^conv1: co_tiles = 10 is outside the engine's range 1\.\.8 \(output channels / pout 2: "
+     r"the parameter buffer holds 8 tiles\)$"),
     (dict(mult=[1 << 24] * 4), r"^conv1: mult\[0\] = 16777216 is outside the engine's range 0\.\.16777215$"),
     (dict(x=np.zeros((1, 3, 5, 5), np.float32)), r"^conv1: input must be int8, not float32$"),
     (dict(x_zp=200), r"^conv1: x_zp = 200 is outside -128\.\.127$"),

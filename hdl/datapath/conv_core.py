@@ -15,14 +15,13 @@ behind the issue point never needs to stall, whatever the back-pressure on
 ``o_stream``.
 """
 
-import functools
-
 from amaranth.hdl import Array, Cat, Module, Mux, Signal, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
 from ...core.config import require_config
+from ...core.contract import engine_contract
 from .delay import delayed
 from ...core.descriptor import descriptor_layout
 from .limits import limits, narrow_descriptor
@@ -33,51 +32,7 @@ from ..bus.register_slice import StreamRegisterSlice
 from .requantizer import Requantizer
 from .stream_loader import StreamLoader
 
-__all__ = ["ConvCore", "pipeline_latency", "output_fifo_depth", "setup_cycles",
-           "pixel_slice_words"]
-
-
-@functools.lru_cache(maxsize=None)  # elaborating the blocks is slow; drivers ask per run
-def pipeline_latency(config, pool):
-    """Cycles from the issue of a group's last window to its output word's FIFO write.
-
-    The sum of the blocks' own latencies (line buffer, MAC array, parameter
-    lookup, requantizer, max-pool when ``pool``), for models that need it
-    without building a core.
-    """
-    blocks = (LineBuffer(config), MacArray(config, tag_width=1),
-              Requantizer(config, tag_width=1), MaxPool2x2(config))
-    for block in blocks:
-        block._MustUse__used = True  # built only to ask for their latencies
-    lb, mac, rq, mp = blocks
-    return lb.latency + mac.latency + 1 + rq.latency + (mp.latency if pool else 0)
-
-
-@functools.lru_cache(maxsize=None)
-def setup_cycles(config):
-    """Cycles after ``start`` before the first window can issue."""
-    lb = LineBuffer(config)
-    lb._MustUse__used = True  # built only to ask
-    return lb.setup_cycles
-
-
-def pixel_slice_words(config):
-    """Pixel words held between the loader and the line buffer's writer.
-
-    2 with ``deep_pipeline`` (a :class:`~fpgacnn.hdl.bus.register_slice.StreamRegisterSlice`:
-    a pixel reaches the writer a cycle after the loader hands it on), else 0
-    (no register: the same cycle).
-    """
-    return 2 if config.deep_pipeline else 0
-
-
-#: Output FIFO words beyond the pipeline latency: the FIFO's own latency and the packer's.
-_FIFO_SLACK = 4
-
-
-def output_fifo_depth(config):
-    """Output FIFO words: enough credits to cover the pipeline at one word per cycle."""
-    return pipeline_latency(config, True) + _FIFO_SLACK
+__all__ = ["ConvCore"]
 
 
 class ConvCore(wiring.Component):
@@ -115,7 +70,7 @@ class ConvCore(wiring.Component):
     def __init__(self, config):
         require_config(config)
         self._config = config
-        self._co_bits = max(1, (config.max_co_tiles - 1).bit_length())
+        self._co_bits = max(1, (engine_contract(config).max_co_tiles - 1).bit_length())
         self._tag = data.StructLayout({"co": unsigned(self._co_bits), "produce": 1,
                                        "img_first": 1})
         super().__init__({
@@ -137,14 +92,15 @@ class ConvCore(wiring.Component):
         self._pool = MaxPool2x2(config)
 
     def pipeline_latency(self, pool):
-        """Cycles from the issue of a group's last window to its output word's FIFO write."""
-        lat = self._lb.latency + self._mac.latency + 1 + self._rq.latency
-        return lat + (self._pool.latency if pool else 0)
+        """Cycles from the issue of a group's last window to its output word's FIFO write
+        (the contract's :meth:`~fpgacnn.core.contract.Latencies.pipeline`: line buffer,
+        MAC array, parameter lookup, requantizer, max-pool when ``pool``)."""
+        return engine_contract(self._config).latency.pipeline(pool)
 
     @property
     def fifo_depth(self):
-        """Output FIFO words (:func:`output_fifo_depth`)."""
-        return self.pipeline_latency(True) + _FIFO_SLACK
+        """Output FIFO words (the contract's ``output_fifo_depth``)."""
+        return engine_contract(self._config).latency.output_fifo_depth
 
     def elaborate(self, platform):
         cfg = self._config
@@ -167,7 +123,7 @@ class ConvCore(wiring.Component):
             lb.start.eq(start), loader.start.eq(start),
         ]
         wiring.connect(m, wiring.flipped(self.i_stream), loader.i_stream)
-        if pixel_slice_words(cfg):
+        if engine_contract(cfg).latency.pixel_slice_words:
             # A register slice between the loader and the line buffer's
             # writer: the writer's `can_write` reached the loader's `ready`,
             # every beat counter and weight write enable of the loader, and
@@ -267,7 +223,7 @@ class ConvCore(wiring.Component):
         # ---- completion and stall reporting ---------------------------------
         # Results of windows that produce no output (a pooled layer's odd last
         # row) may still be in flight after the final beat: wait for them too.
-        drain = self.pipeline_latency(True) + 1
+        drain = engine_contract(cfg).latency.drain
         since_issue = Signal(range(drain + 1), init=drain)
         with m.If(lb.issue):
             m.d.sync += since_issue.eq(0)

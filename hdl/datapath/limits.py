@@ -2,7 +2,8 @@
 
 The descriptor's fields are 16 bits wide for every engine (the register map
 has one shape), but a run that the host can map (:func:`fpgacnn.host.packing.map_layer`)
-never has more columns, input tiles or output tiles than the buffers hold.
+never has more columns, input tiles or output tiles than the engine contract
+(:mod:`fpgacnn.core.contract`) allows.
 Counters of columns and channel tiles are therefore only as wide as those
 limits, and :func:`narrow_descriptor` drops the descriptor bits above them,
 so that the comparisons and adders against the descriptor narrow too. On a
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from amaranth.hdl import Signal
 
 from ...core.config import require_config
+from ...core.contract import engine_contract
 from ...core.descriptor import descriptor_layout
 
 __all__ = ["Limits", "limits", "narrow_descriptor"]
@@ -34,13 +36,8 @@ class Limits:
 
     Attributes
     ----------
-    max_cols : int
-        Input or output columns (``in_w``, ``out_w``): ``kmax*line_bank_depth``
-        input columns at one input tile, plus ``kmax - 1`` padding columns.
-    max_ci_tiles : int
-        Input tiles: a line-buffer bank word and a weight word per tile.
-    max_co_tiles : int
-        Output tiles: the parameter buffer's depth.
+    max_cols, max_ci_tiles, max_co_tiles : int
+        :attr:`fpgacnn.core.contract.EngineContract.max_cols` and the others.
     col_bits, ci_bits, co_bits : int
         Bits of ``0..max_cols``, ``0..max_ci_tiles``, ``0..max_co_tiles``.
     """
@@ -63,13 +60,10 @@ class Limits:
 
 
 def limits(config):
-    """The :class:`Limits` of ``config``."""
+    """The :class:`Limits` of ``config``: the contract's largest columns and tiles."""
     require_config(config)
-    return Limits(
-        max_cols=config.kmax * config.line_bank_depth + config.kmax - 1,
-        max_ci_tiles=min(config.weight_depth, config.line_bank_depth),
-        max_co_tiles=config.param_depth,
-    )
+    c = engine_contract(config)
+    return Limits(max_cols=c.max_cols, max_ci_tiles=c.max_ci_tiles, max_co_tiles=c.max_co_tiles)
 
 
 #: Descriptor field -> the Limits attribute that bounds it.

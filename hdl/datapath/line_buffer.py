@@ -24,10 +24,11 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ...core.config import require_config
+from ...core.contract import engine_contract
 from .delay import delayed
 from ...core.descriptor import descriptor_layout
 from .limits import limits
-from ..tech.pipelined_memory import MemoryPorts, memory_latency
+from ..tech.pipelined_memory import MemoryPorts
 from ..tech.register_copies import register_copy
 
 __all__ = ["LineBuffer"]
@@ -94,7 +95,7 @@ class LineBuffer(wiring.Component):
             "ready": Out(1),
             "issue": Out(1),
             "oy": Out(16), "ox": Out(lim.col_bits), "co": Out(lim.co_bits),
-            "ci": Out(lim.ci_bits), "widx": Out(range(config.weight_depth)),
+            "ci": Out(lim.ci_bits), "widx": Out(range(engine_contract(config).weights.words)),
             "first": Out(1), "last": Out(1),
             "r_done": Out(1, init=1),
             "o_valid": Out(1),
@@ -103,20 +104,13 @@ class LineBuffer(wiring.Component):
 
     @property
     def latency(self):
-        cfg = self._config
-        if not cfg.deep_pipeline:
-            return 2
-        # the read address registered (its sum fans out to every slot's
-        # block RAMs), the memory's read (registered, and its part select too
-        # when the banks span several block RAMs in depth), the window rows,
-        # the taps
-        return 3 + memory_latency(8 * cfg.pin, cfg.line_bank_depth, register_output=True)
+        return engine_contract(self._config).latency.line_buffer
 
     @property
     def setup_cycles(self):
         """Cycles after ``start`` before the first window can issue (``in_h mod row_slots``,
         then the slots of the second image from it)."""
-        return 18
+        return engine_contract(self._config).latency.line_buffer_setup
 
     def _bounds_ahead(self, m, desc, ynext, rtarget, rlimit):
         """Row bounds kept a row ahead (``deep_pipeline``).
@@ -130,7 +124,7 @@ class LineBuffer(wiring.Component):
         one-cycle path like any other) and taken at `settle`, the divider's
         last step, long before the first window.
         """
-        k, slots = self._config.kmax, self._config.row_slots
+        k, slots = self._config.kmax, engine_contract(self._config).row_slots
         img_ybot = Signal(signed(6))   # kmax - pad_top (the first row starts at -pad_top)
         img2_y = Signal(signed(6))     # stride - pad_top
         img2_ybot = Signal(signed(7))  # stride - pad_top + kmax
@@ -174,7 +168,7 @@ class LineBuffer(wiring.Component):
         The next row's from `ynext` (a register); an image's first row's from
         the descriptor at `start` and registered for the later images.
         """
-        k, slots = self._config.kmax, self._config.row_slots
+        k, slots = self._config.kmax, engine_contract(self._config).row_slots
 
         def bounds(y, name):
             ybot = Signal(signed(19), name=f"{name}_ybot")
@@ -198,8 +192,8 @@ class LineBuffer(wiring.Component):
 
     def elaborate(self, platform):
         cfg = self._config
-        k, pin, slots = cfg.kmax, cfg.pin, cfg.row_slots
-        depth = cfg.line_bank_depth
+        k, pin, slots = cfg.kmax, cfg.pin, engine_contract(cfg).row_slots
+        depth = engine_contract(cfg).line_buffer.words
         desc = self.desc
         m = Module()
 

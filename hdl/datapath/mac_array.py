@@ -7,7 +7,8 @@ from amaranth.lib.wiring import In, Out
 from .adder_tree import AdderTree
 from ...core.config import require_config
 from .delay import delayed
-from ..tech.int8_products import Int8Products, latency_of as products_latency
+from ...core.contract import engine_contract
+from ..tech.int8_products import Int8Products
 
 __all__ = ["MacArray"]
 
@@ -92,7 +93,7 @@ class MacArray(wiring.Component):
         self._config = config
         self._tag_width = tag_width
         self._taps = config.kmax * config.kmax * config.pin
-        self._products_latency = products_latency(config.deep_pipeline)
+        self._products_latency = engine_contract(config).latency.products
         super().__init__({
             "i_valid": In(1),
             "i_first": In(1),
@@ -123,7 +124,7 @@ class MacArray(wiring.Component):
     @property
     def latency(self):
         """Cycles from an ``i_valid & i_last`` cycle to its ``o_valid`` cycle."""
-        return self._products_latency + self.tree_levels + 1
+        return engine_contract(self._config).latency.mac_array
 
     def elaborate(self, platform):
         m = Module()

@@ -1,16 +1,15 @@
 """2x2 stride-2 max-pooling of the conv result stream, with one row of memory."""
 
-import math
-
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import data, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ...core.config import require_config
+from ...core.contract import engine_contract
 from .delay import delay_line, delayed
 from .limits import limits
-from ..tech.pipelined_memory import MemoryPorts, memory_latency
+from ..tech.pipelined_memory import MemoryPorts
 
 __all__ = ["MaxPool2x2"]
 
@@ -41,8 +40,8 @@ class MaxPool2x2(wiring.Component):
     Parameters
     ----------
     config : EngineConfig
-        Uses ``pout`` and, for the row memory, ``max_width`` and
-        ``max_out_channels`` (``ceil(max_width/2) * max_co_tiles`` words).
+        Uses ``pout``; the row memory is the contract's ``pool_row``
+        (``ceil(max_width/2) * max_co_tiles`` words, :mod:`fpgacnn.core.contract`).
 
     Members
     -------
@@ -74,7 +73,7 @@ class MaxPool2x2(wiring.Component):
     def __init__(self, config):
         require_config(config)
         self._config = config
-        self._depth = math.ceil(config.max_width / 2) * config.max_co_tiles
+        self._depth = engine_contract(config).pool_row.words
         super().__init__({
             "clear": In(1),
             "out_w": In(16),
@@ -97,11 +96,7 @@ class MaxPool2x2(wiring.Component):
     @property
     def latency(self):
         """Cycles from a window's last input word to its output word."""
-        if not self._config.deep_pipeline:
-            return 2  # read; compare and write back
-        # register the word, the memory's read (a third cycle when its part
-        # select is registered too), compare
-        return 2 + memory_latency(8 * self._config.pout, self._depth, register_output=True)
+        return engine_contract(self._config).latency.maxpool
 
     def elaborate(self, platform):
         m = Module()

@@ -5,6 +5,8 @@ from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from ...core.config import require_config
+from ...core.contract import engine_contract, operand_parts, requant_sum_width
+from ...core.widths import SHIFT_BITS
 from .mac_array import _check_tag_width
 from .delay import delayed
 from ..tech.dsp import PipelinedMultiplier
@@ -12,8 +14,8 @@ from .sat_shift import double, round_half_up, saturate, shift_levels
 
 __all__ = ["Requantizer"]
 
-#: Width of the per-lane shift: shifts 0..63 (:data:`fpgacnn.host.requant.MAX_SHIFT`).
-SHIFT_WIDTH = 6
+#: Width of the per-lane shift: shifts 0..MAX_SHIFT (the integer contract's).
+SHIFT_WIDTH = SHIFT_BITS
 
 
 class Requantizer(wiring.Component):
@@ -104,9 +106,7 @@ class Requantizer(wiring.Component):
     @property
     def latency(self):
         """Cycles from ``i_valid`` to the matching ``o_valid``."""
-        if not self._config.deep_pipeline:
-            return 5
-        return 1 + PipelinedMultiplier.LATENCY + _tree_levels(len(self._product_parts()) + 1) + 3
+        return engine_contract(self._config).latency.requantizer
 
     def _product_parts(self):
         """``((sum offset, width, signed), (mult offset, width))`` per DSP partial product."""
@@ -116,7 +116,7 @@ class Requantizer(wiring.Component):
 
     @property
     def _sum_width(self):
-        return max(self._config.acc_width, 32) + 1
+        return requant_sum_width(self._config.acc_width)
 
     def elaborate(self, platform):
         m = Module()
@@ -239,26 +239,8 @@ class Requantizer(wiring.Component):
 #: zero point and a clamp in int8 do not saturate alike.
 SAT_WIDTH = 10
 
-#: Operand bits of a partial product: 17 unsigned bits fit the ECP5
-#: MULT18X18D's signed 18-bit operands.
-_PART_BITS = 17
-
-
-def _parts(width, *, signed):
-    """``(offset, width, signed)`` parts of an operand, :data:`_PART_BITS` each.
-
-    The low parts are unsigned; the top part keeps the operand's sign (one
-    bit less then, so that it still fits the signed 18-bit operand).
-    """
-    parts, offset = [], 0
-    while offset < width:
-        left = width - offset
-        if left <= _PART_BITS - (1 if signed else 0):
-            parts.append((offset, left, signed))
-            break
-        parts.append((offset, _PART_BITS, False))
-        offset += _PART_BITS
-    return parts
+#: Operand parts of the partial products (the contract's: the latency follows from them).
+_parts = operand_parts
 
 
 def _tree_levels(count):

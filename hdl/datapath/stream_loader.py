@@ -15,22 +15,19 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ...core.config import require_config
+from ...core.contract import PARAM_RECORD_FIELDS, engine_contract
 from ...core.descriptor import descriptor_layout
 from .limits import limits
-from ..tech.pipelined_memory import MemoryPorts, PipelinedMemory, memory_latency
+from ..tech.pipelined_memory import MemoryPorts
 
 __all__ = ["PARAM_RECORD", "StreamLoader"]
 
-#: One output channel's parameters, as in the stream (8 bytes, little-endian).
+#: One output channel's parameters, as in the stream (little-endian): the
+#: contract's :data:`~fpgacnn.core.contract.PARAM_RECORD_FIELDS` as a layout.
 PARAM_RECORD = data.StructLayout({
-    "bias": signed(32),
-    "mult": unsigned(24),
-    "shift": unsigned(8),
+    name: (signed if is_signed else unsigned)(8 * size)
+    for name, _, size, is_signed in PARAM_RECORD_FIELDS
 })
-
-
-def _beats(nbytes, beat):
-    return -(-nbytes // beat)
 
 
 class StreamLoader(wiring.Component):
@@ -72,7 +69,7 @@ class StreamLoader(wiring.Component):
         :class:`~fpgacnn.hdl.tech.pipelined_memory.PipelinedMemory` (registered
         behind the block RAMs).
         """
-        return PipelinedMemory.LATENCY if self._config.deep_pipeline else 1
+        return engine_contract(self._config).latency.param_read
 
     @property
     def weight_read_latency(self):
@@ -82,11 +79,7 @@ class StreamLoader(wiring.Component):
         The part select is registered then: the weight word (``kmax*kmax*pin*pout``
         bytes) goes to every DSP block of the MAC array, across the die.
         """
-        cfg = self._config
-        if not cfg.deep_pipeline:
-            return 1
-        return memory_latency(self.weight_beats * cfg.stream_width, cfg.weight_depth,
-                              register_output=True)
+        return engine_contract(self._config).latency.weight_read
 
     def __init__(self, config):
         require_config(config)
@@ -99,21 +92,21 @@ class StreamLoader(wiring.Component):
             "o_pixels": Out(stream.Signature(unsigned(8 * config.pin))),
             "wants": Out(1),
             "done": Out(1, init=1),
-            "param_addr": In(range(config.param_depth)),
+            "param_addr": In(range(engine_contract(config).params.words)),
             "param_data": Out(data.ArrayLayout(PARAM_RECORD, config.pout)),
-            "weight_addr": In(range(config.weight_depth)),
+            "weight_addr": In(range(engine_contract(config).weights.words)),
             "weight_data": Out(data.ArrayLayout(data.ArrayLayout(signed(8), taps), config.pout)),
         })
 
     @property
     def param_beats(self):
         """Beats per parameter group."""
-        return _beats(self._config.pout * PARAM_RECORD.size // 8, self._config.stream_bytes)
+        return engine_contract(self._config).param_beats
 
     @property
     def weight_beats(self):
         """Beats per weight word."""
-        return _beats(self._config.weight_word_bytes, self._config.stream_bytes)
+        return engine_contract(self._config).weight_beats
 
     def elaborate(self, platform):
         cfg = self._config
@@ -128,10 +121,10 @@ class StreamLoader(wiring.Component):
         # in front of the block RAMs' write enables, across the die, was
         # among the longest paths) and is never read as it lands
         # (collision_free).
-        params = MemoryPorts(m, "params", pbeats * beat_bits, cfg.param_depth,
+        params = MemoryPorts(m, "params", pbeats * beat_bits, engine_contract(cfg).params.words,
                              pipelined=pipelined, granularity=beat_bits, register_write=True,
                              collision_free=True)
-        weights = MemoryPorts(m, "weights", wbeats * beat_bits, cfg.weight_depth,
+        weights = MemoryPorts(m, "weights", wbeats * beat_bits, engine_contract(cfg).weights.words,
                               pipelined=pipelined, granularity=beat_bits,
                               register_output=True, register_write=True, collision_free=True)
         m.d.comb += [
@@ -146,7 +139,7 @@ class StreamLoader(wiring.Component):
         beat_no = Signal(range(max(pbeats, wbeats, cfg.pin // cfg.stream_bytes, 1) + 1))
         lim = limits(cfg)
         co, ci = Signal(lim.co_bits), Signal(lim.ci_bits)
-        word_addr = Signal(range(cfg.weight_depth + 1))
+        word_addr = Signal(range(engine_contract(cfg).weights.words + 1))
         # The last output and input tile: with deep_pipeline flags registered
         # with the counters (compares with the descriptor in front of their
         # next values were among the longest paths of the ECP5 build), else

@@ -17,6 +17,8 @@ from amaranth.hdl import ClockSignal, Instance, Module, Signal, signed, unsigned
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
+from ...core.contract import MULTIPLIER_LATENCY
+
 __all__ = ["PipelinedMultiplier", "DSP18_WIDTH", "is_ecp5"]
 
 #: Operand width of the ECP5 ``MULT18X18D`` (signed).
@@ -68,7 +70,7 @@ class PipelinedMultiplier(wiring.Component):
         super().__init__({"a": In(self._a_shape), "b": In(self._b_shape), "p": Out(p_shape)})
 
     #: Cycles from the operands to their product (known before any instance is built).
-    LATENCY = 2
+    LATENCY = MULTIPLIER_LATENCY
 
     @property
     def latency(self):

@@ -21,14 +21,14 @@ from amaranth.hdl import Cat, ClockSignal, Const, Instance, Module, Mux, Signal,
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
+from ...core.contract import products_latency
 from .dsp import PipelinedMultiplier, is_ecp5
 
 __all__ = ["Int8Products", "has_sb_mac16", "latency_of"]
 
 
-def latency_of(registered_operands):
-    """Cycles of :class:`Int8Products` (known before any instance is built)."""
-    return 2 if registered_operands else 1
+#: Cycles of :class:`Int8Products` (known before any instance is built): the contract's.
+latency_of = products_latency
 
 
 def has_sb_mac16(platform):

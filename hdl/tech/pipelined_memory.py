@@ -14,33 +14,24 @@ build instantiates the blocks with their own output registers instead
 (:mod:`.ecp5_block_ram`): same latency, 4.6 ns less from the clock.
 """
 
-import math
-
 from amaranth.hdl import Array, Module, Signal, unsigned
 from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
+from ...core.contract import (MEMORY_READ_LATENCY, memory_latency, memory_part_depth,
+                              memory_parts)
 from .dsp import is_ecp5
 from .ecp5_block_ram import DEEP, WIDE, block_plan, ecp5_block_ram_part
 from .register_copies import register_copy
 
-__all__ = ["PipelinedMemory", "MemoryPorts", "parts", "part_depth", "in_ecp5_blocks"]
+__all__ = ["PipelinedMemory", "MemoryPorts", "parts", "part_depth", "memory_latency", "in_ecp5_blocks"]
 
 
-def parts(width, depth):
-    """Parts a :class:`PipelinedMemory` of ``depth`` words of ``width`` bits is split into."""
-    return math.ceil(depth / part_depth(width))
-
-
-def memory_latency(width, depth, *, register_output=False):
-    """Read latency of a :class:`PipelinedMemory` of these parameters, known before building one."""
-    return PipelinedMemory.LATENCY + (register_output and parts(width, depth) > 1)
-
-
-def part_depth(width):
-    """Words of one ECP5 block RAM at ``width`` bits: 1024 up to 18 bits (1024x18), else 512 (512x36)."""
-    return 1024 if width <= 18 else 512
+# Parts, part depth and read latency are the engine contract's (the
+# latencies of the blocks built from these memories follow from them).
+parts = memory_parts
+part_depth = memory_part_depth
 
 
 def in_ecp5_blocks(width):
@@ -98,7 +89,7 @@ class PipelinedMemory(wiring.Component):
     """
 
     #: The latency without ``register_output``.
-    LATENCY = 2
+    LATENCY = MEMORY_READ_LATENCY
 
     def __init__(self, width, depth, *, granularity=None, register_output=False,
                  register_write=False, collision_free=False):

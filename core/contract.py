@@ -1,0 +1,433 @@
+"""The engine contract: every fact about an engine that two parts of fpgacnn read.
+
+An engine generated from an :class:`~fpgacnn.core.config.EngineConfig` has
+buffers of fixed capacity, a stream format with fixed sections and records,
+a descriptor whose fields have ranges, and blocks with fixed latencies. Each
+of these is defined here, once, as a function of the configuration; the
+gateware (:mod:`fpgacnn.hdl`), the stream packing and the compiler
+(:mod:`fpgacnn.host.packing`, :mod:`fpgacnn.host.compiler`), the driver, the
+cycle model and the board sizing all read it and re-derive none of it.
+
+A layer run either fits the contract (and is bit-exact) or is refused before
+it runs: :func:`descriptor_violations` lists, for a descriptor, every field
+or capacity it breaks, and is what the compiler's ``MappingError``, the
+driver's check and the gateware's ``status.error`` all follow (the gateware
+compares against the same :attr:`EngineContract.ranges`).
+
+Examples
+--------
+>>> from fpgacnn.core.config import EngineConfig
+>>> c = engine_contract(EngineConfig())
+>>> c.ranges["stride"], c.line_buffer.words
+((1, 3), 176)
+>>> c.pool_row.words == (64 // 2) * 8
+True
+"""
+
+from dataclasses import dataclass
+import functools
+import math
+
+from .config import require_config
+from .descriptor import DESCRIPTOR_FIELDS
+from .widths import MULT_BITS, MAX_SHIFT, SHIFT_BITS
+
+__all__ = [
+    "MULT_BITS", "MAX_SHIFT", "SHIFT_BITS", "PARAM_RECORD_FIELDS", "PARAM_RECORD_BYTES",
+    "ROW_FIELD_MAX", "MEMORY_READ_LATENCY", "MULTIPLIER_LATENCY", "OPERAND_PART_BITS",
+    "Buffer", "Latencies", "EngineContract", "engine_contract", "memory_parts",
+    "memory_part_depth", "memory_latency", "operand_parts", "products_latency",
+    "requant_sum_width",    "descriptor_violations",
+    "beats",
+]
+
+# -- the stream's parameter record --------------------------------------------
+
+#: One output channel's parameter record in the input stream, little endian:
+#: ``(name, first byte, bytes, signed)``. The folded bias (int32), the
+#: requantization multiplier (``MULT_BITS`` unsigned) and the shift.
+PARAM_RECORD_FIELDS = (
+    ("bias", 0, 4, True),
+    ("mult", 4, MULT_BITS // 8, False),
+    ("shift", 4 + MULT_BITS // 8, 1, False),
+)
+#: Bytes of one parameter record.
+PARAM_RECORD_BYTES = sum(size for _, _, size, _ in PARAM_RECORD_FIELDS)
+
+#: Largest row count (``in_h``, ``out_h``) and batch: the descriptor's 16-bit fields.
+ROW_FIELD_MAX = (1 << 16) - 1
+
+# -- technology facts the latencies follow from --------------------------------
+
+#: Read latency of a pipelined block-RAM memory: the block's read and a register behind it.
+MEMORY_READ_LATENCY = 2
+#: Cycles of a pipelined multiplier (DSP block): operand registers, product register.
+MULTIPLIER_LATENCY = 2
+#: Operand bits of one partial product of a wide multiplication: 17 unsigned
+#: bits fit the ECP5 MULT18X18D's signed 18-bit operands (and the DSP48's).
+OPERAND_PART_BITS = 17
+
+
+def beats(nbytes, beat_bytes):
+    """Whole stream beats of ``beat_bytes`` that ``nbytes`` bytes take."""
+    return -(-int(nbytes) // int(beat_bytes))
+
+
+def memory_part_depth(width):
+    """Words of one block-RAM part at ``width`` bits: 1024 up to 18 bits, else 512 (ECP5 DP16KD)."""
+    return 1024 if width <= 18 else 512
+
+
+def memory_parts(width, depth):
+    """Parts (in depth) a pipelined memory of ``depth`` words of ``width`` bits is split into."""
+    return math.ceil(depth / memory_part_depth(width))
+
+
+def memory_latency(width, depth, *, register_output=False):
+    """Read latency of a pipelined memory: one cycle more for a registered part select."""
+    return MEMORY_READ_LATENCY + (register_output and memory_parts(width, depth) > 1)
+
+
+def operand_parts(width, *, signed):
+    """``(offset, width, signed)`` parts of a wide multiplier operand, :data:`OPERAND_PART_BITS` each.
+
+    The low parts are unsigned; the top part keeps the operand's sign (one
+    bit less then, so that it still fits a signed 18-bit operand).
+    """
+    parts, offset = [], 0
+    while offset < width:
+        left = width - offset
+        if left <= OPERAND_PART_BITS - (1 if signed else 0):
+            parts.append((offset, left, signed))
+            break
+        parts.append((offset, OPERAND_PART_BITS, False))
+        offset += OPERAND_PART_BITS
+    return parts
+
+
+def requant_sum_width(acc_width):
+    """Bits of the requantizer's ``acc + bias`` (the bias is int32; one bit for the sum)."""
+    return max(acc_width, 32) + 1
+
+
+def products_latency(registered_operands):
+    """Cycles of the int8 products of the MAC array: 2 with registered operands, else 1."""
+    return 2 if registered_operands else 1
+
+
+def _tree_levels(count):
+    """Register levels of a binary adder tree over ``count`` inputs."""
+    return (count - 1).bit_length()
+
+
+@dataclass(frozen=True)
+class Buffer:
+    """One on-chip buffer of the engine.
+
+    Attributes
+    ----------
+    name : str
+    words : int
+        Capacity in words (per bank, for banked buffers).
+    word_bytes : int
+        Bytes per word.
+    banks : int
+        Identical banks (the line buffer's row slots x columns mod ``kmax``).
+    holds : str
+        What a word holds, for the docs and error messages.
+    """
+
+    name: str
+    words: int
+    word_bytes: int
+    banks: int
+    holds: str
+
+    @property
+    def total_bytes(self):
+        return self.words * self.word_bytes * self.banks
+
+
+@dataclass(frozen=True)
+class Latencies:
+    """Fixed latencies of the engine's blocks, in clock cycles.
+
+    Attributes
+    ----------
+    line_buffer : int
+        From a window's issue to the window at the MAC array.
+    line_buffer_setup : int
+        Cycles after ``start`` before the first window can issue.
+    products : int
+        The MAC array's multipliers.
+    mac_array : int
+        From a group's last window to its accumulators.
+    param_lookup : int
+        Parameter-buffer read between the MAC array and the requantizer.
+    requantizer : int
+    maxpool : int
+        From a pooling window's last word to its result.
+    weight_read, param_read : int
+        From the address to the weight word / parameter records.
+    start : int
+        From ``start`` to the first beat the loader takes.
+    pixel_slice_words : int
+        Pixel words held between the loader and the line buffer's writer.
+    output_fifo_slack : int
+        Output FIFO words beyond the pipeline latency (the FIFO's and the packer's own).
+    """
+
+    line_buffer: int
+    line_buffer_setup: int
+    products: int
+    mac_array: int
+    param_lookup: int
+    requantizer: int
+    maxpool: int
+    weight_read: int
+    param_read: int
+    start: int
+    pixel_slice_words: int
+    output_fifo_slack: int
+
+    def pipeline(self, pool):
+        """From a group's last window issue to its output word's FIFO write."""
+        return (self.line_buffer + self.mac_array + self.param_lookup + self.requantizer
+                + (self.maxpool if pool else 0))
+
+    @property
+    def drain(self):
+        """Cycles after the last issue before the core may report done (every result written)."""
+        return self.pipeline(True) + 1
+
+    @property
+    def output_fifo_depth(self):
+        """Output FIFO words: credits to cover the pipeline at one word per cycle."""
+        return self.pipeline(True) + self.output_fifo_slack
+
+
+class EngineContract:
+    """Capacities, stream format, descriptor ranges and latencies of one configuration.
+
+    Build with :func:`engine_contract` (cached per configuration).
+
+    Attributes
+    ----------
+    config : EngineConfig
+    line_buffer, weights, params, pool_row : Buffer
+        The engine's buffers: line-buffer banks (``row_slots * kmax`` banks of
+        :attr:`line_buffer.words` words of ``pin`` bytes), the weight buffer
+        (a word per (output tile, input tile)), the parameter buffer (a word
+        of ``pout`` records per output tile) and the max-pool's row memory
+        (a word of ``pout`` running maxima per (pooled column, output tile)).
+    max_cols : int
+        Widest row (``in_w``, ``out_w``) any layer run can have: ``kmax``
+        columns per line-buffer word plus ``kmax - 1`` of padding.
+    max_ci_tiles, max_co_tiles : int
+        Input and output tiles any run can have.
+    ranges : dict
+        ``field -> (lo, hi)`` for every descriptor field.
+    latency : Latencies
+    """
+
+    def __init__(self, config):
+        require_config(config)
+        self.config = c = config
+        k, pin, pout = c.kmax, c.pin, c.pout
+        ci_tiles = math.ceil(c.max_channels / pin)
+        co_tiles = math.ceil(c.max_out_channels / pout)
+        bank_words = math.ceil(c.max_width / k) * ci_tiles
+        self.row_slots = k + k  # kmax rows being read, up to max_stride (= kmax) being written
+        self.line_buffer = Buffer("line buffer", bank_words, pin, self.row_slots * k,
+                                  f"{pin} channels of one pixel")
+        self.weights = Buffer("weight buffer", co_tiles * ci_tiles, pout * k * k * pin, 1,
+                              "one (output tile, input tile) of weights")
+        self.params = Buffer("parameter buffer", co_tiles, pout * PARAM_RECORD_BYTES, 1,
+                             f"{pout} parameter records")
+        self.pool_row = Buffer("max-pool row memory", math.ceil(c.max_width / 2) * co_tiles,
+                               pout, 1, "one pooled column of one output tile")
+        self.max_cols = k * bank_words + k - 1
+        # An input tile takes a line-buffer word and a weight word; the
+        # accumulator must hold kmax*kmax*pin*ci_tiles products of 128*128.
+        acc_tiles = ((1 << (c.acc_width - 1)) - 1) // (k * k * pin * 128 * 128)
+        self.max_ci_tiles = max(0, min(self.weights.words, bank_words, acc_tiles))
+        self.max_co_tiles = co_tiles
+        self.ranges = self._ranges()
+        self.latency = self._latencies()
+
+    # -- descriptor ---------------------------------------------------------
+
+    def _ranges(self):
+        c = self.config
+        full = {f.name: ((-(1 << (f.width - 1)), (1 << (f.width - 1)) - 1) if f.signed
+                         else (0, (1 << f.width) - 1)) for f in DESCRIPTOR_FIELDS}
+        full.update(
+            in_h=(1, ROW_FIELD_MAX), out_h=(1, ROW_FIELD_MAX), batch=(1, ROW_FIELD_MAX),
+            in_w=(1, self.max_cols), out_w=(1, self.max_cols),
+            ci_tiles=(1, self.max_ci_tiles), co_tiles=(1, self.max_co_tiles),
+            stride=(1, c.kmax), pad_top=(0, c.kmax - 1), pad_left=(0, c.kmax - 1),
+        )
+        return full
+
+    def range_reason(self, name):
+        """What bounds the descriptor field ``name`` on this engine (``""`` for the field width)."""
+        c = self.config
+        return {
+            "in_w": f"{c.kmax} columns per word of a line-buffer bank of "
+                    f"{self.line_buffer.words} words, and kmax-1 of padding",
+            "out_w": "as in_w",
+            "ci_tiles": f"input channels / pin {c.pin}: a line-buffer bank of "
+                        f"{self.line_buffer.words} words, a weight buffer of "
+                        f"{self.weights.words} words, a {c.acc_width}-bit accumulator",
+            "co_tiles": f"output channels / pout {c.pout}: the parameter buffer holds "
+                        f"{self.params.words} tiles",
+            "stride": f"the window is kmax = {c.kmax}",
+            "pad_top": f"kmax - 1 = {c.kmax - 1}", "pad_left": f"kmax - 1 = {c.kmax - 1}",
+        }.get(name, "")
+
+    def line_words(self, in_w, ci_tiles):
+        """Words of one line-buffer bank that a row of ``in_w`` pixels in ``ci_tiles`` tiles takes."""
+        return math.ceil(in_w / self.config.kmax) * ci_tiles
+
+    def pool_words(self, out_w, co_tiles):
+        """Words of the max-pool row memory a pooled row takes (an odd last column included)."""
+        return math.ceil(out_w / 2) * co_tiles
+
+    def widest_row(self, ci_tiles):
+        """Most input columns a line-buffer bank holds at ``ci_tiles`` tiles."""
+        return (self.line_buffer.words // ci_tiles) * self.config.kmax
+
+    def widest_pooled_row(self, co_tiles):
+        """Most convolution output columns (even) the max-pool's row memory holds at ``co_tiles``."""
+        return 2 * (self.pool_row.words // co_tiles)
+
+    def max_co_tiles_for(self, ci_tiles):
+        """Most output tiles of one run at ``ci_tiles`` input tiles (weights and parameters)."""
+        return min(self.params.words, self.weights.words // max(ci_tiles, 1))
+
+    # -- stream sections ----------------------------------------------------
+
+    @property
+    def param_beats(self):
+        """Beats of one output tile's parameter records (``pout`` records, padded to a beat)."""
+        return beats(self.params.word_bytes, self.config.stream_bytes)
+
+    @property
+    def weight_beats(self):
+        """Beats of one weight word (padded to a beat)."""
+        return beats(self.weights.word_bytes, self.config.stream_bytes)
+
+    def image_beats(self, in_h, in_w, ci_tiles):
+        """Beats of one input image (pixel words of ``pin`` bytes, padded to a beat)."""
+        return beats(in_h * in_w * ci_tiles * self.config.pin, self.config.stream_bytes)
+
+    def output_image_beats(self, out_h, out_w, co_tiles):
+        """Beats of one output image (after pooling; words of ``pout`` bytes, padded)."""
+        return beats(out_h * out_w * co_tiles * self.config.pout, self.config.stream_bytes)
+
+    def input_nbytes(self, desc):
+        """Bytes of the input stream of the run ``desc`` (whole beats)."""
+        co, ci = int(desc["co_tiles"]), int(desc["ci_tiles"])
+        total = 0
+        if desc["load_weights"]:
+            total += co * self.param_beats + co * ci * self.weight_beats
+        total += int(desc["batch"]) * self.image_beats(int(desc["in_h"]), int(desc["in_w"]), ci)
+        return total * self.config.stream_bytes
+
+    @staticmethod
+    def pooled_shape(desc):
+        """``(rows, columns)`` of the run's output: ``out_h, out_w``, halved (floor) when pooled."""
+        oh, ow = int(desc["out_h"]), int(desc["out_w"])
+        return (oh // 2, ow // 2) if desc["pool"] else (oh, ow)
+
+    def output_nbytes(self, desc):
+        """Bytes of the output stream of the run ``desc`` (whole beats per image)."""
+        oh, ow = self.pooled_shape(desc)
+        per_image = self.output_image_beats(oh, ow, int(desc["co_tiles"]))
+        return int(desc["batch"]) * per_image * self.config.stream_bytes
+
+    # -- latencies ----------------------------------------------------------
+
+    def _latencies(self):
+        c = self.config
+        deep = bool(c.deep_pipeline)
+        pin, pout = c.pin, c.pout
+        taps = c.kmax * c.kmax * pin
+        products = products_latency(deep)  # registered operands with deep_pipeline
+        if deep:
+            # the read address registered, the memory's read (its part select
+            # registered too when a bank spans several block RAMs), the window
+            # rows, the taps
+            line = 3 + memory_latency(8 * pin, self.line_buffer.words, register_output=True)
+            sum_width = requant_sum_width(c.acc_width)
+            parts = len(operand_parts(sum_width, signed=True)) * \
+                len(operand_parts(c.mult_width, signed=False))
+            # bias add, the multipliers, the tree of partial products (and
+            # the rounding term), shift, saturate, zero point and clamp
+            requant = 1 + MULTIPLIER_LATENCY + _tree_levels(parts + 1) + 3
+            # register the word, the memory's read (and part select), compare
+            pool = 2 + memory_latency(8 * pout, self.pool_row.words, register_output=True)
+            weight_read = memory_latency(self.weight_beats * c.stream_width, self.weights.words,
+                                         register_output=True)
+            param_read = MEMORY_READ_LATENCY
+        else:
+            line, requant, pool, weight_read, param_read = 2, 5, 2, 1, 1
+        return Latencies(
+            line_buffer=line, line_buffer_setup=18, products=products,
+            mac_array=products + _tree_levels(taps) + 1, param_lookup=1,
+            requantizer=requant, maxpool=pool, weight_read=weight_read,
+            param_read=param_read, start=1, pixel_slice_words=2 if deep else 0,
+            output_fifo_slack=4)
+
+
+@functools.lru_cache(maxsize=256)
+def engine_contract(config):
+    """The :class:`EngineContract` of ``config`` (cached: configurations are frozen)."""
+    return EngineContract(config)
+
+
+def descriptor_violations(config, desc):
+    """Every way the descriptor ``desc`` breaks the contract of ``config``.
+
+    Parameters
+    ----------
+    config : EngineConfig
+    desc : mapping
+        A value for every descriptor field.
+
+    Returns
+    -------
+    list of (str, str)
+        ``(field, reason)`` pairs, in descriptor order; empty when the run
+        fits. ``field`` names the descriptor field that is out of range, or
+        the first field of a capacity the run exceeds.
+    """
+    c = engine_contract(config)
+    out = []
+    for f in DESCRIPTOR_FIELDS:
+        lo, hi = c.ranges[f.name]
+        v = int(desc[f.name])
+        if not lo <= v <= hi:
+            why = c.range_reason(f.name)
+            out.append((f.name, f"{f.name} = {v} is outside the engine's range {lo}..{hi}"
+                                + (f" ({why})" if why else "")))
+    if out:
+        return out
+    ci, co = int(desc["ci_tiles"]), int(desc["co_tiles"])
+    words = c.line_words(int(desc["in_w"]), ci)
+    if words > c.line_buffer.words:
+        out.append(("in_w", f"a row of {desc['in_w']} px x {ci} input tiles takes {words} words "
+                            f"of a line-buffer bank, which holds {c.line_buffer.words}"))
+    if co * ci > c.weights.words:
+        out.append(("co_tiles", f"{co} x {ci} weight words exceed the weight buffer's "
+                                f"{c.weights.words}"))
+    if desc["pool"]:
+        oh, ow = int(desc["out_h"]), int(desc["out_w"])
+        if oh < 2 or ow < 2:
+            out.append(("pool", f"a 2x2 max-pool needs at least a 2x2 output, not {oh}x{ow}"))
+        pwords = c.pool_words(ow, co)
+        if pwords > c.pool_row.words:
+            out.append(("out_w", f"a pooled row of {ow} columns x {co} output tiles takes "
+                                 f"{pwords} words of the max-pool row memory, which holds "
+                                 f"{c.pool_row.words}"))
+    return out
