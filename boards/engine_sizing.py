@@ -42,7 +42,8 @@ from ..hdl.tech.ecp5_block_ram import blocks_in_parts
 from ..hdl.tech.pipelined_memory import in_ecp5_blocks
 from .board import require_board
 
-__all__ = ["Sizing", "size_engine", "multipliers_needed", "bram_blocks_needed", "fifo_reserve"]
+__all__ = ["Sizing", "size_engine", "multipliers_needed", "bram_blocks_needed", "fifo_reserve",
+           "sizing_markdown"]
 
 _KMAX = 3
 _POWERS = (1, 2, 4, 8, 16, 32, 64)
@@ -237,3 +238,22 @@ def size_engine(board):
         reasons.append("deep_pipeline=0: the compact pipeline, for a small part with a slow clock")
     return Sizing(config=config, multipliers=multipliers_needed(config, board),
                   bram_blocks=blocks, reasons=reasons)
+
+
+def sizing_markdown(boards):
+    """The default engine of each board as a Markdown table (docs/boards.md).
+
+    Boards whose defaults and estimates are the same share a row.
+    """
+    rows = {}
+    for board in boards:
+        s = size_engine(board)
+        c, r = s.config, board.resources
+        row = (f"{c.pin} x {c.pout}", f"{c.peak_macs_per_cycle}",
+               f"{c.max_width} / {c.max_channels} / {c.max_out_channels}",
+               f"{s.multipliers} / {r.multipliers}", f"{s.bram_blocks['total']} / {r.bram_blocks}")
+        rows.setdefault(row, []).append(board.name)
+    lines = ["| board | pin x pout | MACs/cycle | max width / ch in / ch out | DSPs (est.) | BRAM (est.) |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    lines += [f"| {', '.join(names)} | " + " | ".join(row) + " |" for row, names in rows.items()]
+    return "\n".join(lines)

@@ -346,6 +346,33 @@ class EngineContract:
         per_image = self.output_image_beats(oh, ow, int(desc["co_tiles"]))
         return int(desc["batch"]) * per_image * self.config.stream_bytes
 
+    # -- documentation -----------------------------------------------------
+
+    def markdown(self):
+        """Markdown tables of the buffers, descriptor ranges and latencies (docs/engine.md)."""
+        c, lat = self.config, self.latency
+        lines = ["| buffer | words | bytes per word | banks | bytes | a word holds |",
+                 "|---|---:|---:|---:|---:|---|"]
+        for b in (self.line_buffer, self.weights, self.params, self.pool_row):
+            lines.append(f"| {b.name} | {b.words:,} | {b.word_bytes:,} | {b.banks} | "
+                         f"{b.total_bytes:,} | {b.holds} |")
+        lines += ["", "| descriptor field | range | bounded by |", "|---|---|---|"]
+        for f in DESCRIPTOR_FIELDS:
+            lo, hi = self.ranges[f.name]
+            lines.append(f"| `{f.name}` | {lo}..{hi} | {self.range_reason(f.name) or f'{f.width}-bit field'} |")
+        lines += ["", "| latency | cycles |", "|---|---:|"]
+        rows = [("start to the loader's first beat", lat.start),
+                ("setup before the first window", lat.line_buffer_setup),
+                ("line buffer (issue to window)", lat.line_buffer),
+                ("MAC array (last window to accumulators)", lat.mac_array),
+                ("parameter lookup", lat.param_lookup), ("requantizer", lat.requantizer),
+                ("max-pool", lat.maxpool), ("pipeline, unpooled / pooled",
+                                            f"{lat.pipeline(False)} / {lat.pipeline(True)}"),
+                ("output FIFO words", lat.output_fifo_depth),
+                ("pixel words between loader and line buffer", lat.pixel_slice_words)]
+        lines += [f"| {name} | {value} |" for name, value in rows]
+        return "\n".join(lines)
+
     # -- latencies ----------------------------------------------------------
 
     def _latencies(self):

@@ -183,6 +183,7 @@ def test_parse_nextpnr_report():
 
 # -- real builds --------------------------------------------------------------------
 
+@pytest.mark.bitstream
 def test_ice40_bitstream(tmp_path):
     lines = []
     result = build_open(load_board("icebreaker"), MacLane(), tmp_path, name="lane",
@@ -207,6 +208,7 @@ def test_ice40_bitstream(tmp_path):
                for l in lines)
 
 
+@pytest.mark.bitstream
 def test_ecp5_bitstream(tmp_path):
     result = build_open(load_board("ulx3s-12f"), MacLane(), tmp_path, echo=lambda line: None)
     assert result.bitstream == tmp_path / "fpgacnn.bit"
@@ -219,6 +221,7 @@ def test_ecp5_bitstream(tmp_path):
     assert "EHXPLLL" in (tmp_path / "build" / "fpgacnn.tim").read_text()
 
 
+@pytest.mark.bitstream
 def test_timing_failure_names_clock_and_figures(tmp_path):
     with pytest.raises(TimingError, match=r"^clock clk: achieved \d+\.\d\d MHz, below the "
                                           r"target 120\.00 MHz \(report: "):
@@ -229,10 +232,11 @@ def test_timing_failure_names_clock_and_figures(tmp_path):
     assert (tmp_path / "fpgacnn.bin").is_file()
 
 
-# The iCEBreaker's default build (a few minutes) runs in CI. The ULX3S-85F's
-# takes about 25 minutes on two cores (slow, not in CI) and routes at 101.7
-# MHz against its 100 MHz target with nextpnr's seed 1 (BENCHMARKS.md
-# section 3.1).
+# The iCEBreaker's default build (about 8-16 minutes on two cores) runs in
+# CI's bitstream step (.ci/run). The ULX3S-85F's takes about 25 minutes
+# (slow too, not in CI) and routes at 101.7 MHz against its 100 MHz target
+# with nextpnr's seed 1 (BENCHMARKS.md section 3.1).
+@pytest.mark.bitstream
 @pytest.mark.parametrize("board", [
     pytest.param("ulx3s-85f", marks=pytest.mark.slow), "icebreaker"])
 def test_default_engine_bitstream(tmp_path, board):
