@@ -29,6 +29,7 @@ def check_synthesis(config, tmp_path, **kwargs):
     return stats
 
 
+@pytest.mark.bitstream  # a real yosys synthesis, ~2 minutes: CI's build step
 def test_small_engine_synthesises(tmp_path):
     check_synthesis(SMALL, tmp_path)
 
