@@ -224,7 +224,7 @@ class AxiDma:
         return f"{self.vlnv_prefix}:{self.version}"
 
     def config(self, stream_width, addr_width):
-        """The IP's ``CONFIG.*`` settings (Vivado's lower-case names) for the script and the ``.hwh``.
+        """The IP's ``CONFIG.*`` settings (Vivado's lower-case names), for the script and the .hwh.
 
         Scatter-gather off: simple (register) mode, the mode ``pynq.lib.dma.DMA``
         drives. Both streams at the engine's width; the memory side at least 32 bits.

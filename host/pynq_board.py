@@ -4,11 +4,17 @@
 DMA and the engine's AXI4-Lite window (``pynq.MMIO``). The module that provides
 ``Overlay``, ``MMIO`` and ``allocate`` is a parameter: ``pynq`` on a board
 (``pip install 'fpgacnn[board]'``), or ``cocotbpynq`` in CI, where the same code
-runs against the engine's RTL in Verilator (tests/test_pynq_path.py).
+runs against the RTL of the wrapper the Vivado script builds, in Verilator
+(tests/test_pynq_path.py).
 
-The engine's base address and the DMA's name are read from the ``.hwh`` file
-next to the bitstream, as ``pynq`` itself does, so nothing here is typed by
-hand per design.
+The engine and its DMA are found in the ``.hwh`` next to the bitstream by
+what Vivado writes for the block design of
+:data:`fpgacnn.boards.zynq_design.DESIGN`: the engine is the module-reference
+cell of the wrapper (``MODTYPE`` ``fpgacnn_axi``, ``VLNV``
+``xilinx.com:module_ref:fpgacnn_axi:*``), its registers are the PS's
+``MEMRANGE`` for that cell's ``s_axi``, and the DMA is the
+``xilinx.com:ip:axi_dma`` cell whose MM2S stream feeds the engine. Nothing here
+is typed by hand per design.
 """
 
 import importlib
@@ -16,27 +22,47 @@ import time
 from pathlib import Path
 from xml.etree import ElementTree
 
+from ..boards.zynq_design import DESIGN
 from ..core.errors import BackendError
 
 __all__ = ["PynqBoard", "find_engine_in_hwh"]
 
-#: The module type (Verilog module name) of the engine in generated designs.
-ENGINE_MODTYPE = "fpgacnn_engine"
+
+def _is_engine(module, design):
+    engine = design.engine
+    vlnv = (module.get("VLNV") or "").rsplit(":", 1)[0]
+    return module.get("MODTYPE") == engine.module or vlnv == engine.vlnv.rsplit(":", 1)[0]
 
 
-def find_engine_in_hwh(hwh_path, modtype=ENGINE_MODTYPE):
+def _cell(module):
+    """The cell's path in the block design, as pynq keys ``ip_dict``: ``engine``, ``hier/dma``."""
+    return (module.get("FULLNAME") or "/" + (module.get("INSTANCE") or "")).lstrip("/")
+
+
+def find_engine_in_hwh(hwh_path, design=DESIGN):
     """Locate the engine and its DMA in a Vivado hardware handoff file.
+
+    Parameters
+    ----------
+    hwh_path : path-like
+    design : ZynqDesign
+        The block design the bitstream was built from (default: the one
+        ``fpgacnn build`` generates).
 
     Returns
     -------
     dict
-        ``{"engine": instance, "base": int, "range": int, "dma": instance}``.
+        ``{"engine": cell, "base": int, "range": int, "dma": cell}``; a cell is
+        its path in the block design (``engine``, or ``hier/engine`` inside a
+        hierarchy), as ``pynq.Overlay`` names it.
 
     Raises
     ------
     BackendError
-        If the file is missing or unreadable, or holds no engine / DMA.
+        If the file is missing or unreadable, or lacks the engine, its
+        register window or the DMA that feeds it.
     """
+    engine_d, dma_d = design.engine, design.dma
     try:
         root = ElementTree.parse(hwh_path).getroot()
     except FileNotFoundError:
@@ -44,23 +70,39 @@ def find_engine_in_hwh(hwh_path, modtype=ENGINE_MODTYPE):
                            f"to the .bit, with the same name)") from None
     except ElementTree.ParseError as e:
         raise BackendError(f"{hwh_path}: not a readable .hwh file ({e})") from None
-    engine = root.find(f"./MODULES/MODULE[@MODTYPE='{modtype}']")
-    if engine is None:
-        raise BackendError(f"{hwh_path}: no {modtype} module in this design")
+    modules = root.findall("./MODULES/MODULE")
+    engines = [m for m in modules if _is_engine(m, design)]
+    if len(engines) > 1:  # several wrappers: the one the script names
+        engines = [m for m in engines if m.get("INSTANCE") == engine_d.cell] or engines
+    if not engines:
+        raise BackendError(f"{hwh_path}: no {engine_d.module} module (the engine's wrapper, "
+                           f"{engine_d.vlnv}) in this design")
+    if len(engines) > 1:
+        raise BackendError(f"{hwh_path}: {len(engines)} {engine_d.module} modules "
+                           f"({', '.join(_cell(m) for m in engines)}); expected one")
+    engine = engines[0]
     instance = engine.get("INSTANCE")
     base = rng = None
-    for memrange in root.iterfind("./MODULES/MODULE/MEMORYMAP/MEMRANGE"):
-        if memrange.get("INSTANCE") == instance:
+    for memrange in root.iterfind("./MODULES/MODULE[@IS_PL='FALSE']/MEMORYMAP/MEMRANGE"):
+        if (memrange.get("INSTANCE") == instance
+                and memrange.get("SLAVEBUSINTERFACE") == engine_d.control.name):
             base = int(memrange.get("BASEVALUE"), 16)
             rng = int(memrange.get("HIGHVALUE"), 16) - base + 1
             break
     if base is None:
-        raise BackendError(f"{hwh_path}: the engine {instance!r} has no address in the memory map")
-    dmas = [m.get("INSTANCE") for m in root.iterfind("./MODULES/MODULE")
-            if (m.get("VLNV") or "").startswith("xilinx.com:ip:axi_dma:")]
-    if not dmas:
-        raise BackendError(f"{hwh_path}: no AXI DMA in this design")
-    return {"engine": instance, "base": base, "range": rng, "dma": dmas[0]}
+        raise BackendError(f"{hwh_path}: the engine {_cell(engine)!r} has no address on the "
+                           f"processing system (no MEMRANGE for its {engine_d.control.name})")
+    # The DMA is the one whose MM2S stream is the engine's stream in (one BUSNAME).
+    stream = engine.find(f"./BUSINTERFACES/BUSINTERFACE[@NAME='{engine_d.stream_in.name}']")
+    busname = stream.get("BUSNAME") if stream is not None else None
+    dmas = [m for m in modules if (m.get("VLNV") or "").startswith(dma_d.vlnv_prefix + ":")]
+    feeding = [m for m in dmas if busname and m.find(
+        f"./BUSINTERFACES/BUSINTERFACE[@NAME='{dma_d.mm2s}'][@BUSNAME='{busname}']") is not None]
+    if not feeding:
+        raise BackendError(f"{hwh_path}: no AXI DMA ({dma_d.vlnv_prefix}) drives the engine's "
+                           f"{engine_d.stream_in.name} (found "
+                           f"{', '.join(_cell(m) for m in dmas) or 'no DMA'})")
+    return {"engine": _cell(engine), "base": base, "range": rng, "dma": _cell(feeding[0])}
 
 
 class PynqBoard:
@@ -75,8 +117,8 @@ class PynqBoard:
         (``cocotbpynq`` in simulation).
     clock_hz : float
         The engine's clock, for reporting.
-    modtype : str
-        The engine's module name in the design.
+    design : ZynqDesign
+        The block design the bitstream was built from.
 
     Raises
     ------
@@ -84,7 +126,7 @@ class PynqBoard:
         If PYNQ is not installed or the design holds no engine.
     """
 
-    def __init__(self, bitfile, *, pynq=None, clock_hz=100e6, modtype=ENGINE_MODTYPE):
+    def __init__(self, bitfile, *, pynq=None, clock_hz=100e6, design=DESIGN):
         if pynq is None:
             try:
                 pynq = importlib.import_module("pynq")
@@ -94,9 +136,11 @@ class PynqBoard:
         self._pynq = pynq
         self.clock_hz = float(clock_hz)
         bitfile = Path(bitfile)
-        found = find_engine_in_hwh(bitfile.with_suffix(".hwh"), modtype)
+        found = find_engine_in_hwh(bitfile.with_suffix(".hwh"), design)
         self.overlay = pynq.Overlay(str(bitfile.name if _is_simulated(pynq) else bitfile))
-        self._dma = getattr(self.overlay, found["dma"])
+        self._dma = self.overlay
+        for part in found["dma"].split("/"):  # a cell inside a hierarchy: overlay.hier.dma
+            self._dma = getattr(self._dma, part)
         mmio_range = found["range"]
         if _is_simulated(pynq):
             # cocotbpynq accepts a window only if base + length <= HIGHVALUE

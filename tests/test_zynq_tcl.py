@@ -7,15 +7,19 @@ script builds and finds ``NAME.bit`` and ``NAME.hwh`` copied side by side.
 """
 
 import os
+import re
 import shutil
 import subprocess
+from xml.etree import ElementTree
 
 import pytest
 
 from fpgacnn.boards.board import BoardError, list_boards, load_board
-from fpgacnn.boards.zynq_vivado import (ADDRESS_MAP, VIVADO_COMMANDS, WRAPPER_NAME,
-                                        write_zynq_project)
+from fpgacnn.boards.zynq_design import DESIGN
+from fpgacnn.boards.zynq_vivado import VIVADO_COMMANDS, write_zynq_project
 from fpgacnn.core.config import EngineConfig
+
+WRAPPER_NAME = DESIGN.engine.module
 
 TCLSH = shutil.which("tclsh")
 pytestmark = pytest.mark.skipif(TCLSH is None, reason="tclsh is not installed (apt install tcl)")
@@ -159,7 +163,7 @@ def test_script_builds_block_design_and_exports(tmp_path, name):
     addr = {c[-2]: c for c in _calls(calls, "assign_bd_address") if len(c) > 1}
     engine_seg = addr["engine/s_axi/reg0"]
     assert int(engine_seg[engine_seg.index("-offset") + 1], 16) == \
-        ADDRESS_MAP[board.family]["engine"]
+        DESIGN.ps(board.family).engine_base
 
     # Build to a bitstream, then NAME.bit and NAME.hwh side by side.
     runs = [c for c in _calls(calls, "launch_runs")]
@@ -213,3 +217,105 @@ def test_wrapper_matches_engine_ports(tmp_path):
         env=verilator_env(), capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     assert "PINNOTFOUND" not in result.stderr and "PINMISSING" not in result.stderr
+
+
+_VERILOG_PORT = re.compile(r"^\s*(input|output) wire (?:\[(\d+):0\] )?(\w+)", re.M)
+_INTERFACE_INFO = re.compile(r'X_INTERFACE_INFO = "xilinx\.com:interface:\w+:1\.0 (\w+) (\w+)" '
+                             r"\*\)\n\s*(?:input|output) wire (?:\[\d+:0\] )?(\w+)")
+
+
+@pytest.mark.parametrize("name", VIVADO_BOARDS)
+def test_script_hwh_and_wrapper_agree(tmp_path, name):
+    """What the script builds, the simulated .hwh the driver is tested on, and the wrapper RTL.
+
+    Cell and module names, interface nets, clock and reset pins, the DMA's
+    settings and the address map are read from the recorded Vivado calls and
+    compared with the .hwh that fpgacnn.sim.pynq_hwh writes for the same board
+    and engine, and the wrapper's Verilog ports with the .hwh's ports and
+    port maps; the driver must find in that .hwh what the script assigned.
+    """
+    from fpgacnn.host.pynq_board import find_engine_in_hwh
+    from fpgacnn.sim.pynq_hwh import simulation_hwh
+    board = load_board(name)
+    project, result, calls = run_script(tmp_path, board)
+    assert result.returncode == 0, result.stderr
+    hwh_text = simulation_hwh(SMALL, board, name=project.name)
+    root = ElementTree.fromstring(hwh_text)
+    modules = {m.get("INSTANCE"): m for m in root.iterfind("./MODULES/MODULE")}
+
+    # Cells: the module reference, the DMA and the PS are the .hwh's MODULEs of the same names.
+    cells = {c[-1]: c[1:-1] for c in _calls(calls, "create_bd_cell")}
+    (engine_cell,) = [cell for cell, args in cells.items() if args[:2] == ["-type", "module"]]
+    module = cells[engine_cell][cells[engine_cell].index("-reference") + 1]
+    assert (module, engine_cell) == (DESIGN.engine.module, DESIGN.engine.cell)
+    engine = modules[engine_cell]
+    assert engine.get("MODTYPE") == module
+    assert engine.get("VLNV") == f"xilinx.com:module_ref:{module}:1.0"
+    ip_of = {cell: args[args.index("-vlnv") + 1].rsplit(":", 1)[0]
+             for cell, args in cells.items() if "-vlnv" in args}
+    (dma_cell,) = [cell for cell, vlnv in ip_of.items() if vlnv == "xilinx.com:ip:axi_dma"]
+    dma = modules[dma_cell]
+    assert dma.get("VLNV").rsplit(":", 1)[0] == ip_of[dma_cell]
+    (ps,) = [m for m in modules.values() if m.get("IS_PL") == "FALSE"]
+    assert ip_of[ps.get("INSTANCE")] == f"xilinx.com:ip:{ps.get('MODTYPE')}"
+
+    # The DMA's settings in the script are its parameters in the .hwh.
+    (dma_config,) = [_dict_arg(c)[0] for c in _calls(calls, "set_property")
+                     if "-dict" in c and _dict_arg(c)[1] == dma_cell]
+    params = {p.get("NAME"): p.get("VALUE") for p in dma.iterfind("./PARAMETERS/PARAMETER")}
+    assert {k.removeprefix("CONFIG."): v.strip("{}") for k, v in dma_config.items()} == \
+        {k: params[k] for k in (k.removeprefix("CONFIG.") for k in dma_config)}
+
+    # Interface nets: each end the .hwh models is a BUSINTERFACE on the net's BUSNAME,
+    # named after the driving pin as Vivado names nets.
+    checked = 0
+    for driver, driven in {(c[1], c[2]) for c in _calls(calls, "connect_bd_intf_net")}:
+        for pin in (driver, driven):
+            cell, interface = pin.split("/")
+            if cell in modules:
+                (bus,) = modules[cell].findall(f"./BUSINTERFACES/BUSINTERFACE[@NAME='{interface}']")
+                assert bus.get("BUSNAME") == driver.replace("/", "_"), pin
+                checked += 1
+    assert checked >= 8  # PS master and HP, DMA control, masters and streams, engine's three
+
+    # Clock and reset: the pins the script wires are the .hwh's clk / rst ports.
+    nets = [c[1:] for c in _calls(calls, "connect_bd_net")]
+    clock = f"{ps.get('INSTANCE')}/{DESIGN.ps(board.family).clock}"
+    (clock_net,) = [n for n in nets if n[0] == clock]
+    (reset_net,) = [n for n in nets if n[0].endswith("/peripheral_aresetn")]
+    for cell in (engine_cell, dma_cell):
+        ports = modules[cell].iterfind("./PORTS/PORT")
+        sigis = {p.get("NAME"): p.get("SIGIS") for p in ports}
+        assert {p for p, s in sigis.items() if s == "clk"} == \
+            {pin.split("/")[1] for pin in clock_net[1:] if pin.startswith(cell + "/")}
+        assert {p for p, s in sigis.items() if s == "rst"} == \
+            {pin.split("/")[1] for pin in reset_net[1:] if pin.startswith(cell + "/")}
+
+    # Address map: what the script assigns is what the PS's memory map says.
+    windows = {}
+    for call in _calls(calls, "assign_bd_address"):
+        if "-offset" in call:
+            cell, interface, block = call[-2].split("/")
+            windows[cell] = (int(call[call.index("-offset") + 1], 16),
+                             int(call[call.index("-range") + 1], 16), interface, block)
+    ranges = {r.get("INSTANCE"): (int(r.get("BASEVALUE"), 16),
+                                  int(r.get("HIGHVALUE"), 16) - int(r.get("BASEVALUE"), 16) + 1,
+                                  r.get("SLAVEBUSINTERFACE"), r.get("ADDRESSBLOCK"))
+              for r in ps.iterfind("./MEMORYMAP/MEMRANGE")}
+    assert windows == ranges
+    (hwh_path := tmp_path / "sim.hwh").write_text(hwh_text)
+    base, rng, _, _ = windows[engine_cell]
+    assert find_engine_in_hwh(hwh_path) == {"engine": engine_cell, "base": base, "range": rng,
+                                           "dma": dma_cell}
+
+    # The wrapper the script adds: its module, ports and interfaces are the .hwh's.
+    verilog = (project.directory / "rtl" / f"{module}.v").read_text()
+    assert re.search(rf"^module {module} \(", verilog, re.M)
+    ports = {n: ("I" if d == "input" else "O", int(msb or 0) + 1)
+             for d, msb, n in _VERILOG_PORT.findall(verilog)}
+    assert ports == {p.get("NAME"): (p.get("DIR"), int(p.get("LEFT", 0)) + 1)
+                     for p in engine.iterfind("./PORTS/PORT")}
+    assert {n: (i, s) for i, s, n in _INTERFACE_INFO.findall(verilog)} == {
+        pm.get("PHYSICAL"): (bus.get("NAME"), pm.get("LOGICAL"))
+        for bus in engine.iterfind("./BUSINTERFACES/BUSINTERFACE")
+        for pm in bus.iterfind("./PORTMAPS/PORTMAP")}
