@@ -19,18 +19,14 @@ Backends:
 compiler, the stream packing and the :class:`~fpgacnn.host.engine_driver.EngineDriver`.
 """
 
-import functools
 import time
 
 import numpy as np
 
 from ..core.config import EngineConfig
-from . import packing
-from .compiler import EngineStep, compile_model, pack_run
-from .cycle_model import layer_cycles
+from .compiler import EngineStep, compile_model
 from .engine_driver import EngineDriver
 from ..core.errors import InputError
-from .layers import Gemm
 from .onnx_import import load_onnx
 from .reference import ReferenceBackend
 
@@ -41,13 +37,6 @@ BACKENDS = ("sim", "reference", "pynq", "serial")
 
 #: Slack on top of the cycle model before a run counts as hung.
 _TIMEOUT_FACTOR, _TIMEOUT_EXTRA_CYCLES = 4, 200_000
-
-
-@functools.lru_cache(maxsize=4096)
-def _predicted_cycles(config, desc_items):
-    """The cycle model's count of one run. The same descriptors recur on every
-    ``run(x)`` of a model, and the model steps through the layer row by row."""
-    return layer_cycles(config, dict(desc_items)).cycles
 
 
 def open_board(backend, config, *, waves=None, bitfile=None, port=None, baud=None,
@@ -220,59 +209,38 @@ class Accelerator:
         return y8
 
     def _run_engine_step(self, step, x):
-        layer, config = step.layer, self.config
+        """The step's compiled runs, in order: pack the pixels, run, unpack and scatter."""
         batch = x.shape[0]
-        gemm = isinstance(layer, Gemm)
-        if gemm:
-            y = np.empty((batch, layer.weight.shape[0]), np.int8)
-        else:
-            c, h, w = layer.output_shape
-            if step.pool is not None:
-                c, h, w = step.pool.output_shape
-            y = np.empty((batch, c, h, w), np.int8)
-        host = sim = 0.0
+        y = np.empty((batch, *step.output_shape), np.int8)
+        host = board = 0.0
         cycles = stall_in = stall_out = predicted = 0
-        loaded = None  # the engine keeps the weights of the previous run of this step
         link_seconds = getattr(self.board, "link_seconds", None)
         for run in step.runs:
             t0 = time.perf_counter()
-            c0, c1 = run.channels
-            desc, data = pack_run(config, step, run, x, load_weights=run.channels != loaded)
-            loaded = run.channels
-            estimate = _predicted_cycles(config, tuple(sorted(desc.items())))
-            timeout = (estimate * _TIMEOUT_FACTOR + _TIMEOUT_EXTRA_CYCLES) / self.clock_hz
-            out_nbytes = packing.output_nbytes(config, desc)
+            data = run.stream(x)
+            timeout = (run.predicted_cycles * _TIMEOUT_FACTOR + _TIMEOUT_EXTRA_CYCLES) \
+                / self.clock_hz
             if link_seconds is not None:  # a slow link (serial) paces the run, not the engine
-                timeout += link_seconds(len(data), out_nbytes)
+                timeout += link_seconds(len(data), run.out_nbytes)
             t1 = time.perf_counter()
-            try:
-                result = self.driver.run_layer(desc, data, out_nbytes,
-                                               timeout=timeout, name=step.name)
-            except BaseException:
-                loaded = None
-                raise
+            result = self.driver.run_layer(run.descriptor, data, run.out_nbytes,
+                                           timeout=timeout, name=step.name)
             t2 = time.perf_counter()
-            out = packing.unpack_output(config, result.output, desc, c1 - c0)
-            if gemm:
-                b0, b1 = run.in_cols
-                y[b0:b1, c0:c1] = out[0].reshape(c1 - c0, -1)[:, :b1 - b0].T
-            else:
-                o0, o1 = run.out_cols
-                y[:, c0:c1, :, o0:o1] = out[:, :, :y.shape[2], :]
+            run.store(y, result.output)
             t3 = time.perf_counter()
             host += (t1 - t0) + (t3 - t2)
-            sim += t2 - t1
+            board += t2 - t1
             cycles += result.busy_cycles
             stall_in += result.stall_in_cycles
             stall_out += result.stall_out_cycles
-            predicted += estimate
-        peak = config.peak_macs_per_cycle
+            predicted += run.predicted_cycles
+        peak = self.config.peak_macs_per_cycle
         return y, {
             "engine": True, "runs": len(step.runs), "cycles": cycles,
             "predicted_cycles": predicted,
             "utilization": step.macs * batch / (cycles * peak) if cycles else 0.0,
             "stall_in_cycles": stall_in, "stall_out_cycles": stall_out,
-            "host_seconds": host, "board_seconds": sim,
+            "host_seconds": host, "board_seconds": board,
         }
 
     def _report(self, layers, batch, seconds):

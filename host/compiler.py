@@ -19,47 +19,179 @@ Within a layer the compiler tiles:
   the line buffer allows, as many rows as it takes), so that a batch runs
   like a 1x1 layer instead of one row at a time.
 
-Weights, biases and requantization parameters are sliced here once; the
-stream bytes themselves are packed by :mod:`fpgacnn.host.packing`.
+A Gemm reaches the engine through one adapter, :class:`GemmAsConv`, which
+presents it as that 1x1 convolution; from there on a Gemm run is a
+convolution run like any other.
+
+Every run is compiled once, for the program's batch, into an
+:class:`EngineRun` that carries what running it needs: its descriptor, its
+parameters and weights packed into stream bytes
+(:func:`fpgacnn.host.packing.pack_weights`), its predicted cycles
+(:func:`fpgacnn.host.cycle_model.layer_cycles`), how its input is gathered
+from the layer's input and where its output goes. Running a program is then a
+loop (:meth:`fpgacnn.host.accelerator.Accelerator.run_int8`) that packs only
+the pixels of each run (:func:`fpgacnn.host.packing.pack_pixels`).
 """
 
 from dataclasses import dataclass, field
+import functools
 import math
+from types import MappingProxyType
+from typing import NamedTuple
 
 import numpy as np
 
 from ..core.contract import engine_contract
+from ..core.errors import InputError, MappingError
 from . import packing
-from ..core.errors import MappingError
+from .cycle_model import layer_cycles
 from .layers import Conv, Gemm, MaxPool
 
-__all__ = ["EngineRun", "EngineStep", "HostStep", "Program", "compile_model", "run_inputs", "pack_run"]
+__all__ = ["BatchImage", "BatchTranspose", "ChannelColumns", "ColumnSlice", "EngineRun",
+           "EngineStep", "GemmAsConv", "HostStep", "Program", "compile_model", "pack_run"]
 
 
 @dataclass(frozen=True)
+class ColumnSlice:
+    """Gather of a column strip: input columns ``[x0, x1)`` of an NCHW batch."""
+
+    x0: int
+    x1: int
+
+    @property
+    def cols(self):
+        return self.x0, self.x1
+
+    def __call__(self, x):
+        return x[:, :, :, self.x0:self.x1]
+
+
+@dataclass(frozen=True)
+class ChannelColumns:
+    """Scatter of a strip: a run's NCHW output into channels ``[c0, c1)``, columns ``[o0, o1)``."""
+
+    c0: int
+    c1: int
+    o0: int
+    o1: int
+
+    @property
+    def cols(self):
+        return self.o0, self.o1
+
+    def __call__(self, y, out):
+        y[:, self.c0:self.c1, :, self.o0:self.o1] = out[:, :, :y.shape[2], :]
+
+
+@dataclass(frozen=True)
+class BatchImage:
+    """Gather of a Gemm chunk: the feature vectors ``[b0, b1)`` of an ``(N, C)`` batch
+    as the pixels of one ``rows x width`` image, row by row (the padding pixels of
+    the last row are zeros whose results are dropped)."""
+
+    b0: int
+    b1: int
+    rows: int
+    width: int
+
+    @property
+    def cols(self):
+        return self.b0, self.b1
+
+    def __call__(self, x):
+        flat = np.zeros((x.shape[1], self.rows * self.width), np.int8)
+        flat[:, :self.b1 - self.b0] = x[self.b0:self.b1].T
+        return flat.reshape(1, x.shape[1], self.rows, self.width)
+
+
+@dataclass(frozen=True)
+class BatchTranspose:
+    """Scatter of a Gemm chunk: the pixels of a run's output image back into rows
+    ``[b0, b1)`` and columns ``[c0, c1)`` of the ``(N, Cout)`` result."""
+
+    c0: int
+    c1: int
+    b0: int
+    b1: int
+
+    @property
+    def cols(self):
+        return self.b0, self.b1
+
+    def __call__(self, y, out):
+        y[self.b0:self.b1, self.c0:self.c1] = \
+            out[0].reshape(self.c1 - self.c0, -1)[:, :self.b1 - self.b0].T
+
+
+@dataclass(frozen=True, eq=False)
 class EngineRun:
-    """One engine layer run: an output-channel group over a column strip.
+    """One engine layer run, compiled: an output-channel group over a column
+    strip (or a Gemm batch chunk).
 
     Attributes
     ----------
     channels : (int, int)
         Output channels ``[c0, c1)``.
-    in_cols : (int, int)
-        Input columns ``[x0, x1)`` streamed.
-    out_cols : (int, int)
-        Output columns ``[o0, o1)`` produced (after pooling, if fused).
+    descriptor : mapping
+        The run's descriptor, for the program's batch (read-only).
+        ``load_weights`` is 0 when the previous run of the step streamed the
+        same channel group's weights.
+    gather : callable
+        ``gather(x)``: the int8 NCHW images the run streams, from the step's
+        input (:class:`ColumnSlice`, :class:`BatchImage`).
+    scatter : callable
+        ``scatter(y, out)``: the run's unpacked output into the step's output
+        (:class:`ChannelColumns`, :class:`BatchTranspose`).
+    weights : numpy.ndarray of uint8
+        The parameter and weight section of the channel group, packed once and
+        shared by the group's runs; streamed when ``descriptor["load_weights"]``.
+    predicted_cycles : int
+        The cycle model's count of the run.
+    out_nbytes : int
+        Bytes of the run's output stream.
+    in_shape : tuple of int
+        The shape of ``gather(x)``.
     pads : (int, int, int, int)
-        Padding of this strip ``(top, left, bottom, right)``.
-    grid : (int, int) or None
-        Gemm runs: the batch images ``in_cols`` laid out as ``(rows, width)``
-        pixels of a 1x1 convolution (the last row padded).
+        The padding of the run's images ``(top, left, bottom, right)``.
     """
 
     channels: tuple
-    in_cols: tuple
-    out_cols: tuple
+    descriptor: MappingProxyType
+    gather: object
+    scatter: object
+    weights: np.ndarray = field(repr=False)
+    predicted_cycles: int
+    out_nbytes: int
+    in_shape: tuple
     pads: tuple
-    grid: tuple = None
+    pack_pixels: object = field(repr=False)  # gather(x) -> the pixel section
+    unpack: object = field(repr=False)       # output bytes -> int8 NCHW of the run's channels
+
+    @property
+    def in_cols(self):
+        """Input columns ``[x0, x1)`` streamed (Gemm: the batch images ``[b0, b1)``)."""
+        return self.gather.cols
+
+    @property
+    def out_cols(self):
+        """Output columns ``[o0, o1)`` produced (Gemm: the batch images ``[b0, b1)``)."""
+        return self.scatter.cols
+
+    def stream(self, x, *, load_weights=None):
+        """The run's input stream for the step input ``x``: the packed weights
+        (when the descriptor loads them, or ``load_weights`` says so), then the pixels."""
+        xs = self.gather(x)
+        if xs.shape != self.in_shape:
+            raise InputError(f"the run was compiled for input {self.in_shape}, not {xs.shape} "
+                             f"(compile the program for this batch)")
+        pixels = self.pack_pixels(xs)
+        if load_weights is None:
+            load_weights = self.descriptor["load_weights"]
+        return np.concatenate((self.weights, pixels)) if load_weights else pixels
+
+    def store(self, y, raw):
+        """Unpack the output stream ``raw`` and scatter it into the step's output ``y``."""
+        self.scatter(y, self.unpack(raw))
 
 
 @dataclass
@@ -81,6 +213,11 @@ class EngineStep:
     @property
     def output(self):
         return (self.pool or self.layer).output
+
+    @property
+    def output_shape(self):
+        """Per-image shape of the step's output (after the fused pool)."""
+        return (self.pool or self.layer).output_shape
 
     @property
     def macs(self):
@@ -127,11 +264,22 @@ class HostStep:
 
 @dataclass
 class Program:
-    """A compiled model: steps in order, for one engine configuration."""
+    """A compiled model: steps in order, for one engine configuration and batch."""
 
     model: object
     config: object
     steps: list
+    batch: int = 1
+
+
+class _Plan(NamedTuple):
+    """A run before compilation: its tile and how its input and output move."""
+
+    channels: tuple
+    x_shape: tuple
+    pads: tuple
+    gather: object
+    scatter: object
 
 
 def _fusable_pool(layer, pool, readers):
@@ -151,8 +299,8 @@ def compile_model(model, config, *, batch=1):
     model : fpgacnn.host.model.QuantizedModel
     config : fpgacnn.core.config.EngineConfig
     batch : int
-        Images per run (Gemm layers lay the batch along the image width, so it
-        shapes their tiling; convolution runs take any batch).
+        Images per run: the runs' descriptors are for this batch (Gemm layers
+        lay the batch along the image width, so it shapes their tiling too).
 
     Returns
     -------
@@ -169,6 +317,7 @@ def compile_model(model, config, *, batch=1):
         for t in layer.inputs:
             readers[t] = readers.get(t, 0) + 1
     readers[model.output_tensor] = readers.get(model.output_tensor, 0) + 1
+    cycles = {}  # the cycle model of each distinct descriptor, once per program
     steps, layers, i = [], model.layers, 0
     while i < len(layers):
         layer = layers[i]
@@ -176,36 +325,62 @@ def compile_model(model, config, *, batch=1):
             pool = layers[i + 1] if i + 1 < len(layers) else None
             pool = pool if _fusable_pool(layer, pool, readers) else None
             step = EngineStep(layer, pool)
-            step.runs = _conv_runs(config, layer, pool is not None)
-            _check_runs(config, step, batch)
+            plans = _strip_plans(config, layer, pool is not None, batch)
+            step.runs = _compile_runs(config, layer, plans, pool=pool is not None,
+                                      clamp=step.clamp, cycles=cycles)
             steps.append(step)
             i += 2 if pool is not None else 1
         elif isinstance(layer, Gemm):
             step = EngineStep(layer)
-            step.runs = _gemm_runs(config, layer, batch)
-            _check_runs(config, step, batch)
+            conv = GemmAsConv(layer)
+            step.runs = _compile_runs(config, conv, conv.plans(config, batch), pool=False,
+                                      clamp=step.clamp, cycles=cycles)
             steps.append(step)
             i += 1
         else:
             steps.append(HostStep(layer))
             i += 1
-    return Program(model, config, steps)
+    return Program(model, config, steps, batch)
 
 
-def _check_runs(config, step, batch):
-    """Every run against the engine's limits (packing's rules), before anything runs."""
-    layer = step.layer
-    for run in step.runs:
-        (c0, c1), (x0, x1) = run.channels, run.in_cols
-        if isinstance(layer, Gemm):
-            x_shape, w_shape, stride = (1, layer.weight.shape[1], *run.grid), \
-                (c1 - c0, layer.weight.shape[1], 1, 1), 1
-        else:
-            cin, h, _ = layer.input_shape
-            x_shape, w_shape, stride = (batch, cin, h, x1 - x0), \
-                (c1 - c0, *layer.weight.shape[1:]), layer.stride
-        packing.map_layer(config, x_shape, w_shape, stride=stride, pads=run.pads,
-                          pool=step.pool is not None, name=f"layer {layer.name!r}")
+def _compile_runs(config, conv, plans, *, pool, clamp, cycles):
+    """Each planned run of the convolution ``conv`` (a Conv, or a :class:`GemmAsConv`),
+    checked against the engine's limits and compiled into an :class:`EngineRun`."""
+    lo, hi = clamp
+    if lo > hi:
+        raise MappingError(f"{conv.name}: clamp_lo {lo} is above clamp_hi {hi}")
+    runs, weights, loaded = [], {}, None
+    for plan in plans:
+        c0, c1 = plan.channels
+        w_shape = (c1 - c0, *conv.weight.shape[1:])
+        geo = packing.map_layer(config, plan.x_shape, w_shape, stride=conv.stride,
+                                pads=plan.pads, pool=pool, name=f"layer {conv.name!r}")
+        if plan.channels not in weights:
+            weights[plan.channels] = packing.pack_weights(
+                config, conv.weight[c0:c1], conv.bias[c0:c1], conv.x_zero_point,
+                conv.mult[c0:c1], conv.shift[c0:c1], remap=geo["remap"], name=conv.name)
+            weights[plan.channels].flags.writeable = False  # shared by the group's runs
+        # The run order is fixed: a run that follows one of its own channel group
+        # finds the group's weights in the engine.
+        desc = packing.layer_descriptor(geo, x_zp=conv.x_zero_point, y_zp=conv.y_zero_point,
+                                        clamp=clamp, load_weights=plan.channels != loaded)
+        loaded = plan.channels
+        key = tuple(sorted(desc.items()))
+        if key not in cycles:
+            cycles[key] = layer_cycles(config, desc).cycles
+        runs.append(EngineRun(
+            channels=plan.channels, descriptor=MappingProxyType(desc), gather=plan.gather,
+            scatter=plan.scatter, weights=weights[plan.channels], predicted_cycles=cycles[key],
+            out_nbytes=packing.output_nbytes(config, desc), in_shape=tuple(plan.x_shape),
+            pads=plan.pads, pack_pixels=functools.partial(
+                packing.pack_pixels, config, x_zp=conv.x_zero_point, w_shape=w_shape,
+                stride=conv.stride, pads=plan.pads, remap=geo["remap"], name=conv.name),
+            unpack=functools.partial(_unpack, config, desc, c1 - c0)))
+    return runs
+
+
+def _unpack(config, desc, channels, raw):
+    return packing.unpack_output(config, raw, desc, channels)
 
 
 def _channel_groups(config, layer, ci_tiles):
@@ -226,7 +401,7 @@ def _input_tiles(config, cin, remap):
     return math.ceil((math.ceil(cin / config.kmax ** 2) if remap else cin) / config.pin)
 
 
-def _conv_runs(config, layer, pooled):
+def _strip_plans(config, layer, pooled, batch):
     """Runs of one Conv: output-channel groups x column strips."""
     cout, cin, kh, kw = layer.weight.shape
     _, h, w = layer.input_shape
@@ -254,7 +429,7 @@ def _conv_runs(config, layer, pooled):
                            f"{config.max_channels})")
     usable = ow - ow % 2 if pooled else ow
     strips = [(o, min(o + max_out, usable)) for o in range(0, usable, max_out)]
-    runs = []
+    plans = []
     for c0, c1 in groups:
         for o0, o1 in strips:
             x0 = o0 * sx - left
@@ -262,62 +437,68 @@ def _conv_runs(config, layer, pooled):
             pl, pr = max(0, -x0), max(0, x1 - w)
             x0, x1 = max(0, x0), min(w, x1)
             out_cols = (o0 // 2, o1 // 2) if pooled else (o0, o1)
-            runs.append(EngineRun((c0, c1), (x0, x1), out_cols, (top, pl, bottom, pr)))
-    return runs
+            plans.append(_Plan((c0, c1), (batch, cin, h, x1 - x0), (top, pl, bottom, pr),
+                               ColumnSlice(x0, x1), ChannelColumns(c0, c1, *out_cols)))
+    return plans
 
 
-def _gemm_runs(config, layer, batch):
-    """Runs of one Gemm: output-channel groups x batch chunks, each a 2-D 1x1-conv image."""
-    cout, cin = layer.weight.shape
-    contract = engine_contract(config)
-    remap = packing.use_remap(config, cin, (1, 1))
-    ci_tiles = _input_tiles(config, cin, remap)
-    per_run = contract.widest_row(ci_tiles)
-    if remap:  # a remapped pixel is a kmax x kmax block
-        per_run //= config.kmax
-    if per_run < 1:
-        raise MappingError(f"layer {layer.name!r}: {cin} input features do not fit the line buffer "
-                           f"(bank depth {contract.line_buffer.words} words; max_channels "
-                           f"{config.max_channels})")
-    width = min(batch, per_run)
-    # Rows are bounded by the descriptor's row range (kmax rows each when remapped).
-    per_chunk = width * (contract.ranges["in_h"][1] // (config.kmax if remap else 1))
-    chunks = [(b, min(b + per_chunk, batch)) for b in range(0, batch, per_chunk)]
-    return [EngineRun((c0, c1), chunk, chunk, (0, 0, 0, 0),
-                      grid=(math.ceil((chunk[1] - chunk[0]) / width), width))
-            for c0, c1 in _channel_groups(config, layer, ci_tiles) for chunk in chunks]
+class GemmAsConv:
+    """A Gemm presented as a 1x1 convolution: the one place that knows how.
 
+    The weights become a ``(Cout, Cin, 1, 1)`` kernel, and a batch of feature
+    vectors the pixels of 2-D images (:class:`BatchImage`: as wide as the line
+    buffer allows, as many rows as the descriptor's row range allows); each
+    output image goes back to ``(N, Cout)`` with :class:`BatchTranspose`.
+    Everything else (checks, packing, cycles) is the convolution's.
 
-def run_inputs(step, run, x):
-    """The int8 NCHW input of one run, and the weights it uses.
-
-    ``x`` is the step's input: NCHW for a Conv, ``(N, C)`` for a Gemm.
+    Parameters
+    ----------
+    gemm : fpgacnn.host.layers.Gemm
     """
-    layer = step.layer
-    c0, c1 = run.channels
-    if isinstance(layer, Gemm):
-        b0, b1 = run.in_cols
-        rows, width = run.grid
-        flat = np.zeros((x.shape[1], rows * width), np.int8)  # padding pixels: results dropped
-        flat[:, :b1 - b0] = x[b0:b1].T
-        xs = flat.reshape(1, x.shape[1], rows, width)
-        w = layer.weight[c0:c1, :, None, None]
-    else:
-        x0, x1 = run.in_cols
-        xs = np.ascontiguousarray(x[:, :, :, x0:x1])
-        w = layer.weight[c0:c1]
-    return xs, w
+
+    stride = (1, 1)
+
+    def __init__(self, gemm):
+        self.gemm = gemm
+        self.name = gemm.name
+        self.weight = gemm.weight[:, :, None, None]
+        self.bias, self.mult, self.shift = gemm.bias, gemm.mult, gemm.shift
+        self.x_zero_point, self.y_zero_point = gemm.x_zero_point, gemm.y_zero_point
+
+    def plans(self, config, batch):
+        """Runs of the Gemm: output-channel groups x batch chunks, each one image."""
+        cout, cin = self.gemm.weight.shape
+        contract = engine_contract(config)
+        remap = packing.use_remap(config, cin, (1, 1))
+        ci_tiles = _input_tiles(config, cin, remap)
+        per_run = contract.widest_row(ci_tiles)
+        if remap:  # a remapped pixel is a kmax x kmax block
+            per_run //= config.kmax
+        if per_run < 1:
+            raise MappingError(f"layer {self.name!r}: {cin} input features do not fit the line "
+                               f"buffer (bank depth {contract.line_buffer.words} words; "
+                               f"max_channels {config.max_channels})")
+        width = min(batch, per_run)
+        # Rows are bounded by the descriptor's row range (kmax rows each when remapped).
+        per_chunk = width * (contract.ranges["in_h"][1] // (config.kmax if remap else 1))
+        chunks = [(b, min(b + per_chunk, batch)) for b in range(0, batch, per_chunk)]
+        plans = []
+        for c0, c1 in _channel_groups(config, self.gemm, ci_tiles):
+            for b0, b1 in chunks:
+                rows = math.ceil((b1 - b0) / width)
+                plans.append(_Plan((c0, c1), (1, cin, rows, width), (0, 0, 0, 0),
+                                   BatchImage(b0, b1, rows, width),
+                                   BatchTranspose(c0, c1, b0, b1)))
+        return plans
 
 
 def pack_run(config, step, run, x, *, load_weights=True):
-    """Descriptor and input stream of one run: :func:`run_inputs`, then
-    :func:`fpgacnn.host.packing.pack_layer` with the layer's parameters for
-    the run's output channels. Returns ``(desc, data)``."""
-    layer = step.layer
-    xs, w = run_inputs(step, run, x)
-    c0, c1 = run.channels
-    return packing.pack_layer(
-        config, xs, w, layer.bias[c0:c1], layer.x_zero_point, layer.mult[c0:c1],
-        layer.shift[c0:c1], layer.y_zero_point, clamp=step.clamp,
-        stride=1 if isinstance(layer, Gemm) else layer.stride, pads=run.pads,
-        pool=step.pool is not None, load_weights=load_weights, name=layer.name)
+    """Descriptor and input stream of one compiled run on the step input ``x``,
+    with or without the weights: ``(desc, data)``.
+
+    For tools that drive runs themselves (benchmarks); the
+    :class:`~fpgacnn.host.accelerator.Accelerator` uses ``run.descriptor``
+    and :meth:`EngineRun.stream`. ``config`` must be the program's.
+    """
+    desc = dict(run.descriptor, load_weights=int(bool(load_weights)))
+    return desc, run.stream(x, load_weights=load_weights)

@@ -31,8 +31,8 @@ from ..core.contract import (PARAM_RECORD_BYTES, PARAM_RECORD_FIELDS, beats as _
 from ..core.widths import MAX_SHIFT, MULT_BITS
 from ..core.errors import InputError, MappingError
 
-__all__ = ["map_layer", "pack_layer", "unpack_output", "output_nbytes", "input_nbytes",
-           "use_remap"]
+__all__ = ["map_layer", "pack_layer", "layer_descriptor", "pack_weights", "pack_pixels",
+           "unpack_output", "output_nbytes", "input_nbytes", "use_remap"]
 
 #: The descriptor fields that do not shape a run, at values inside every range.
 _NEUTRAL_FIELDS = dict(x_zp=0, y_zp=0, clamp_lo=-128, clamp_hi=127, load_weights=1)
@@ -179,6 +179,11 @@ def pack_layer(config, x, w, bias, x_zp, mult, shift, y_zp, *, clamp=(-128, 127)
                pads=(0, 0, 0, 0), pool=False, load_weights=True, remap=None, name="layer"):
     """Pack one convolution layer run (descriptor + input stream bytes).
 
+    The composition of :func:`map_layer` (the checks), :func:`layer_descriptor`,
+    :func:`pack_weights` (the parameter and weight section, when
+    ``load_weights``) and :func:`pack_pixels` (the images). A compiled
+    program calls the parts itself: the weights once, the pixels per run.
+
     Parameters
     ----------
     config : fpgacnn.core.config.EngineConfig
@@ -231,9 +236,29 @@ def pack_layer(config, x, w, bias, x_zp, mult, shift, y_zp, *, clamp=(-128, 127)
         raise MappingError(f"{name}: clamp_lo {lo} is above clamp_hi {hi}")
     geo = map_layer(config, x.shape, w.shape, stride=stride, pads=pads, pool=pool,
                     remap=remap, name=name)
-    kmax, pin, pout, beat = config.kmax, config.pin, config.pout, config.stream_bytes
-    n, cin, h, wd = x.shape
-    cout, _, kh, kw = w.shape
+    params = _parameters(w, bias, x_zp, mult, shift, name)  # checked even when not streamed
+    desc = layer_descriptor(geo, x_zp=x_zp, y_zp=y_zp, clamp=(lo, hi), load_weights=load_weights)
+    pixels = pack_pixels(config, x, x_zp, w.shape, stride=stride, pads=pads, remap=geo["remap"],
+                         name=name)
+    if not load_weights:
+        return desc, pixels
+    return desc, np.concatenate([_weight_section(config, w, *params, geo["remap"]), pixels])
+
+
+def layer_descriptor(geo, *, x_zp, y_zp, clamp, load_weights):
+    """The descriptor of a layer run: :func:`map_layer`'s geometry and the layer's constants.
+
+    The values are not checked here (:func:`pack_layer` checks them).
+    """
+    desc = {key: geo[key] for key in _GEOMETRY_FIELDS}
+    desc.update(x_zp=int(x_zp), y_zp=int(y_zp), clamp_lo=int(clamp[0]), clamp_hi=int(clamp[1]),
+                load_weights=int(bool(load_weights)))
+    return desc
+
+
+def _parameters(w, bias, x_zp, mult, shift, name):
+    """The per-channel parameters, checked, with the input zero point folded into the bias."""
+    cout = w.shape[0]
     bias = np.zeros(cout, np.int64) if bias is None else \
         _per_channel(bias, "bias", name, cout, -(1 << 31), (1 << 31) - 1)
     mult = _per_channel(mult, "mult", name, cout, 0, (1 << MULT_BITS) - 1)
@@ -243,51 +268,129 @@ def pack_layer(config, x, w, bias, x_zp, mult, shift, y_zp, *, clamp=(-128, 127)
         c = int(np.argmax((folded < -(1 << 31)) | (folded >= 1 << 31)))
         raise MappingError(f"{name}: folded bias b - x_zp*sum(w) of channel {c} "
                            f"({folded[c]}) does not fit int32")
+    return folded, mult, shift
 
-    if geo["remap"]:
-        # Pad and subsample on the host: the remapped layer is unpadded, stride kmax.
-        sy, sx = _pair(stride, "stride", name)
-        pads = tuple(int(p) for p in pads)
-        oh, ow = geo["out_h"], geo["out_w"]
-        xp = np.pad(x, ((0, 0), (0, 0), (pads[0], pads[2]), (pads[1], pads[3])),
-                    constant_values=x_zp)[:, :, ::sy, ::sx][:, :, :oh, :ow]
+
+def pack_weights(config, w, bias, x_zp, mult, shift, *, remap=None, name="layer"):
+    """The parameter and weight section of a layer run's input stream.
+
+    It depends on the layer alone, not on its input, so a compiled program
+    packs it once and streams it before the pixels of every run that loads
+    weights (:func:`pack_layer` is ``pack_weights`` + :func:`pack_pixels`).
+
+    Parameters
+    ----------
+    config : fpgacnn.core.config.EngineConfig
+    w, bias, x_zp, mult, shift, remap, name
+        As for :func:`pack_layer`.
+
+    Returns
+    -------
+    numpy.ndarray of uint8
+        Parameter records, then weight words, each section in whole beats.
+
+    Raises
+    ------
+    InputError
+        An array has the wrong dtype or shape.
+    MappingError
+        A kernel larger than ``kmax``, or a parameter outside the engine's range.
+    """
+    w = _int8_array(w, "weights", name, 4)
+    x_zp = _scalar(x_zp, "x_zp", name, -128, 127)
+    cout, cin, kh, kw = w.shape
+    if kh > config.kmax or kw > config.kmax:
+        raise MappingError(f"{name}: kernel {kh}x{kw} exceeds the engine's kmax {config.kmax}")
+    remapped = use_remap(config, cin, (kh, kw), remap)
+    return _weight_section(config, w, *_parameters(w, bias, x_zp, mult, shift, name), remapped)
+
+
+def _weight_section(config, w, folded, mult, shift, remapped):
+    kmax, pin, pout, beat = config.kmax, config.pin, config.pout, config.stream_bytes
+    cout, cin, kh, kw = w.shape
+    if remapped:
+        # channel (ky*kmax + kx)*g + j of the 1x1 kernel -> tap (ky, kx) of channel j
         g = math.ceil(cin / kmax ** 2)
-        xc = np.zeros((n, kmax * kmax * g, oh, ow), np.int8)
-        xc[:, :cin] = xp
-        # channel (ky*kmax + kx)*g + j of pixel (y, x) -> channel j of pixel (kmax*y+ky, kmax*x+kx)
-        x = xc.reshape(n, kmax, kmax, g, oh, ow).transpose(0, 3, 4, 1, 5, 2) \
-              .reshape(n, g, oh * kmax, ow * kmax)
         wc = np.zeros((cout, kmax * kmax * g), np.int8)
         wc[:, :cin] = w[:, :, 0, 0]
         w = wc.reshape(cout, kmax, kmax, g).transpose(0, 3, 1, 2)
-        n, cin, h, wd = x.shape
-        kh = kw = kmax
-    ci_tiles, co_tiles = geo["ci_tiles"], geo["co_tiles"]
-    desc = {key: geo[key] for key in _GEOMETRY_FIELDS}
-    desc.update(x_zp=x_zp, y_zp=y_zp, clamp_lo=lo, clamp_hi=hi,
-                load_weights=int(bool(load_weights)))
+        cin, kh, kw = g, kmax, kmax
+    ci_tiles, co_tiles = math.ceil(cin / pin), math.ceil(cout / pout)
+    rec = np.zeros((co_tiles * pout, PARAM_RECORD_BYTES), np.uint8)
+    values = {"bias": folded, "mult": mult, "shift": shift}
+    for field, offset, size, _ in PARAM_RECORD_FIELDS:  # little endian, two's complement
+        raw = values[field].astype("<i8").view(np.uint8).reshape(cout, 8)
+        rec[:cout, offset:offset + size] = raw[:, :size]
+    sections = [_pad_to_beat(rec[co * pout:(co + 1) * pout], beat) for co in range(co_tiles)]
+    wk = np.zeros((co_tiles * pout, ci_tiles * pin, kmax, kmax), np.int8)
+    wk[:cout, :cin, :kh, :kw] = w
+    # word (co, ci): for lane: for ky: for kx: for p
+    wk = wk.reshape(co_tiles, pout, ci_tiles, pin, kmax, kmax).transpose(0, 2, 1, 4, 5, 3)
+    for co in range(co_tiles):
+        for ci in range(ci_tiles):
+            sections.append(_pad_to_beat(wk[co, ci].view(np.uint8), beat))
+    return np.concatenate(sections)
 
-    sections = []
-    if load_weights:
-        rec = np.zeros((co_tiles * pout, PARAM_RECORD_BYTES), np.uint8)
-        values = {"bias": folded, "mult": mult, "shift": shift}
-        for field, offset, size, _ in PARAM_RECORD_FIELDS:  # little endian, two's complement
-            raw = values[field].astype("<i8").view(np.uint8).reshape(cout, 8)
-            rec[:cout, offset:offset + size] = raw[:, :size]
-        for co in range(co_tiles):
-            sections.append(_pad_to_beat(rec[co * pout:(co + 1) * pout], beat))
-        wk = np.zeros((co_tiles * pout, ci_tiles * pin, kmax, kmax), np.int8)
-        wk[:cout, :cin, :kh, :kw] = w
-        # word (co, ci): for lane: for ky: for kx: for p
-        wk = wk.reshape(co_tiles, pout, ci_tiles, pin, kmax, kmax).transpose(0, 2, 1, 4, 5, 3)
-        for co in range(co_tiles):
-            for ci in range(ci_tiles):
-                sections.append(_pad_to_beat(wk[co, ci].view(np.uint8), beat))
-    xk = np.zeros((n, ci_tiles * pin, h, wd), np.int8)
-    xk[:, :cin] = x
-    for img in xk:
-        sections.append(_pad_to_beat(img.transpose(1, 2, 0).view(np.uint8), beat))
-    return desc, np.concatenate(sections)
+
+def pack_pixels(config, x, x_zp, w_shape, *, stride=1, pads=(0, 0, 0, 0), remap=None,
+                name="layer"):
+    """The pixel section of a layer run's input stream: each image in whole beats.
+
+    The layer (``w_shape``, ``stride``, ``pads``) is the one :func:`map_layer`
+    accepted; it is not checked again here, so that a compiled program pays
+    only for the layout of its input.
+
+    Parameters
+    ----------
+    config : fpgacnn.core.config.EngineConfig
+    x : numpy.ndarray of int8, shape (N, Cin, H, W)
+    x_zp : int
+        Input zero point (the padding of a remapped layer).
+    w_shape : (int, int, int, int)
+        The layer's weight shape ``(Cout, Cin, KH, KW)``.
+    stride, pads, remap, name
+        As for :func:`pack_layer`.
+
+    Returns
+    -------
+    numpy.ndarray of uint8
+
+    Raises
+    ------
+    InputError
+        ``x`` is not a 4-D int8 array.
+    """
+    x = _int8_array(x, "input", name, 4)
+    kmax, pin, beat = config.kmax, config.pin, config.stream_bytes
+    n, cin, h, wd = x.shape
+    kh, kw = int(w_shape[2]), int(w_shape[3])
+    if use_remap(config, cin, (kh, kw), remap):
+        # Pad and subsample on the host: the remapped layer is unpadded, stride kmax.
+        sy, sx = _pair(stride, "stride", name)
+        top, left, bottom, right = (int(p) for p in pads)
+        oh = (h + top + bottom - kh) // sy + 1
+        ow = (wd + left + right - kw) // sx + 1
+        if any(pads):
+            x = np.pad(x, ((0, 0), (0, 0), (top, bottom), (left, right)), constant_values=x_zp)
+        g = math.ceil(cin / kmax ** 2)
+        xc = np.zeros((n, kmax * kmax * g, oh, ow), np.int8)
+        xc[:, :cin] = x[:, :, ::sy, ::sx][:, :, :oh, :ow]
+        # channel (ky*kmax + kx)*g + j of pixel (y, x) -> channel j of pixel (kmax*y+ky, kmax*x+kx),
+        # written as NHWC: (n, y, ky, x, kx, j)
+        h, wd, lanes = oh * kmax, ow * kmax, math.ceil(g / pin) * pin
+        xk = np.zeros((n, oh, kmax, ow, kmax, lanes), np.int8)
+        xk[..., :g] = xc.reshape(n, kmax, kmax, g, oh, ow).transpose(0, 4, 1, 5, 2, 3)
+    else:
+        lanes = math.ceil(cin / pin) * pin
+        xk = np.zeros((n, h, wd, lanes), np.int8)
+        xk[..., :cin] = x.transpose(0, 2, 3, 1)
+    size = h * wd * lanes
+    padded = _beats(size, beat) * beat
+    if padded == size:
+        return np.ascontiguousarray(xk).view(np.uint8).reshape(-1)
+    out = np.zeros((n, padded), np.uint8)
+    out[:, :size] = xk.reshape(n, size).view(np.uint8)
+    return out.reshape(-1)
 
 
 def output_nbytes(config, desc):

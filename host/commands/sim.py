@@ -20,7 +20,7 @@ import re
 import numpy as np
 
 from ..accelerator import Accelerator
-from ..compiler import compile_model, pack_run
+from ..compiler import compile_model
 from ..cycle_model import layer_cycles
 from ...core.errors import BackendError, InputError
 from ..layers import Conv, MaxPool
@@ -165,8 +165,7 @@ def run(args):
     print(f"utilization: {entry['utilization']:.1%} of {config.peak_macs_per_cycle} MACs/cycle; "
           f"stalled on input {entry['stall_in_cycles']:,}, on output {entry['stall_out_cycles']:,} cycles")
     if len(step.runs) == 1:
-        desc, _ = pack_run(config, step, step.runs[0], x)
-        estimate = layer_cycles(config, desc, macs=step.macs * args.batch)
+        estimate = layer_cycles(config, step.runs[0].descriptor, macs=step.macs * args.batch)
         print(f"bound: {estimate.bound} ({estimate.reason})")
     if args.waves is not None:
         print(f"waveform: {args.waves}")
