@@ -32,7 +32,7 @@ import numpy as np
 from fpgacnn.core.config import EngineConfig
 from fpgacnn.host.accelerator import Accelerator, open_board
 from fpgacnn.host.commands.sim import random_layer_model
-from fpgacnn.host.compiler import compile_model, pack_run
+from fpgacnn.host.compiler import compile_model
 from fpgacnn.host.cycle_model import layer_cycles
 from fpgacnn.host.layers import Gemm
 from fpgacnn.host.model import QuantizedModel, TensorSpec
@@ -74,14 +74,9 @@ def gemm_model(cin, cout, seed):
                           TensorSpec("y", (cout,), np.int8, y_scale, y_zp), "x", "y")
 
 
-def predicted(config, step, x):
-    """Per-run cycle-model estimates, packed exactly as the accelerator packs the runs."""
-    loaded, estimates = None, []
-    for run in step.runs:
-        desc, _ = pack_run(config, step, run, x, load_weights=run.channels != loaded)
-        loaded = run.channels
-        estimates.append((desc, layer_cycles(config, desc)))
-    return estimates
+def predicted(config, step):
+    """Per-run cycle-model estimates of the compiled runs (as the accelerator runs them)."""
+    return [(run.descriptor, layer_cycles(config, run.descriptor)) for run in step.runs]
 
 
 def measure(config, board, name, kind, shape, cout, kernel, stride, batch, seed):
@@ -96,7 +91,7 @@ def measure(config, board, name, kind, shape, cout, kernel, stride, batch, seed)
     np.testing.assert_array_equal(y, want, err_msg=f"{name}: RTL output differs from the reference")
     entry = acc.report["layers"][0]
     step = compile_model(model, config, batch=batch).steps[0]
-    estimates = predicted(config, step, x)
+    estimates = predicted(config, step)
     # The longest run gives the geometry; the bound is named per kind of run
     # (a Gemm's first run also loads the weights, the later ones reuse them).
     desc, _ = max(estimates, key=lambda e: e[1].cycles)

@@ -1,6 +1,6 @@
-"""Simulation speed of the sim backend, and the host's share of a layer (issue 4).
+"""Simulation speed of the sim backend (issue 4).
 
-Part 1, in one run on the default engine and the same layer:
+In one run on the default engine and the same layer:
 
 - (s) the sim backend: :class:`fpgacnn.sim.native_board.SimulatedBoard`
   running the layer through :class:`~fpgacnn.host.engine_driver.EngineDriver`
@@ -15,9 +15,7 @@ Simulated cycles per wall-clock second (and per CPU second of the simulating
 process), repeated; best and median of each are compared (the machine is
 shared: the best pass is the least disturbed, CPU time the steadiest).
 
-Part 2: host-side time per engine layer of the example digits model
-(``host_seconds``: compile, packing, unpacking in the driver) as a share of
-the projected on-board time, the measured cycles at 100 MHz.
+The host's share of a run is measured by bench/host_share.py.
 
 Usage::
 
@@ -43,12 +41,11 @@ sys.path.insert(0, str(HERE))  # the cocotb module and the report helper live he
 from bench_report import replace_section  # noqa: E402
 from fpgacnn.core.config import EngineConfig  # noqa: E402
 from fpgacnn.host import packing  # noqa: E402
-from fpgacnn.host.accelerator import Accelerator, open_board  # noqa: E402
+from fpgacnn.host.accelerator import open_board  # noqa: E402
 from fpgacnn.host.commands.sim import random_layer_model  # noqa: E402
-from fpgacnn.host.compiler import compile_model, pack_run  # noqa: E402
+from fpgacnn.host.compiler import compile_model  # noqa: E402
 from fpgacnn.host.cycle_model import layer_cycles  # noqa: E402
 from fpgacnn.host.engine_driver import EngineDriver  # noqa: E402
-from fpgacnn.host.examples import load_example  # noqa: E402
 from fpgacnn.host.reference import ReferenceBackend  # noqa: E402
 
 #: The layer all three loops simulate.
@@ -58,9 +55,8 @@ LAYER_NAME = "conv 3x3 64->64 @16x16"
 
 def pack(config, model, x):
     """Descriptor and input stream of the model's single engine run."""
-    step = compile_model(model, config, batch=len(x)).steps[0]
-    (run,) = step.runs
-    return pack_run(config, step, run, x)
+    (run,) = compile_model(model, config, batch=len(x)).steps[0].runs
+    return run.descriptor, run.stream(x)
 
 
 def sim_backend(config, board, desc, data, want_bytes, repeats):
@@ -130,66 +126,6 @@ def rate_row(name, passes):
             "cpu_best": max(cpu), "cpu_median": statistics.median(cpu), "n": len(rates)}
 
 
-def host_share(config, board, batches, repeats):
-    """Per-layer host and board time of the digits example; the least host time of ``repeats`` runs."""
-    example = load_example("digits")
-    rows, compiles = [], {}
-    for batch in batches:
-        acc = Accelerator(example.model, backend="sim", config=config, board=board)
-        x8 = acc.model.quantize_input(example.x[:batch])
-        t0 = time.perf_counter()
-        acc.program(batch)  # compile once: later runs of this batch size reuse it
-        compiles[batch] = time.perf_counter() - t0
-        want = ReferenceBackend().run_int8(acc.model, x8)
-        best = {}
-        for _ in range(repeats):
-            y8 = acc.run_int8(x8)
-            np.testing.assert_array_equal(y8, want)
-            for layer in acc.report["layers"]:
-                kept = best.get(layer["name"])
-                if kept is None or layer["host_seconds"] < kept["host_seconds"]:
-                    best[layer["name"]] = layer
-        parts = host_parts(config, acc, x8, repeats)
-        for layer in acc.report["layers"]:
-            layer = best[layer["name"]]
-            rows.append({"batch": batch, "name": layer["name"], "op": layer["op"],
-                         "engine": layer["engine"], "cycles": layer.get("cycles"),
-                         "board_s": layer.get("cycles", 0) / acc.clock_hz,
-                         "host_s": layer["host_seconds"], "sim_s": layer.get("board_seconds"),
-                         **parts.get(layer["name"], {})})
-    return rows, compiles
-
-
-def host_parts(config, acc, x8, repeats):
-    """Where an engine step's host time goes: ``pack_layer`` and the cycle model.
-
-    The accelerator computes each run's timeout with the cycle model inside
-    its host time, so both are timed here on the same runs (least of ``repeats``).
-    """
-    parts = {}
-    for step in acc.program(len(x8)).steps:
-        if not hasattr(step, "runs"):
-            continue
-        layer = step.layer
-        # Packing time depends on shapes only, so zeros of the step's input shape do.
-        x = np.zeros((len(x8), *layer.input_shape), np.int8)
-        pack_s = model_s = float("inf")
-        for _ in range(repeats):
-            t_pack = t_model = 0.0
-            loaded = None
-            for run in step.runs:
-                t0 = time.perf_counter()
-                desc, _ = pack_run(config, step, run, x, load_weights=run.channels != loaded)
-                loaded = run.channels
-                t1 = time.perf_counter()
-                layer_cycles(config, desc)
-                t_pack += t1 - t0
-                t_model += time.perf_counter() - t1
-            pack_s, model_s = min(pack_s, t_pack), min(model_s, t_model)
-        parts[step.name] = {"pack_s": pack_s, "model_s": model_s}
-    return parts
-
-
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5, help="timed passes of each loop (default 5)")
@@ -229,8 +165,6 @@ def main(argv=None):
         if half == 0:
             log("(a) naive cocotb loop ...")
             naive_passes = naive_cocotb(config, desc, data, want, args.repeats)
-    log("host share on the digits example ...")
-    hosts, compiles = host_share(config, board, (1, 64), args.repeats)
     board.close()
 
     rows = [rate_row("(s) sim backend: SimulatedBoard, C++ DMA + AXI-Lite models", sim_passes),
@@ -266,35 +200,7 @@ def main(argv=None):
             f"| {s['median'] / b['median']:.1%} | {s['cpu_best'] / b['cpu_best']:.1%} "
             f"| {s['cpu_median'] / b['cpu_median']:.1%} | >= 50% "
             f"| {'yes' if s['best'] / b['best'] >= 0.5 else '**no**'} |",
-            "", "Host-side time per layer, example `digits` model, `Accelerator(backend=\"sim\")` "
-            f"on `EngineConfig()`; projected on-board time = measured busy cycles at 100 MHz; "
-            f"host = `host_seconds` of the layer (input slicing, `pack_layer`, the cycle-model "
-            f"estimate the driver derives its timeout from, unpacking; "
-            f"the program is compiled beforehand), the least of {args.repeats} runs. "
-            f"sim wall time = the simulated board's wall time for the layer (same run). "
-            f"Outputs equal the reference backend.", "",
-            "| batch | layer | op | cycles | on board at 100 MHz | host (driver) | host / on board "
-            "| of which: run_inputs + pack_layer | of which: cycle model (timeout) | sim wall time |",
-            "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|"]
-    for h in hosts:
-        if h["engine"]:
-            out.append(f"| {h['batch']} | {h['name']} | {h['op']} | {h['cycles']:,} | "
-                       f"{h['board_s'] * 1e6:,.1f} us | {h['host_s'] * 1e6:,.0f} us | "
-                       f"{h['host_s'] / h['board_s']:.1f}x | {h['pack_s'] * 1e6:,.0f} us | "
-                       f"{h['model_s'] * 1e6:,.0f} us | "
-                       f"{h['sim_s'] * 1e3:,.1f} ms |")
-        else:
-            out.append(f"| {h['batch']} | {h['name']} | {h['op']} (host layer) | - | - | "
-                       f"{h['host_s'] * 1e6:,.0f} us | - | - | - | - |")
-    for batch in sorted({h["batch"] for h in hosts}):
-        eng = [h for h in hosts if h["batch"] == batch and h["engine"]]
-        hs, bs = sum(h["host_s"] for h in eng), sum(h["board_s"] for h in eng)
-        out.append(f"| {batch} | **engine layers, total** | | {sum(h['cycles'] for h in eng):,} | "
-                   f"{bs * 1e6:,.1f} us | {hs * 1e6:,.0f} us | **{hs / bs:.1f}x** | "
-                   f"{sum(h['pack_s'] for h in eng) * 1e6:,.0f} us | "
-                   f"{sum(h['model_s'] for h in eng) * 1e6:,.0f} us | |")
-    out += ["", "Compiling the program (once per batch size, cached by the `Accelerator`): "
-            + ", ".join(f"batch {b}: {t * 1e3:,.1f} ms" for b, t in compiles.items()) + "."]
+            "", "The host's share of a run: section 4 (bench/host_share.py)."]
     text = "\n".join(out)
     print(text)
     if args.write:

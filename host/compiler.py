@@ -67,6 +67,25 @@ class ColumnSlice:
 
 
 @dataclass(frozen=True)
+class ZeroPointColumn:
+    """Gather of a strip that lies wholly in the padding: one column of the padding value.
+
+    Every tap of such a strip reads ``x_zp`` (DESIGN.md section 2), so one
+    column of it, padded on the right as far as the strip's windows reach,
+    gives the engine the strip's own windows.
+    """
+
+    x_zp: int
+
+    @property
+    def cols(self):
+        return 0, 0
+
+    def __call__(self, x):
+        return np.full((*x.shape[:3], 1), self.x_zp, np.int8)
+
+
+@dataclass(frozen=True)
 class ChannelColumns:
     """Scatter of a strip: a run's NCHW output into channels ``[c0, c1)``, columns ``[o0, o1)``."""
 
@@ -169,7 +188,8 @@ class EngineRun:
 
     @property
     def in_cols(self):
-        """Input columns ``[x0, x1)`` streamed (Gemm: the batch images ``[b0, b1)``)."""
+        """Input columns ``[x0, x1)`` streamed (Gemm: the batch images ``[b0, b1)``; ``(0, 0)``
+        for a strip that lies in the padding and streams a column of ``x_zp``)."""
         return self.gather.cols
 
     @property
@@ -401,6 +421,28 @@ def _input_tiles(config, cin, remap):
     return math.ceil((math.ceil(cin / config.kmax ** 2) if remap else cin) / config.pin)
 
 
+def _strip_inputs(layer, o0, o1):
+    """Input columns ``[x0, x1)`` (padding included: may reach outside the image) of output columns ``[o0, o1)``."""
+    _, kw = layer.weight.shape[2:]
+    sx, left = layer.stride[1], layer.pads[1]
+    return o0 * sx - left, (o1 - 1) * sx - left + kw
+
+
+def _strip_columns(layer, o0, o1, w):
+    """``(gather, in_w, pad_left, pad_right)`` of the strip of output columns ``[o0, o1)``.
+
+    A kernel narrower than the padding (1x1 with pads, say) has output
+    columns whose windows hold no pixel of the image; a strip of those alone
+    streams one column of the padding value instead of an empty row.
+    """
+    kw, sx = layer.weight.shape[3], layer.stride[1]
+    x0, x1 = _strip_inputs(layer, o0, o1)
+    if x1 <= 0 or x0 >= w:
+        return ZeroPointColumn(layer.x_zero_point), 1, 0, max(0, (o1 - o0 - 1) * sx + kw - 1)
+    return ColumnSlice(max(0, x0), min(w, x1)), min(w, x1) - max(0, x0), max(0, -x0), \
+        max(0, x1 - w)
+
+
 def _strip_plans(config, layer, pooled, batch):
     """Runs of one Conv: output-channel groups x column strips."""
     cout, cin, kh, kw = layer.weight.shape
@@ -432,13 +474,10 @@ def _strip_plans(config, layer, pooled, batch):
     plans = []
     for c0, c1 in groups:
         for o0, o1 in strips:
-            x0 = o0 * sx - left
-            x1 = (o1 - 1) * sx - left + kw
-            pl, pr = max(0, -x0), max(0, x1 - w)
-            x0, x1 = max(0, x0), min(w, x1)
+            gather, in_w, pl, pr = _strip_columns(layer, o0, o1, w)
             out_cols = (o0 // 2, o1 // 2) if pooled else (o0, o1)
-            plans.append(_Plan((c0, c1), (batch, cin, h, x1 - x0), (top, pl, bottom, pr),
-                               ColumnSlice(x0, x1), ChannelColumns(c0, c1, *out_cols)))
+            plans.append(_Plan((c0, c1), (batch, cin, h, in_w), (top, pl, bottom, pr),
+                               gather, ChannelColumns(c0, c1, *out_cols)))
     return plans
 
 

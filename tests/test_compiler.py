@@ -7,6 +7,7 @@ RTL (the simulated board).
 """
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -21,7 +22,7 @@ from fpgacnn.host.compiler import (BatchImage, BatchTranspose, EngineStep, GemmA
 from fpgacnn.host.cycle_model import layer_cycles
 from fpgacnn.host.engine_driver import LayerRun
 from fpgacnn.host.examples import load_example
-from fpgacnn.host.layers import Gemm
+from fpgacnn.host.layers import Conv, Gemm
 from fpgacnn.host.model import QuantizedModel, TensorSpec
 from fpgacnn.host.onnx_import import load_onnx
 from fpgacnn.host.reference import ReferenceBackend
@@ -266,3 +267,43 @@ def test_digits_on_the_rtl_twice(small_engine_board):
         if a["engine"]:
             assert (a["cycles"], a["predicted_cycles"]) == (b["cycles"], b["predicted_cycles"])
             assert a["cycles"] == a["predicted_cycles"], a["name"]
+
+
+def conv_model(rng, shape, cout, k, stride, pads, name="conv"):
+    """A one-Conv int8 model with seeded random parameters."""
+    cin = shape[0]
+    weight = rng.integers(-127, 128, (cout, cin, k, k)).astype(np.int8)
+    w_scale = rng.uniform(0.5, 1.5, cout) / 127
+    x_zp, y_zp = (int(v) for v in rng.integers(-20, 20, 2))
+    y_scale = 70 * math.sqrt(cin * k * k) * 0.05 * w_scale.mean()
+    conv = Conv(name, ["x"], "y", shape, weight, rng.integers(-3000, 3000, cout).astype(np.int32),
+                0.05, x_zp, w_scale, y_scale, y_zp, stride=(stride, stride), pads=pads)
+    return QuantizedModel(name, [conv], TensorSpec("x", shape, np.int8, 0.05, x_zp),
+                          TensorSpec("y", conv.output_shape, np.int8, y_scale, y_zp), "x", "y")
+
+
+@pytest.mark.parametrize("width", [1, 2, 3, 5, 17, 40])
+@pytest.mark.parametrize("kmax, k, stride, pads", [
+    (3, 1, 1, (0, 2, 0, 2)), (3, 1, 2, (0, 1, 0, 1)), (3, 1, 2, (1, 2, 0, 2)),
+    (3, 2, 1, (0, 2, 1, 2)), (3, 3, 2, (2, 2, 2, 2)),
+    (2, 1, 2, (0, 1, 0, 0)), (2, 1, 2, (0, 1, 0, 1)), (2, 1, 1, (1, 1, 1, 1))])
+def test_strips_of_padding_only_columns(emulated, width, kmax, k, stride, pads):
+    """Kernels narrower than the padding: output columns that read padding only
+    (1x1 with pads) still run bit-exact when the row is cut into strips (of
+    one output column on the kmax 2 engine): a first strip left of the image
+    streams column 0 and pads to it, a last strip right of it starts earlier,
+    rather than streaming an empty row."""
+    rng = np.random.default_rng(width * 100 + k * 10 + stride)
+    config = EngineConfig(pin=1, pout=1, kmax=kmax, stream_width=32, max_width=kmax,
+                          max_channels=1, max_out_channels=4)  # strips of one line-buffer word
+    model = conv_model(rng, (1, 2, width), 3, k, stride, pads)
+    x = rng.integers(-128, 128, (2, 1, 2, width), dtype=np.int8)
+    try:
+        acc = emulated(model, config)
+        y = acc.run_int8(x)
+    except MappingError as e:  # only a strip that cannot reach the image is refused
+        assert re.fullmatch(r"layer 'conv': output columns \d+\.\.\d+ read padding only, and no "
+                            r"strip of the line buffer's width can include a column of the image",
+                            str(e)), e
+        return
+    assert_array_equal(y, ReferenceBackend().run_int8(model, x))
