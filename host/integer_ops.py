@@ -3,6 +3,8 @@
 These functions are the single definition the reference backend runs and the
 RTL must match bit for bit. Tensors are NCHW, activations int8, accumulators
 int64 (they fit int32 for every legal layer; int64 keeps numpy from wrapping).
+The multiply-accumulate sums are computed in float64 where that is exact
+(every partial sum an integer below 2**53), which lets numpy use BLAS.
 """
 
 import numpy as np
@@ -10,7 +12,8 @@ import numpy as np
 from .requant import requant_params, requantize
 
 __all__ = ["pad_nchw", "conv_acc", "conv2d", "maxpool2d", "rescale", "avgpool2d",
-           "global_avgpool", "gemm", "add", "add_params"]
+           "global_avgpool", "global_maxpool", "gemm", "add", "add_params", "concat",
+           "resize_nearest", "sigmoid_table", "softmax"]
 
 
 def pad_nchw(x, pads, value):
@@ -29,52 +32,79 @@ def pad_nchw(x, pads, value):
     return np.pad(x, ((0, 0), (0, 0), (top, bottom), (left, right)), constant_values=value)
 
 
-def _windows(x, kh, kw, stride):
-    """View of all ``kh x kw`` windows: shape ``(N, C, OH, OW, kh, kw)``."""
+def _exact_dtype(taps):
+    """float64 when every sum of ``taps`` products of (x - zx) (at most 255 in
+    magnitude) and an int8 weight stays below 2**53, where float64 holds each
+    integer exactly, so the sums are exact and run on BLAS; int64 otherwise."""
+    return np.float64 if taps * 255 * 128 < 2**53 else np.int64
+
+
+def _windows(x, kh, kw, stride, dilation=(1, 1)):
+    """View of all ``kh x kw`` windows (taps ``dilation`` apart): shape ``(N, C, OH, OW, kh, kw)``."""
     sy, sx = stride
-    win = np.lib.stride_tricks.sliding_window_view(x, (kh, kw), axis=(2, 3))
-    return win[:, :, ::sy, ::sx]
+    dy, dx = dilation
+    win = np.lib.stride_tricks.sliding_window_view(x, ((kh - 1) * dy + 1, (kw - 1) * dx + 1),
+                                                   axis=(2, 3))
+    return win[:, :, ::sy, ::sx, ::dy, ::dx]
 
 
-def conv_acc(x, w, bias, x_zero_point, stride=(1, 1), pads=(0, 0, 0, 0)):
+def conv_acc(x, w, bias, x_zero_point, stride=(1, 1), pads=(0, 0, 0, 0), dilation=(1, 1),
+             group=1):
     """Convolution accumulators ``acc[c] = sum((x - zx) * w[c]) + b[c]``.
 
-    Padding uses the value ``zx``, so padded taps contribute nothing.
+    Padding uses the value ``zx``, so padded taps contribute nothing. With
+    ``group = g`` the input channels are split into ``g`` consecutive groups and
+    output channel ``c`` reads only group ``c // (Cout / g)`` (depthwise:
+    ``g = Cin``); ``dilation`` spaces the kernel taps.
 
     Parameters
     ----------
     x : numpy.ndarray of int8, shape (N, Cin, H, W)
-    w : numpy.ndarray of int8, shape (Cout, Cin, KH, KW)
+    w : numpy.ndarray of int8, shape (Cout, Cin / group, KH, KW)
     bias : numpy.ndarray of int32, shape (Cout,), or None
     x_zero_point : int
     stride : tuple of int
         ``(sy, sx)``.
     pads : tuple of int
         ``(top, left, bottom, right)``.
+    dilation : tuple of int
+        ``(dy, dx)``.
+    group : int
 
     Returns
     -------
     numpy.ndarray of int64, shape (N, Cout, OH, OW)
     """
-    cout, cin, kh, kw = w.shape
-    if x.shape[1] != cin:
-        raise ValueError(f"input has {x.shape[1]} channels, weights expect {cin}")
-    xs = pad_nchw(x.astype(np.int64) - int(x_zero_point), pads, 0)
-    win = _windows(xs, kh, kw, stride)  # N, Cin, OH, OW, KH, KW
-    acc = np.einsum("nchwij,ocij->nohw", win, w.astype(np.int64), optimize=True)
+    cout, cin_g, kh, kw = w.shape
+    if x.shape[1] != cin_g * group or cout % group:
+        raise ValueError(f"input has {x.shape[1]} channels, weights expect {cin_g * group}")
+    dtype = _exact_dtype(cin_g * kh * kw)
+    xs = pad_nchw(x.astype(dtype) - int(x_zero_point), pads, 0)
+    win = _windows(xs, kh, kw, stride, dilation)  # N, Cin, OH, OW, KH, KW
+    if group == 1:
+        acc = np.einsum("nchwij,ocij->nohw", win, w.astype(dtype), optimize=True)
+    else:
+        n, _, oh, ow = win.shape[:4]
+        wg = w.astype(dtype).reshape(group, cout // group, cin_g, kh, kw)
+        if cin_g == 1 and cout == group:  # depthwise: one tap product per channel
+            acc = np.einsum("nchwij,cij->nchw", win, wg[:, 0, 0], optimize=True)
+        else:
+            acc = np.einsum("ngchwij,gocij->ngohw", win.reshape(n, group, cin_g, oh, ow, kh, kw),
+                            wg, optimize=True).reshape(n, cout, oh, ow)
+    acc = acc.astype(np.int64)
     if bias is not None:
         acc += np.asarray(bias, dtype=np.int64)[None, :, None, None]
     return acc
 
 
 def conv2d(x, w, bias, x_zero_point, mult, shift, y_zero_point, lo=-128, hi=127,
-           stride=(1, 1), pads=(0, 0, 0, 0)):
+           stride=(1, 1), pads=(0, 0, 0, 0), dilation=(1, 1), group=1):
     """Quantized convolution: :func:`conv_acc` then per-channel requantization.
 
     ``mult`` and ``shift`` are per output channel (shape ``(Cout,)``), from
     :func:`fpgacnn.host.requant.requant_params`. Returns int8 NCHW.
     """
-    acc = conv_acc(x, w, bias, x_zero_point, stride, pads)
+    acc = conv_acc(x, w, bias, x_zero_point, stride, pads, dilation, group)
     m = np.asarray(mult, dtype=np.int64)[None, :, None, None]
     s = np.asarray(shift, dtype=np.int64)[None, :, None, None]
     return requantize(acc, m, s, y_zero_point, lo, hi)
@@ -98,13 +128,15 @@ def rescale(x, x_zero_point, mult, shift, y_zero_point, lo=-128, hi=127):
 
 
 def avgpool2d(x, x_zero_point, scale, y_zero_point, kernel, stride=None, pads=(0, 0, 0, 0),
-              count_include_pad=False, lo=-128, hi=127):
+              count_include_pad=False, lo=-128, hi=127, extra=(0, 0)):
     """Average pooling: ``y = clamp(round(sum(x - zx) * M / count) + zy, lo, hi)``.
 
     The window sum is exact (``x - zx`` summed in int64); padded taps hold
     ``zx`` and contribute 0 to it. ``count`` is ``KH*KW`` when
     ``count_include_pad`` else the number of taps inside the image, so edge
-    windows get their own multiplier. ``M = x_scale / y_scale`` (``scale``);
+    windows get their own multiplier. ``extra`` (bottom, right) are the taps a
+    ``ceil_mode`` window hangs over the padded input: they contribute 0 and
+    are never counted. ``M = x_scale / y_scale`` (``scale``);
     each distinct ``M / count`` is split by :func:`~fpgacnn.host.requant.requant_params`.
     Exact halves round to even, like onnxruntime: with equal input and output
     scales (onnxruntime's QDQ AveragePool) ``sum / 4`` is a half one time in four.
@@ -119,13 +151,16 @@ def avgpool2d(x, x_zero_point, scale, y_zero_point, kernel, stride=None, pads=(0
     """
     kh, kw = kernel
     stride = tuple(stride) if stride is not None else (kh, kw)
-    xs = pad_nchw(x.astype(np.int64) - int(x_zero_point), pads, 0)
+    top, left, bottom, right = pads
+    full = (top, left, bottom + extra[0], right + extra[1])
+    xs = pad_nchw(x.astype(np.int64) - int(x_zero_point), full, 0)
     acc = _windows(xs, kh, kw, stride).sum(axis=(4, 5))  # N, C, OH, OW
-    if count_include_pad:
-        count = np.full(acc.shape[2:], kh * kw, dtype=np.int64)
+    ones = np.ones((1, 1) + x.shape[2:], dtype=np.int64)
+    if count_include_pad:  # the taps inside the explicitly padded input
+        inside = pad_nchw(pad_nchw(ones, pads, 1), (0, 0) + tuple(extra), 0)
     else:
-        inside = pad_nchw(np.ones((1, 1) + x.shape[2:], dtype=np.int64), pads, 0)
-        count = _windows(inside, kh, kw, stride).sum(axis=(4, 5))[0, 0]
+        inside = pad_nchw(ones, full, 0)
+    count = _windows(inside, kh, kw, stride).sum(axis=(4, 5))[0, 0]
     mult, shift = requant_params(float(scale) / count)
     return requantize(acc, mult[None, None], shift[None, None], y_zero_point, lo, hi,
                       ties_to_even=True)
@@ -141,6 +176,11 @@ def global_avgpool(x, x_zero_point, scale, y_zero_point, lo=-128, hi=127):
     return requantize(acc, mult, shift, y_zero_point, lo, hi, ties_to_even=True)
 
 
+def global_maxpool(x):
+    """Maximum over H and W on int8: ``(N, C, H, W) -> (N, C, 1, 1)``."""
+    return x.max(axis=(2, 3), keepdims=True).astype(np.int8)
+
+
 def gemm(x, w, bias, x_zero_point, mult, shift, y_zero_point, lo=-128, hi=127):
     """Fully connected layer, the 1x1 convolution of a 1x1 image:
     ``acc[n, c] = sum_k (x[n, k] - zx) * w[c, k] + b[c]``, requantized per output
@@ -154,7 +194,8 @@ def gemm(x, w, bias, x_zero_point, mult, shift, y_zero_point, lo=-128, hi=127):
     """
     if x.shape[1] != w.shape[1]:
         raise ValueError(f"input has {x.shape[1]} features, weights expect {w.shape[1]}")
-    acc = (x.astype(np.int64) - int(x_zero_point)) @ w.astype(np.int64).T
+    dtype = _exact_dtype(w.shape[1])
+    acc = ((x.astype(dtype) - int(x_zero_point)) @ w.astype(dtype).T).astype(np.int64)
     if bias is not None:
         acc += np.asarray(bias, dtype=np.int64)[None, :]
     return requantize(acc, np.asarray(mult)[None, :], np.asarray(shift)[None, :],
@@ -185,3 +226,48 @@ def add(a, a_zero_point, b, b_zero_point, ma, mb, shift, y_zero_point, lo=-128, 
     acc = ((np.asarray(a, dtype=np.int64) - int(a_zero_point)) * int(ma)
            + (np.asarray(b, dtype=np.int64) - int(b_zero_point)) * int(mb))
     return requantize(acc, 1, shift, y_zero_point, lo, hi)
+
+
+def concat(xs, x_zero_points, mults, shifts, y_zero_point, lo=-128, hi=127, axis=1):
+    """Concatenate int8 tensors along ``axis`` (the channel axis), each moved onto
+    the output quantization with :func:`rescale` (``M = x_scale[i] / y_scale``).
+    An input whose ``mult`` is None already has the output's quantization and is
+    only clamped."""
+    parts = []
+    for x, zx, m, s in zip(xs, x_zero_points, mults, shifts):
+        if m is None:
+            parts.append(np.clip(x, lo, hi).astype(np.int8))
+        else:
+            parts.append(rescale(x, zx, m, s, y_zero_point, lo, hi))
+    return np.concatenate(parts, axis=axis)
+
+
+def resize_nearest(x, rows, cols):
+    """Nearest-neighbour resize of NCHW: ``y[..., i, j] = x[..., rows[i], cols[j]]``.
+
+    ``rows`` and ``cols`` are the source index of every output row and column,
+    worked out once from the ONNX coordinate transformation and rounding mode.
+    """
+    return x[:, :, np.asarray(rows)[:, None], np.asarray(cols)[None, :]]
+
+
+def sigmoid_table(x_scale, x_zero_point, y_scale, y_zero_point, lo=-128, hi=127):
+    """The int8 -> int8 table of a quantized sigmoid, indexed by ``q + 128``:
+    ``clamp(rint(sigmoid((q - zx) * x_scale) / y_scale) + zy, lo, hi)``, worked
+    out in float64 (ties to even, as onnxruntime's QuantizeLinear)."""
+    q = np.arange(-128, 128, dtype=np.float64)
+    y = 1.0 / (1.0 + np.exp(-(q - int(x_zero_point)) * float(x_scale)))
+    return np.clip(np.rint(y / float(y_scale)) + int(y_zero_point), lo, hi).astype(np.int8)
+
+
+def softmax(x, axis, x_scale, x_zero_point, y_scale, y_zero_point, lo=-128, hi=127):
+    """Quantized softmax along ``axis``: with ``d = max(x) - x`` (an integer in
+    0..255), ``e = exp(-d * x_scale)`` (a 256-entry table) and
+    ``y = clamp(rint(e / sum(e) / y_scale) + zy, lo, hi)`` in float64, ties to
+    even. The zero point cancels; subtracting the maximum keeps ``e <= 1``."""
+    x = np.asarray(x, dtype=np.int64)
+    d = x.max(axis=axis, keepdims=True) - x
+    table = np.exp(-np.arange(256, dtype=np.float64) * float(x_scale))
+    e = table[d]
+    p = e / e.sum(axis=axis, keepdims=True)
+    return np.clip(np.rint(p / float(y_scale)) + int(y_zero_point), lo, hi).astype(np.int8)

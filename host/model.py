@@ -4,7 +4,9 @@ The layers compute on int8 tensors (DESIGN.md s.2). The graph input and output
 keep the dtype the ONNX file gives them (float32 for a QDQ model with float
 I/O, int8 or uint8 otherwise); :meth:`QuantizedModel.quantize_input` and
 :meth:`QuantizedModel.dequantize_output` convert at the boundary exactly as
-onnxruntime's QuantizeLinear / DequantizeLinear do.
+onnxruntime's QuantizeLinear / DequantizeLinear do. A float head (Softmax or
+Sigmoid after the last DequantizeLinear, as exporters end classifiers) is
+part of :meth:`~QuantizedModel.dequantize_output`: :class:`FloatHead`.
 
 Example::
 
@@ -20,7 +22,7 @@ import numpy as np
 
 from ..core.errors import InputError
 
-__all__ = ["TensorSpec", "QuantizedModel"]
+__all__ = ["TensorSpec", "FloatHead", "QuantizedModel"]
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,39 @@ class TensorSpec:
     zero_point: int
 
 
+@dataclass(frozen=True)
+class FloatHead:
+    """A float function of the dequantized output: the Softmax or Sigmoid a
+    classifier ends with, left in float after the last DequantizeLinear.
+
+    Members
+    -------
+    op : str
+        ``"Softmax"`` or ``"Sigmoid"``.
+    name : str
+        The ONNX node.
+    axes : tuple of int
+        Softmax axes of the output batch tensor (1 .. rank-1); unused by Sigmoid.
+    """
+
+    op: str
+    name: str
+    axes: tuple = (1,)
+
+    def __post_init__(self):
+        if self.op not in ("Softmax", "Sigmoid"):
+            raise ValueError(f"a float head is Softmax or Sigmoid, not {self.op!r}")
+
+    def apply(self, y):
+        """float32 in, float32 out, computed as onnxruntime does (in float32)."""
+        y = np.asarray(y, dtype=np.float32)
+        if self.op == "Sigmoid":
+            return (np.float32(1) / (np.float32(1) + np.exp(-y))).astype(np.float32)
+        axes = tuple(self.axes)
+        e = np.exp(y - y.max(axis=axes, keepdims=True))
+        return (e / e.sum(axis=axes, keepdims=True)).astype(np.float32)
+
+
 class QuantizedModel:
     """Layers in topological order, wired by int8 tensor names.
 
@@ -60,10 +95,15 @@ class QuantizedModel:
     input, output : TensorSpec
     input_tensor, output_tensor : str
         Names of the int8 tensors behind the graph input and output.
+    head : FloatHead, optional
+        Applied to the dequantized output (the graph output is then float32).
     """
 
-    def __init__(self, name, layers, input, output, input_tensor, output_tensor):
+    def __init__(self, name, layers, input, output, input_tensor, output_tensor, head=None):
         self.name = str(name)
+        self.head = head
+        if head is not None and not np.issubdtype(output.dtype, np.floating):
+            raise ValueError(f"a float head needs a float output, not {output.dtype}")
         self.layers = list(layers)
         self.input = input
         self.output = output
@@ -104,10 +144,23 @@ class QuantizedModel:
 
     def quantize_input(self, x):
         """Graph input -> int8: float ``clip(rint(x / scale) + zp)`` (ties to
-        even, as onnxruntime), uint8 ``x - 128``, int8 unchanged."""
+        even, as onnxruntime), uint8 ``x - 128``, int8 unchanged.
+
+        Raises
+        ------
+        fpgacnn.core.errors.InputError
+            Wrong shape or dtype, or a float input holding NaN or infinity
+            (a NaN has no int8 code; onnxruntime gives it an arbitrary one).
+        """
         self.check_input(x)
         x = np.asarray(x)
         if np.issubdtype(self.input.dtype, np.floating):
+            bad = ~np.isfinite(x)
+            if bad.any():
+                where = tuple(int(i) for i in np.argwhere(bad)[0])
+                raise InputError(f"input {self.input.name!r} holds {int(bad.sum())} NaN or "
+                                 f"infinite value(s), the first at index {where}; "
+                                 "fpgacnn quantizes finite values only")
             q = np.rint(x.astype(np.float32) / np.float32(self.input.scale))
             return np.clip(q + self.input.zero_point, -128, 127).astype(np.int8)
         if self.input.dtype == np.uint8:
@@ -116,14 +169,18 @@ class QuantizedModel:
 
     def dequantize_output(self, y):
         """int8 result -> graph output dtype: float ``(y - zp) * scale`` in float32
-        (as onnxruntime), uint8 ``y + 128``, int8 unchanged."""
+        (as onnxruntime), then the :class:`FloatHead` if any; uint8 ``y + 128``,
+        int8 unchanged."""
         y = np.asarray(y, dtype=np.int8)
         if np.issubdtype(self.output.dtype, np.floating):
             d = (y.astype(np.int32) - self.output.zero_point).astype(np.float32)
-            return (d * np.float32(self.output.scale)).astype(self.output.dtype)
+            f = (d * np.float32(self.output.scale)).astype(self.output.dtype)
+            return f if self.head is None else self.head.apply(f)
         if self.output.dtype == np.uint8:
             return (y.astype(np.int16) + 128).astype(np.uint8)
         return y
 
     def __repr__(self):
-        return f"<QuantizedModel {self.name!r}: {len(self.layers)} layers, {self.macs} MACs/image>"
+        head = "" if self.head is None else f" + float {self.head.op}"
+        return (f"<QuantizedModel {self.name!r}: {len(self.layers)} layers{head}, "
+                f"{self.macs} MACs/image>")

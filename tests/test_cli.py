@@ -279,19 +279,32 @@ def conv_model(path, group=1, batch="N"):
     return path
 
 
-def grouped_conv_model(path):
-    """A float model fpgacnn cannot import once quantized: a grouped convolution."""
-    return conv_model(path, group=4)
+def unsupported_model(path, tail):
+    """A float 3x3 convolution followed by ``tail``, a node fpgacnn does not support."""
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((4, 4, 3, 3)).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1] * 4), tail]
+    graph = helper.make_graph(
+        nodes, "unsupported",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4, 6, 6])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4, None, None])],
+        initializer=[numpy_helper.from_array(w, "w"),
+                     numpy_helper.from_array(np.array([], np.float32), "roi"),
+                     numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "scales")])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return path
 
 
 def test_run_unsupported_attribute(capsys, tmp_path):
-    float_path = grouped_conv_model(tmp_path / "grouped_float.onnx")
+    resize = helper.make_node("Resize", ["c", "roi", "scales"], ["y"], name="resize",
+                              mode="linear")
+    float_path = unsupported_model(tmp_path / "linear_float.onnx", resize)
     calib = np.random.default_rng(1).standard_normal((8, 4, 6, 6)).astype(np.float32)
-    quantize_model(float_path, calib, tmp_path / "grouped.onnx")
+    quantize_model(float_path, calib, tmp_path / "linear.onnx")
     np.save(tmp_path / "x.npy", calib)
-    check_error(capsys, r"fpgacnn: error: node 'grouped' \(Conv\): grouped convolution "
-                        r"\(group=4\) is not supported",
-                "run", tmp_path / "grouped.onnx", "--input", tmp_path / "x.npy")
+    check_error(capsys, r"fpgacnn: error: node 'resize' \(Resize\): mode=linear is not supported "
+                        r"\(only nearest\)",
+                "run", tmp_path / "linear.onnx", "--input", tmp_path / "x.npy")
 
 
 def test_run_labels_need_a_classifier(capsys, tmp_path):
@@ -328,13 +341,14 @@ def test_quantize_end_to_end(capsys, tmp_path, digits, fmt, activation):
 
 
 def test_quantize_warns_when_fpgacnn_cannot_run_the_result(capsys, tmp_path):
-    float_path = grouped_conv_model(tmp_path / "grouped_float.onnx")
+    tanh = helper.make_node("Tanh", ["c"], ["y"], name="tanh")
+    float_path = unsupported_model(tmp_path / "tanh_float.onnx", tanh)
     np.save(tmp_path / "calib.npy", np.ones((2, 4, 6, 6), np.float32))
     status, _, err = cli(capsys, "quantize", float_path, "--calibration", tmp_path / "calib.npy",
                          "-o", tmp_path / "q.onnx")
     assert status == 0
-    assert re.fullmatch(r"fpgacnn: warning: \S+q\.onnx cannot be run by fpgacnn: node 'grouped' "
-                        r"\(Conv\): grouped convolution \(group=4\) is not supported\n", err), err
+    assert re.fullmatch(r"fpgacnn: warning: \S+q\.onnx cannot be run by fpgacnn: node 'tanh' "
+                        r"\(Tanh\): operator Tanh is not supported\n", err), err
 
 
 def test_quantize_model_with_fixed_batch(capsys, tmp_path):

@@ -118,3 +118,27 @@ def test_avgpool_counts_only_inside_taps_without_count_include_pad():
     assert (y == 10).all()
     y = avgpool2d(x, 0, 1.0, 0, (2, 2), (1, 1), (1, 1, 1, 1), count_include_pad=True)
     assert y[0, 0].tolist() == [[2, 5, 2], [5, 10, 5], [2, 5, 2]]   # 10/4 = 2.5 -> 2 (even)
+
+
+@pytest.mark.parametrize("value", [np.nan, np.inf, -np.inf])
+def test_non_finite_float_input_is_refused_naming_the_input(residual, value):
+    qm, x = residual
+    x = x[:5].copy()
+    x[3, 0, 2, 1] = value
+    with pytest.raises(InputError, match=r"^input 'x' holds 1 NaN or infinite value\(s\), the "
+                                         r"first at index \(3, 0, 2, 1\); fpgacnn quantizes "
+                                         r"finite values only$"):
+        ReferenceBackend().run(qm, x)
+
+
+def test_float_head_is_applied_after_dequantization():
+    from fpgacnn.host.model import FloatHead
+    y = np.array([[0.5, -1.0, 2.0], [0.0, 0.0, 0.0]], np.float32)
+    p = FloatHead("Softmax", "softmax").apply(y)
+    e = np.exp(y - y.max(1, keepdims=True))
+    np.testing.assert_allclose(p, e / e.sum(1, keepdims=True), rtol=1e-6)
+    assert p.dtype == np.float32
+    np.testing.assert_allclose(FloatHead("Sigmoid", "sigmoid").apply(y), 1 / (1 + np.exp(-y)),
+                               rtol=1e-6)
+    with pytest.raises(ValueError, match=r"^a float head is Softmax or Sigmoid, not 'Tanh'$"):
+        FloatHead("Tanh", "tanh")

@@ -1,4 +1,5 @@
-"""The reference backend against onnxruntime on seeded random single-layer models.
+"""The reference backend against onnxruntime on seeded random single-layer models
+(and small models for the forms that need a context: 1-D, float heads).
 
 Each model is quantized by onnxruntime's own quantizer (QDQ and QOperator,
 int8 and uint8 activations, per-channel int8 weights), imported with
@@ -13,9 +14,11 @@ import logging
 import numpy as np
 import pytest
 
-from onnx_model_builders import (add_model, calibration_data, conv_model, gemm_model,
-                                 ort_int8_output, ort_int8_tensors, pool_model, quantize)
-from fpgacnn.host.layers import AveragePool
+from onnx_model_builders import (add_model, avgpool_ties, calibration_data, concat_model,
+                                 conv1d_model, conv_model, gemm_model, global_pool_model,
+                                 head_model, layer_by_layer, ort_int8_output, ort_int8_tensors,
+                                 ort_session, pool_model, quantize, resize_model)
+from fpgacnn.host.layers import AveragePool, Conv, DilatedConv, GroupedConv
 from fpgacnn.host.onnx_import import load_onnx
 from fpgacnn.host.reference import ReferenceBackend
 
@@ -118,23 +121,6 @@ POOL_CASES = [
 ]
 
 
-def avgpool_ties(layer, x):
-    """Outputs whose exact value ``sum(x - zx) * x_scale / (y_scale * count)`` is a
-    half: onnxruntime's float pipeline breaks such ties by float32 noise."""
-    from fpgacnn.host.integer_ops import pad_nchw
-    kh, kw = layer.kernel
-    sy, sx = layer.stride
-
-    def window_sum(t):
-        win = np.lib.stride_tricks.sliding_window_view(t, (kh, kw), axis=(2, 3))
-        return win[:, :, ::sy, ::sx].sum(axis=(4, 5))
-    acc = window_sum(pad_nchw(x.astype(np.int64) - layer.x_zero_point, layer.pads, 0))
-    count = (kh * kw if layer.count_include_pad else
-             window_sum(pad_nchw(np.ones((1, 1) + x.shape[2:], np.int64), layer.pads, 0)))
-    v = acc * (layer.x_scale / layer.y_scale) / count
-    return np.abs(v - np.floor(v) - 0.5) < 1e-6
-
-
 @pytest.mark.parametrize("fmt,act", FORMATS)
 @pytest.mark.parametrize("case", range(len(POOL_CASES)))
 def test_pool_matches_onnxruntime(tmp_path, case, fmt, act):
@@ -227,3 +213,180 @@ def test_integer_graph_io(tmp_path, act):
     y_ort = sess.run(None, {q_in.output[0]: x})[0]
     assert y.dtype == y_ort.dtype == dtype
     assert_close(y.astype(np.int16), y_ort.astype(np.int16))
+
+
+GROUPED_CASES = [
+    # cin, cout, kernel, stride, pads, hw, group, dilation, relu
+    (8, 8, 3, 1, 1, (8, 8), 8, 1, True),                    # depthwise
+    (8, 8, 3, 2, 1, (9, 9), 8, 1, "clip"),                  # depthwise, stride 2, ReLU6
+    (6, 12, 3, 1, 1, (7, 7), 3, 1, False),                  # 3 groups of 2 -> 4
+    (4, 8, 3, 1, 2, (9, 9), 1, 2, True),                    # dilated
+    (8, 16, 3, 1, 2, (8, 8), 8, 2, False),                  # depthwise x2 channels, dilated
+    (3, 6, (3, 1), 1, (2, 0, 2, 0), (8, 6), 1, (2, 1), False),  # dilated along H only
+]
+
+
+@pytest.mark.parametrize("fmt,act", FORMATS)
+@pytest.mark.parametrize("case", range(len(GROUPED_CASES)))
+def test_grouped_and_dilated_conv_match_onnxruntime(tmp_path, case, fmt, act):
+    cin, cout, kernel, stride, pads, hw, group, dilation, relu = GROUPED_CASES[case]
+    model = conv_model(cin, cout, kernel, stride, pads, hw, relu=relu, seed=case, group=group,
+                       dilation=dilation)
+    qm, _, ref, ort = run_both(model, tmp_path, fmt, act, seed=case)
+    layer, = qm.layers
+    # never a Conv: the compiler sends only dense convolutions to the engine
+    assert not isinstance(layer, Conv)
+    assert isinstance(layer, GroupedConv if group > 1 else DilatedConv)
+    assert layer.group == group
+    assert layer.macs == cout * ref.shape[2] * ref.shape[3] * (cin // group) * np.prod(layer.kernel)
+    assert_close(ref, ort)
+
+
+@pytest.mark.parametrize("fmt,act", FORMATS)
+@pytest.mark.parametrize("auto_pad,stride,hw", [("SAME_UPPER", 2, (9, 8)), ("SAME_LOWER", 2, (8, 9)),
+                                                ("SAME_UPPER", 1, (6, 6)), ("VALID", 2, (9, 9))])
+def test_conv_auto_pad_matches_onnxruntime(tmp_path, auto_pad, stride, hw, fmt, act):
+    model = conv_model(3, 5, 4 if auto_pad != "VALID" else 3, stride, hw=hw, auto_pad=auto_pad,
+                       seed=stride)
+    qm, _, ref, ort = run_both(model, tmp_path, fmt, act, seed=stride)
+    assert type(qm.layers[0]) is Conv
+    assert_close(ref, ort)
+
+
+CEIL_AUTO_POOL_CASES = [
+    # kind, c, hw, kernel, stride, pads, count_include_pad, ceil_mode, auto_pad
+    ("MaxPool", 4, (7, 7), 2, 2, 0, 0, 1, None),
+    ("MaxPool", 3, (6, 5), 3, 2, 1, 0, 1, None),
+    ("AveragePool", 4, (7, 7), 2, 2, 0, 0, 1, None),
+    ("AveragePool", 4, (5, 6), 3, 2, 1, 1, 1, None),
+    ("AveragePool", 3, (6, 6), 3, 2, 1, 0, 1, None),
+    ("MaxPool", 4, (7, 8), 3, 2, 0, 0, 0, "SAME_UPPER"),
+    ("AveragePool", 4, (8, 7), 3, 2, 0, 0, 0, "SAME_LOWER"),
+    ("MaxPool", 3, (7, 7), 2, 2, 0, 0, 0, "VALID"),
+]
+
+
+@pytest.mark.parametrize("fmt,act", FORMATS)
+@pytest.mark.parametrize("case", range(len(CEIL_AUTO_POOL_CASES)))
+def test_ceil_mode_and_auto_pad_pools_match_onnxruntime(tmp_path, case, fmt, act):
+    kind, c, hw, kernel, stride, pads, cip, ceil, auto_pad = CEIL_AUTO_POOL_CASES[case]
+    model = pool_model(kind, c, hw, kernel, stride, pads, cip, seed=case, ceil_mode=ceil,
+                       auto_pad=auto_pad)
+    qm, x, ref, ort = run_both(model, tmp_path, fmt, act, seed=case)
+    assert [layer.op for layer in qm.layers] == ["Conv", kind]
+    pool = qm.layers[1]
+    ignore = None
+    if isinstance(pool, AveragePool):
+        pre = ReferenceBackend().trace_int8(qm, qm.quantize_input(x))[qm.layers[0].name]
+        ignore = avgpool_ties(pool, pre)
+    assert_close(ref, ort, ignore)
+
+
+@pytest.mark.parametrize("fmt,act", FORMATS)
+@pytest.mark.parametrize("axis", [1, -3])
+def test_concat_matches_onnxruntime(tmp_path, axis, fmt, act):
+    model = concat_model(3, 5, axis=axis, seed=7)
+    qm, _, ref, ort = run_both(model, tmp_path, fmt, act, seed=7)
+    assert [layer.op for layer in qm.layers] == ["Conv", "Conv", "Concat"]
+    assert qm.layers[2].output_shape == (8, 6, 6)
+    assert_close(ref, ort)
+
+
+RESIZE_CASES = [
+    dict(scales=(2, 2)),                                                    # nn.Upsample(2)
+    dict(scales=(2, 3), coordinate_transformation_mode="half_pixel",
+         nearest_mode="round_prefer_floor"),
+    dict(sizes=(7, 9), coordinate_transformation_mode="half_pixel",
+         nearest_mode="round_prefer_floor"),
+    dict(sizes=(3, 2), coordinate_transformation_mode="align_corners",
+         nearest_mode="round_prefer_ceil"),
+    dict(scales=(1.5, 2), coordinate_transformation_mode="pytorch_half_pixel",
+         nearest_mode="floor"),
+    dict(scales=(2, 2), coordinate_transformation_mode="tf_half_pixel_for_nn",
+         nearest_mode="ceil"),
+]
+
+
+@pytest.mark.parametrize("fmt,act", FORMATS)
+@pytest.mark.parametrize("case", range(len(RESIZE_CASES)))
+def test_resize_nearest_matches_onnxruntime(tmp_path, case, fmt, act):
+    model = resize_model(3, (5, 4), **RESIZE_CASES[case], seed=case)
+    qm, _, ref, ort = run_both(model, tmp_path, fmt, act, seed=case)
+    assert [layer.op for layer in qm.layers] == ["Conv", "Resize"]
+    assert_close(ref, ort)
+
+
+@pytest.mark.parametrize("fmt,act", FORMATS)
+@pytest.mark.parametrize("kind,keepdims,axes", [("GlobalMaxPool", 1, None),
+                                                ("ReduceMean", 1, (2, 3)),
+                                                ("ReduceMean", 0, (-2, -1)),
+                                                ("ReduceMax", 0, (3, 2))])
+def test_global_pools_match_onnxruntime(tmp_path, kind, keepdims, axes, fmt, act):
+    """onnxruntime leaves these in float between DequantizeLinear and the next
+    QuantizeLinear: a global pool layer, compared on onnxruntime's own input."""
+    model = global_pool_model(kind, keepdims=keepdims, axes=axes or (2, 3), seed=3)
+    path = quantize(model, tmp_path / "m.onnx", fmt=fmt, activation=act, seed=3)
+    qm = load_onnx(path)
+    op = "GlobalAveragePool" if kind == "ReduceMean" else "GlobalMaxPool"
+    assert [layer.op for layer in qm.layers] == \
+        ["Conv", op] + (["Flatten"] if keepdims else []) + ["Gemm"]
+    assert qm.layers[1].output_shape == ((6, 1, 1) if keepdims else (6,))
+    x = calibration_data(model, N_IMAGES, seed=4)
+    stats = layer_by_layer(qm, path, x)
+    # a pool followed by Flatten has no int8 tensor of its own in onnxruntime:
+    # it is checked through the Flatten's
+    assert [layer.op for layer, *_ in stats][-2:] == [qm.layers[-2].op, "Gemm"]
+    for layer, worst, exact, _ in stats:
+        assert worst <= 1 and exact >= MIN_EXACT, f"{layer.name}: {worst} LSB, {exact:.4%} exact"
+
+
+@pytest.mark.parametrize("fmt,act", FORMATS)
+@pytest.mark.parametrize("kind,axis", [("Softmax", 1), ("Softmax", -1), ("Sigmoid", None)])
+def test_quantized_softmax_and_sigmoid_match_onnxruntime(tmp_path, kind, axis, fmt, act):
+    """onnxruntime's default quantizer quantizes a final Softmax / Sigmoid too
+    (QDQ, QLinearSoftmax, QLinearSigmoid): an int8 layer."""
+    model = head_model(kind, axis=axis or 1, seed=5)
+    qm, _, ref, ort = run_both(model, tmp_path, fmt, act, seed=5)
+    assert [layer.op for layer in qm.layers] == ["Gemm", kind] and qm.head is None
+    assert_close(ref, ort)
+
+
+@pytest.mark.parametrize("fmt,act", FORMATS)
+@pytest.mark.parametrize("kind", ["Softmax", "Sigmoid"])
+def test_float_head_matches_onnxruntime(tmp_path, kind, fmt, act):
+    """A Softmax / Sigmoid left in float after the last DequantizeLinear (as
+    ``fpgacnn quantize`` leaves it) is the model's float head: the float output
+    equals onnxruntime's wherever the int8 logits agree."""
+    model = head_model(kind, seed=6)
+    path = quantize(model, tmp_path / "m.onnx", fmt=fmt, activation=act, seed=6,
+                    nodes_to_exclude=["head"])
+    qm = load_onnx(path)
+    assert [layer.op for layer in qm.layers] == ["Gemm"] and qm.head.op == kind
+    x = calibration_data(model, N_IMAGES, seed=7)
+    logits = ReferenceBackend().run_int8(qm, qm.quantize_input(x))
+    ort_logits = ort_int8_tensors(path, x, [qm.output_tensor])[qm.output_tensor]
+    assert_close(logits, ort_logits)
+    same = (logits == ort_logits).all(axis=1)
+    y = ReferenceBackend().run(qm, x)
+    y_ort = ort_session(path).run(None, {"x": x})[0]
+    assert y.dtype == np.float32 and y.shape == y_ort.shape == (N_IMAGES, 10)
+    np.testing.assert_allclose(y[same], y_ort[same], rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("fmt,act", FORMATS)
+@pytest.mark.parametrize("pool", ["MaxPool", "AveragePool", None])
+def test_1d_model_matches_onnxruntime(tmp_path, pool, fmt, act):
+    """Conv1d and its pools run as 2-D layers with H = 1; the graph input and
+    output keep their ONNX shapes."""
+    model = conv1d_model(pool=pool, seed=8)
+    path = quantize(model, tmp_path / "m.onnx", fmt=fmt, activation=act, seed=8)
+    qm = load_onnx(path)
+    assert qm.input.shape == (3, 24) and qm.output.shape == (5,)
+    ops = [layer.op for layer in qm.layers]
+    assert ops == ["Reshape", "Conv"] + ([pool] if pool else []) + \
+        ["Conv", "GlobalAveragePool", "Flatten", "Gemm"]
+    assert qm.layers[1].input_shape == (3, 1, 24) and qm.layers[1].kernel == (1, 5)
+    x = calibration_data(model, N_IMAGES, seed=9)
+    for layer, worst, exact, _ in layer_by_layer(qm, path, x):
+        assert worst <= 1 and exact >= MIN_EXACT, f"{layer.name}: {worst} LSB, {exact:.4%} exact"
+    assert_close(ReferenceBackend().run_int8(qm, qm.quantize_input(x)), ort_int8_output(path, x))

@@ -7,7 +7,8 @@
 
 The quantizer is onnxruntime's own (:mod:`fpgacnn.host.quantize`). ``DATA.npy``
 holds representative inputs shaped like the model input, any batch size, in
-its dtype (float32).
+its dtype (float32). BatchNormalization is folded into the Conv or Gemm before
+it first, and a final Softmax or Sigmoid stays float (the model's float head).
 """
 
 import sys
@@ -25,7 +26,8 @@ def add_parser(subparsers):
         "quantize", help="quantize a float ONNX model to int8 (onnxruntime)",
         description="Quantize a float ONNX model to int8 with onnxruntime's static quantizer: "
                     "per-channel symmetric int8 weights, per-tensor activations calibrated "
-                    "(min/max) on DATA.npy.")
+                    "(min/max) on DATA.npy. BatchNormalization is folded into the Conv or Gemm "
+                    "before it; a final Softmax or Sigmoid stays float.")
     p.add_argument("model", metavar="MODEL.onnx", type=Path, help="float ONNX model")
     p.add_argument("--calibration", metavar="DATA.npy", type=Path, required=True,
                    help="calibration inputs (N, ...) float32, shaped like the model input")
@@ -56,5 +58,6 @@ def run(args):
     except ModelError as e:
         print(f"fpgacnn: warning: {out} cannot be run by fpgacnn: {e}", file=sys.stderr)
     else:
-        print(f"fpgacnn imports it: {len(model.layers)} layers, {model.macs:,} MACs per image")
+        head = "" if model.head is None else f", float {model.head.op} head"
+        print(f"fpgacnn imports it: {len(model.layers)} layers, {model.macs:,} MACs per image{head}")
     return 0
