@@ -22,7 +22,7 @@ from fpgacnn.host.compiler import (BatchImage, BatchTranspose, EngineStep, GemmA
 from fpgacnn.host.cycle_model import layer_cycles
 from fpgacnn.host.engine_driver import LayerRun
 from fpgacnn.host.examples import load_example
-from fpgacnn.host.layers import Conv, Gemm
+from fpgacnn.host.layers import Conv, DilatedConv, Gemm, GroupedConv
 from fpgacnn.host.model import QuantizedModel, TensorSpec
 from fpgacnn.host.onnx_import import load_onnx
 from fpgacnn.host.reference import ReferenceBackend
@@ -307,3 +307,25 @@ def test_strips_of_padding_only_columns(emulated, width, kmax, k, stride, pads):
                             str(e)), e
         return
     assert_array_equal(y, ReferenceBackend().run_int8(model, x))
+
+
+@pytest.mark.parametrize("kind", ["grouped", "depthwise", "dilated"])
+def test_grouped_and_dilated_convolutions_are_host_work(emulated, kind):
+    """The dense engine must never see a grouped or dilated convolution as a Conv:
+    they compile to host steps and match the reference."""
+    rng = np.random.default_rng(7)
+    cin, cout = 4, 4
+    group = {"grouped": 2, "depthwise": cin, "dilated": 1}[kind]
+    weight = rng.integers(-127, 128, (cout, cin // group, 3, 3)).astype(np.int8)
+    args = ("c", ["x"], "y", (cin, 6, 6), weight, rng.integers(-300, 300, cout).astype(np.int32),
+            0.05, 3, rng.uniform(0.5, 1.5, cout) / 127, 0.2, -2)
+    layer = (DilatedConv(*args, pads=(2, 2, 2, 2), dilation=(2, 2)) if kind == "dilated"
+             else GroupedConv(*args, pads=(1, 1, 1, 1), group=group))
+    model = QuantizedModel("m", [layer], TensorSpec("x", (cin, 6, 6), np.int8, 0.05, 3),
+                           TensorSpec("y", layer.output_shape, np.int8, 0.2, -2), "x", "y")
+    (step,) = compile_model(model, SMALL_ENGINE, batch=2).steps
+    assert not isinstance(step, EngineStep)
+    x = rng.integers(-128, 128, (2, cin, 6, 6), dtype=np.int8)
+    acc = emulated(model, SMALL_ENGINE)
+    assert_array_equal(acc.run_int8(x), ReferenceBackend().run_int8(model, x))
+    assert acc.report["layers"][0]["engine"] is False
