@@ -4,10 +4,10 @@ Every Conv and Gemm runs on the engine; a 2x2 stride-2 MaxPool that directly
 follows a Conv is fused into it. The other layer kinds (Add, Concat, pools,
 Resize, Flatten/Reshape, Sigmoid/Softmax, and the grouped, depthwise and
 dilated convolutions, which are not :class:`~fpgacnn.host.layers.Conv`) run
-on the host with the reference semantics and are reported as host work. A Conv or Gemm that the engine cannot
-run (kernel larger than ``kmax``, too many input channels for the line buffer,
-...) is an error that names the layer and the limit: it never falls back to
-the host quietly.
+on the host with the reference semantics and are reported as host work. A
+Conv or Gemm that the engine cannot run (kernel larger than ``kmax``, too many
+input channels for the line buffer, ...) is an error that names the layer and
+the limit: it never falls back to the host quietly.
 
 Within a layer the compiler tiles:
 
