@@ -48,7 +48,10 @@ def open_board(backend, config, *, waves=None, bitfile=None, port=None, baud=Non
     backend : {"sim", "pynq", "serial"}
     config : EngineConfig
         For ``sim`` and ``serial`` with ``port="sim"``: the engine to generate
-        and simulate.
+        and simulate. ``sim`` keeps the generated Verilog on disk
+        (:func:`fpgacnn.sim.verilator.cached_engine_verilog`) and its
+        Verilator build (:mod:`fpgacnn.sim.native_board`), so a second run
+        of a configuration starts at once.
     waves : path-like, optional
         ``sim`` (and simulated ``serial``): waveform file (``.vcd``, or
         ``.fst`` with lz4 headers).
@@ -62,13 +65,12 @@ def open_board(backend, config, *, waves=None, bitfile=None, port=None, baud=Non
         ``serial`` on a device: the bitstream's baud rate (default 3,000,000).
     """
     if backend == "sim":
-        from ..hdl.verilog import TOP_NAME, engine_verilog
+        from ..hdl.verilog import TOP_NAME
         from ..sim.native_board import SimulatedBoard
-        if progress:
-            progress(f"generating the engine (pin={config.pin}, pout={config.pout}, "
-                     f"kmax={config.kmax}: {config.peak_macs_per_cycle} MACs/cycle)")
-        return SimulatedBoard(engine_verilog(config), top=TOP_NAME, waves=waves,
-                              clock_hz=clock_hz, progress=progress)
+        from ..sim.verilator import cached_engine_verilog
+        verilog = cached_engine_verilog(config, name=TOP_NAME, progress=progress)
+        return SimulatedBoard(verilog, top=TOP_NAME, waves=waves, clock_hz=clock_hz,
+                              progress=progress)
     if backend == "pynq":
         from .pynq_board import PynqBoard
         if bitfile is None:
@@ -122,8 +124,20 @@ class Accelerator:
         overrides ``backend``'s own.
     clock_hz : float
         The engine clock for projected throughput (and sim timeouts).
+    batch : int, optional
+        The batch size :meth:`run` will be given, if known: the model is
+        compiled for it in the constructor.
     waves, bitfile, port, baud, progress
         See :func:`open_board`. ``progress`` receives one-line messages.
+
+    Raises
+    ------
+    MappingError
+        A layer the engine cannot run. The model is compiled (for ``batch``,
+        or for one image) before the constructor opens a board of its own, so
+        this comes in milliseconds, before any Verilog is generated, built or
+        loaded. With a ``board`` given and no ``batch``, compiling waits for
+        :meth:`run`.
 
     Attributes
     ----------
@@ -133,9 +147,12 @@ class Accelerator:
     """
 
     def __init__(self, model, *, backend="sim", config=None, board=None, clock_hz=100e6,
-                 waves=None, bitfile=None, port=None, baud=None, progress=None):
+                 batch=None, waves=None, bitfile=None, port=None, baud=None, progress=None):
         if backend not in BACKENDS:
             raise InputError(f"unknown backend {backend!r} (choose from {', '.join(BACKENDS)})")
+        if batch is not None and (isinstance(batch, bool) or not isinstance(batch, int)
+                                  or batch < 1):
+            raise InputError(f"batch must be a positive integer, not {batch!r}")
         self.model = model if hasattr(model, "layers") else load_onnx(model)
         self.backend = backend
         self.config = config if config is not None else EngineConfig()
@@ -146,6 +163,10 @@ class Accelerator:
         self.board = board
         self.driver = None
         if backend != "reference":
+            if board is None or batch is not None:
+                # Fail early: a layer over the engine's limits is refused here,
+                # not after minutes of generating and building the engine.
+                self.program(1 if batch is None else batch)
             if board is None:
                 self.board = open_board(backend, self.config, waves=waves, bitfile=bitfile,
                                         port=port, baud=baud, clock_hz=clock_hz,

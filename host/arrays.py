@@ -13,8 +13,13 @@ from pathlib import Path
 import numpy as np
 
 from ..core.errors import InputError
+from .paths import check_input_file
 
 __all__ = ["load_array", "format_shape", "check_array", "check_labels"]
+
+#: The first bytes of every .npy file (then the format version), and of a zip (.npz) archive.
+_NPY_MAGIC = b"\x93NUMPY"
+_ZIP_MAGIC = b"PK\x03\x04"
 
 
 def load_array(path, argument):
@@ -34,8 +39,9 @@ def load_array(path, argument):
     Raises
     ------
     InputError
-        The file is missing, is not an ``.npy`` file (an ``.npz`` archive, a
-        truncated or foreign file), or holds Python objects.
+        The file is missing or a directory, is not a NumPy ``.npy`` file (a
+        text file, an ``.npz`` archive, a pickle), is truncated, or holds
+        Python objects.
 
     Examples
     --------
@@ -46,21 +52,27 @@ def load_array(path, argument):
     (2, 3)
     """
     path = Path(path)
-    if not path.is_file():
-        raise InputError(f"{argument} {path}: no such file")
+    check_input_file(path, argument, "a NumPy .npy file")
     try:
         with open(path, "rb") as f:
-            loaded = np.load(f, allow_pickle=False)
-            if isinstance(loaded, np.ndarray):
-                # Touch the data while the file is open: a truncated file fails here.
-                return np.asarray(loaded)
+            # numpy takes anything without the .npy magic string for a pickle
+            # (and an .npz for a zip): tell the user what the file is instead.
+            magic = f.read(len(_NPY_MAGIC))
+            if magic.startswith(_ZIP_MAGIC):
+                raise InputError(f"{argument} {path}: is an .npz archive, expected a single "
+                                 f".npy array")
+            if magic != _NPY_MAGIC:
+                empty = " (the file is empty)" if not magic else ""
+                raise InputError(f"{argument} {path}: not a NumPy .npy file{empty}")
+            f.seek(0)
+            # Touch the data while the file is open: a truncated file fails here.
+            return np.asarray(np.load(f, allow_pickle=False))
     except (ValueError, OSError, EOFError) as e:
         reason = str(e).splitlines()[0] if str(e) else type(e).__name__
         if "allow_pickle" in reason:
             raise InputError(f"{argument} {path}: holds Python objects, which are not loaded "
                              f"(arrays are read without pickle)") from None
         raise InputError(f"{argument} {path}: not a readable .npy array ({reason})") from None
-    raise InputError(f"{argument} {path}: is an .npz archive, expected a single .npy array")
 
 
 def format_shape(shape):

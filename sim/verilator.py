@@ -35,11 +35,13 @@ import tempfile
 import time
 from xml.etree import ElementTree
 
+from ..core.config import require_config
 from ..core.errors import BackendError
 from .verilator_tool import verilator_env, verilator_version
 
-__all__ = ["cache_dir", "wave_format", "waves_requested",
+__all__ = ["cache_dir", "verilog_cache_dir", "wave_format", "waves_requested",
            "SimBuild", "build_verilog", "build_engine", "engine_build_key", "generator_sources",
+           "engine_verilog_key", "cached_engine_verilog",
            "prune_cache",
            "CocotbResult", "run_cocotb"]
 
@@ -72,14 +74,26 @@ def _verilator_environ():
 MAX_CACHED_BUILDS = 8
 
 
-def cache_dir():
-    """Where builds are kept: ``$FPGACNN_CACHE_DIR`` or ``~/.cache/fpgacnn``, plus ``verilator/``."""
+#: Generated engine Verilog texts kept in the cache (each new one evicts the least recently used).
+MAX_CACHED_VERILOG = 16
+
+
+def _cache_root():
+    """``$FPGACNN_CACHE_DIR``, or ``fpgacnn/`` in ``$XDG_CACHE_HOME`` (default ``~/.cache``)."""
     base = os.environ.get("FPGACNN_CACHE_DIR")
     if base:
-        root = Path(base)
-    else:
-        root = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "fpgacnn"
-    return root / "verilator"
+        return Path(base)
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "fpgacnn"
+
+
+def cache_dir():
+    """Where builds are kept: ``$FPGACNN_CACHE_DIR`` or ``~/.cache/fpgacnn``, plus ``verilator/``."""
+    return _cache_root() / "verilator"
+
+
+def verilog_cache_dir():
+    """Where generated Verilog is kept: beside :func:`cache_dir`, in ``verilog/``."""
+    return _cache_root() / "verilog"
 
 
 def wave_format():
@@ -262,12 +276,27 @@ def _module_path(module):
     return None
 
 
+def _import_statements(tree):
+    """Every statement of a module, also those in functions, classes and blocks.
+
+    Imports are statements, so the expressions (most of a module's nodes)
+    are not visited: :func:`ast.walk` would take most of a cached run's
+    start-up time.
+    """
+    todo = list(tree.body)
+    while todo:
+        node = todo.pop()
+        yield node
+        for field in ("body", "orelse", "finalbody", "handlers", "cases"):
+            todo.extend(getattr(node, field, ()))
+
+
 def _package_imports(module, path):
     """``fpgacnn`` modules (dotted, without the prefix) that a source file imports relatively."""
     tree = ast.parse(path.read_text(), str(path))
     package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
     found = set()
-    for node in ast.walk(tree):
+    for node in _import_statements(tree):
         if isinstance(node, ast.ImportFrom) and node.level >= 1:
             base = package[:len(package) - (node.level - 1)]
             target = ".".join([*base, *(node.module.split(".") if node.module else [])])
@@ -309,6 +338,81 @@ def engine_build_key(config, *, waves=False):
            "tools": _tool_versions()}
     digest = hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
     return f"engine-{digest}{'-waves' if waves else ''}"
+
+
+def engine_verilog_key(config, *, name):
+    """Cache key of an engine's Verilog text: configuration, module name, generator
+    sources (:func:`generator_sources`) and the Amaranth version."""
+    import amaranth
+    doc = {"config": config.as_dict(), "name": name, "hdl": _hdl_sources_digest(),
+           "amaranth": amaranth.__version__}
+    digest = hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:20]
+    return f"{name}-{digest}"
+
+
+def cached_engine_verilog(config, *, name=None, progress=None):
+    """:func:`fpgacnn.hdl.verilog.engine_verilog` of ``config``, kept on disk.
+
+    Elaborating the engine takes seconds; the text depends only on the
+    configuration, the module name, the generator sources and Amaranth, so
+    it is kept in :func:`verilog_cache_dir` under :func:`engine_verilog_key`
+    (the :data:`MAX_CACHED_VERILOG` most recently used texts) and read back
+    by the next process that opens the same engine. Files are written whole
+    and renamed into place, so a concurrent reader never sees half a file.
+
+    Parameters
+    ----------
+    config : EngineConfig
+    name : str, optional
+        Top module name (default :data:`fpgacnn.hdl.verilog.TOP_NAME`).
+    progress : callable, optional
+        Told when the Verilog is generated (not when it comes from the cache).
+
+    Returns
+    -------
+    str
+    """
+    from ..hdl import verilog as hdl_verilog
+    require_config(config)
+    name = hdl_verilog.TOP_NAME if name is None else name
+    folder = verilog_cache_dir()
+    path = folder / f"{engine_verilog_key(config, name=name)}.v"
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError):
+        text = None
+    if text is not None and text.rstrip().endswith("endmodule"):
+        with contextlib.suppress(OSError):
+            os.utime(path)  # most recently used: pruned last
+        return text
+    if progress:
+        progress(f"generating the engine's Verilog (pin={config.pin}, pout={config.pout}, "
+                 f"kmax={config.kmax}: {config.peak_macs_per_cycle} MACs/cycle); "
+                 f"cached for the next run")
+    text = hdl_verilog.engine_verilog(config, name=name)
+    tmp = None
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f"{path.name}.", suffix=".tmp")
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+        tmp = None
+        _prune_verilog(folder)
+    except OSError:
+        pass  # a cache that cannot be written (read-only, full) costs the next run time, no more
+    finally:
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+    return text
+
+
+def _prune_verilog(folder):
+    texts = sorted(folder.glob("*.v"), key=lambda p: p.stat().st_mtime, reverse=True)
+    for path in texts[MAX_CACHED_VERILOG:]:
+        with contextlib.suppress(OSError):
+            path.unlink()
 
 
 def build_engine(config, *, waves=None, log=None):

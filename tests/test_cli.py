@@ -7,6 +7,7 @@ with an anchored regex), exit status 1 and no traceback.
 """
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -60,6 +61,16 @@ def files(tmp_path, digits):
     f["model_truncated"].write_bytes(INT8.read_bytes()[:4000])
     f["not_onnx"] = tmp_path / "text.onnx"
     f["not_onnx"].write_text("this is not a model\n")
+    f["text_npy"] = tmp_path / "text.npy"
+    f["text_npy"].write_text("1 2 3\n")
+    f["empty_npy"] = tmp_path / "empty.npy"
+    f["empty_npy"].write_bytes(b"")
+    f["zip_npy"] = tmp_path / "zipped.npy"
+    f["zip_npy"].write_bytes(f["npz"].read_bytes())
+    f["dir"] = tmp_path / "folder.npy"
+    f["dir"].mkdir()
+    f["file"] = tmp_path / "plain"
+    f["file"].write_text("a file, not a folder\n")
     return f
 
 
@@ -96,6 +107,16 @@ def test_run_writes_output_in_model_dtype_and_shape(capsys, files, tmp_path, dig
     expected = ReferenceBackend().run(load_onnx(INT8), digits.x[:16])
     np.testing.assert_array_equal(y, expected)
     assert re.search(r"^wrote .*y\.npy: \(16, 10\) float32$", out, re.M)
+
+
+def test_run_writes_exactly_the_output_path(capsys, files, tmp_path):
+    # np.save given a name would write y.NPY.npy; the file is opened by fpgacnn instead.
+    y_path = tmp_path / "y.NPY"
+    status, out, err = cli(capsys, "run", INT8, "--input", files["x"], "--output", y_path)
+    assert (status, err) == (0, "")
+    assert sorted(p.name for p in tmp_path.glob("y*")) == ["y.NPY"]
+    assert np.load(y_path, allow_pickle=False).shape == (16, 10)
+    assert re.search(r"^wrote \S+/y\.NPY: \(16, 10\) float32$", out, re.M), out
 
 
 def test_run_batch_rows_do_not_depend_on_batch(capsys, files, tmp_path, digits):
@@ -240,6 +261,41 @@ RUN_ERRORS = {
     "labels length": (["run", str(INT8), "--input", "{x}", "--labels", "{labels_short}"],
                       r"fpgacnn: error: --labels \S+/labels_short\.npy: shape \(5,\) does not "
                       r"match the batch, expected \(16,\)"),
+    "model is a directory": (["run", "{tmp}", "--input", "{x}"],
+                             r"fpgacnn: error: MODEL \S+: is a directory, not an ONNX file"),
+    "input is a directory": (["run", str(INT8), "--input", "{dir}"],
+                             r"fpgacnn: error: --input \S+/folder\.npy: is a directory, not a "
+                             r"NumPy \.npy file"),
+    "labels is a directory": (["run", str(INT8), "--input", "{x}", "--labels", "{dir}"],
+                              r"fpgacnn: error: --labels \S+/folder\.npy: is a directory, not a "
+                              r"NumPy \.npy file"),
+    "text as input": (["run", str(INT8), "--input", "{text_npy}"],
+                      r"fpgacnn: error: --input \S+/text\.npy: not a NumPy \.npy file"),
+    "empty input": (["run", str(INT8), "--input", "{empty_npy}"],
+                    r"fpgacnn: error: --input \S+/empty\.npy: not a NumPy \.npy file "
+                    r"\(the file is empty\)"),
+    "npz named npy": (["run", str(INT8), "--input", "{zip_npy}"],
+                      r"fpgacnn: error: --input \S+/zipped\.npy: is an \.npz archive, "
+                      r"expected a single \.npy array"),
+    "output without .npy": (["run", str(INT8), "--input", "{x}", "--output", "{tmp}/y"],
+                            r"fpgacnn: error: --output \S+/y: the file name must end in \.npy"),
+    "output is a directory": (["run", str(INT8), "--input", "{x}", "--output", "{dir}"],
+                              r"fpgacnn: error: --output \S+/folder\.npy: is a directory, "
+                              r"not a file"),
+    "output under a file": (["run", str(INT8), "--input", "{x}", "--output", "{file}/y.npy"],
+                            r"fpgacnn: error: --output \S+/plain/y\.npy: \S+/plain is not a "
+                            r"directory"),
+    "report is a directory": (["run", str(INT8), "--input", "{x}", "--report", "{tmp}"],
+                              r"fpgacnn: error: --report \S+: is a directory, not a file"),
+    "report without .json": (["run", str(INT8), "--input", "{x}", "--report", "{tmp}/r.txt"],
+                             r"fpgacnn: error: --report \S+/r\.txt: the file name must end in "
+                             r"\.json"),
+    "waves suffix": (["run", str(INT8), "--input", "{x}", "--waves", "{tmp}/w.txt"],
+                     r"fpgacnn: error: --waves \S+/w\.txt: the file name must end in \.vcd or "
+                     r"\.fst"),
+    "waves directory": (["run", str(INT8), "--input", "{x}", "--waves", "{tmp}/no/w.vcd"],
+                        r"fpgacnn: error: --waves \S+/no/w\.vcd: directory \S+/no does not "
+                        r"exist"),
     "output directory": (["run", str(INT8), "--input", "{x}", "--output", "{tmp}/no/y.npy"],
                          r"fpgacnn: error: --output \S+/no/y\.npy: directory \S+/no does not exist"),
     "report directory": (["run", str(INT8), "--input", "{x}", "--report", "{tmp}/no/r.json"],
@@ -262,6 +318,39 @@ def test_run_bad_input(capsys, files, tmp_path, case):
     argv, pattern = RUN_ERRORS[case]
     names = {k: str(v) for k, v in files.items()} | {"tmp": str(tmp_path)}
     check_error(capsys, pattern, *(a.format(**names) for a in argv))
+
+
+def test_output_paths_are_checked_before_a_board_is_opened(capsys, files, tmp_path, monkeypatch):
+    from fpgacnn.host import accelerator
+
+    def no_board(*args, **kwargs):
+        raise AssertionError("a board was opened before the output paths were checked")
+    monkeypatch.setattr(accelerator, "open_board", no_board)
+    check_error(capsys, r"fpgacnn: error: --report \S+: is a directory, not a file",
+                "run", INT8, "--input", files["x"], "--backend", "sim", "--report", tmp_path)
+
+
+def test_unwritable_output_directory(capsys, files, tmp_path, monkeypatch):
+    # Tests may run as root, for whom every folder is writable: ask os.access to say no.
+    from fpgacnn.host import paths
+    monkeypatch.setattr(paths.os, "access", lambda path, mode: not mode & os.W_OK)
+    check_error(capsys, r"fpgacnn: error: --output \S+/y\.npy: directory \S+ is not writable",
+                "run", INT8, "--input", files["x"], "--output", tmp_path / "y.npy")
+
+
+def test_a_failed_report_write_keeps_the_output(capsys, files, tmp_path, monkeypatch):
+    # Should the report become unwritable during the run, the output is already saved and the
+    # failure is one line.
+    from fpgacnn.host.commands import run as run_command
+    monkeypatch.setattr(run_command, "check_outputs", lambda args: None)
+    report = tmp_path / "r.json"
+    report.mkdir()
+    status, out, err = cli(capsys, "run", INT8, "--input", files["x"],
+                           "--output", tmp_path / "y.npy", "--report", report)
+    assert status == 1
+    assert re.fullmatch(r"fpgacnn: error: --report \S+/r\.json: cannot write \(Is a directory\)\n",
+                        err), err
+    assert np.load(tmp_path / "y.npy").shape == (16, 10)
 
 
 def conv_model(path, group=1, batch="N"):
@@ -383,6 +472,12 @@ QUANTIZE_ERRORS = {
                           r"float model"),
     "missing calibration": ([str(FLOAT), "--calibration", "{tmp}/nope.npy", "-o", "{tmp}/q.onnx"],
                             r"fpgacnn: error: --calibration \S+/nope\.npy: no such file"),
+    "calibration is a directory": ([str(FLOAT), "--calibration", "{dir}", "-o", "{tmp}/q.onnx"],
+                                   r"fpgacnn: error: --calibration \S+/folder\.npy: is a "
+                                   r"directory, not a NumPy \.npy file"),
+    "text as calibration": ([str(FLOAT), "--calibration", "{text_npy}", "-o", "{tmp}/q.onnx"],
+                            r"fpgacnn: error: --calibration \S+/text\.npy: not a NumPy \.npy "
+                            r"file"),
     "pickled calibration": ([str(FLOAT), "--calibration", "{objects}", "-o", "{tmp}/q.onnx"],
                             r"fpgacnn: error: --calibration \S+/objects\.npy: holds Python "
                             r"objects, which are not loaded \(arrays are read without pickle\)"),

@@ -1,14 +1,28 @@
-"""`fpgacnn demo` and `fpgacnn sim`: the engine commands, end to end on the simulated board."""
+"""`fpgacnn demo` and `fpgacnn sim`: the engine commands, end to end on the simulated board.
 
+Also what happens before the board: a model that cannot map is refused before
+any Verilog is generated or built, and the generated Verilog is cached on disk.
+"""
+
+import dataclasses
 import json
 import re
 
 import pytest
 
+from fpgacnn.core.errors import InputError, MappingError
+from fpgacnn.host import accelerator
+from fpgacnn.host.accelerator import Accelerator
 from fpgacnn.host.cli import main
 from fpgacnn.host.examples import load_example
+from fpgacnn.sim import verilator
 
 from conftest import SMALL_ENGINE
+
+#: SMALL_ENGINE with a weight buffer too small for the digits model's conv2 (8 input channels).
+TINY_ENGINE = dataclasses.replace(SMALL_ENGINE, max_channels=4, max_out_channels=4)
+TINY_REFUSAL = (r"layer 'conv2': the weights of even one output tile \(2 input tiles\) exceed "
+                r"the weight buffer's \d+ words? \(max_channels 4\)")
 
 
 @pytest.fixture(scope="module")
@@ -18,11 +32,108 @@ def small_toml(tmp_path_factory):
     return path
 
 
+def toml(path, config):
+    path.write_text("[engine]\n" + "".join(f"{k} = {v}\n" for k, v in config.as_dict().items()))
+    return path
+
+
+@pytest.fixture
+def no_engine(monkeypatch):
+    """Fail the test if the engine is generated, built or opened."""
+    def fail(*args, **kwargs):
+        raise AssertionError("the engine was generated or opened")
+    monkeypatch.setattr(accelerator, "open_board", fail)
+    monkeypatch.setattr(verilator, "cached_engine_verilog", fail)
+    monkeypatch.setattr("fpgacnn.hdl.verilog.engine_verilog", fail)
+
+
 def cli(capsys, *argv):
     status = main([str(a) for a in argv])
     out, err = capsys.readouterr()
     return status, out, err
 
+
+# ----------------------------------------------------------------- fail early
+
+@pytest.mark.parametrize("argv", [
+    ["run", "--example", "digits"],
+    ["run", "--example", "digits", "--backend", "serial", "--port", "sim"],
+    ["demo", "--images", "5"],
+])
+def test_unmappable_model_is_refused_before_the_engine_is_built(capsys, tmp_path, no_engine, argv):
+    status, out, err = cli(capsys, *argv, "--config", toml(tmp_path / "tiny.toml", TINY_ENGINE))
+    assert status == 1
+    assert re.fullmatch(r"fpgacnn: error: " + TINY_REFUSAL + r"\n", err), err
+
+
+def test_accelerator_compiles_before_it_opens_a_board(no_engine):
+    # The batch is not known yet: the constructor checks that every layer maps for one image.
+    with pytest.raises(MappingError, match="^" + TINY_REFUSAL + "$"):
+        Accelerator(load_example("digits").model, backend="sim", config=TINY_ENGINE)
+
+
+def test_accelerator_compiles_for_the_batch_it_is_given(small_engine_board):
+    acc = Accelerator(load_example("digits").model, config=SMALL_ENGINE, board=small_engine_board,
+                      batch=7)
+    assert list(acc._programs) == [7]
+    with pytest.raises(InputError, match=r"^batch must be a positive integer, not 0$"):
+        Accelerator(load_example("digits").model, backend="sim", config=SMALL_ENGINE, batch=0)
+
+
+# ----------------------------------------------------------------- the Verilog cache
+
+@pytest.fixture
+def fake_generator(monkeypatch, tmp_path):
+    """An empty cache folder, and an engine_verilog that records its calls (and is instant)."""
+    monkeypatch.setenv("FPGACNN_CACHE_DIR", str(tmp_path / "cache"))
+    calls = []
+
+    def engine_verilog(config, *, name):
+        calls.append(config)
+        return f"// {config.pin}x{config.pout}\nmodule {name}();\nendmodule\n"
+    monkeypatch.setattr("fpgacnn.hdl.verilog.engine_verilog", engine_verilog)
+    return calls
+
+
+def test_verilog_is_generated_once_per_configuration(fake_generator):
+    messages = []
+    first = verilator.cached_engine_verilog(SMALL_ENGINE, progress=messages.append)
+    again = verilator.cached_engine_verilog(SMALL_ENGINE, progress=messages.append)
+    assert again == first and fake_generator == [SMALL_ENGINE]
+    assert len(messages) == 1 and messages[0].startswith("generating the engine's Verilog")
+    [path] = verilator.verilog_cache_dir().iterdir()
+    assert path.name.startswith("fpgacnn_engine-") and path.read_text() == first
+    other = dataclasses.replace(SMALL_ENGINE, pout=8)
+    assert verilator.cached_engine_verilog(other) != first
+    assert fake_generator == [SMALL_ENGINE, other]
+
+
+def test_verilog_cache_follows_the_generator_sources(fake_generator, monkeypatch):
+    verilator.cached_engine_verilog(SMALL_ENGINE)
+    monkeypatch.setattr(verilator, "_hdl_sources_digest", lambda: "an edited generator")
+    verilator.cached_engine_verilog(SMALL_ENGINE)
+    assert fake_generator == [SMALL_ENGINE, SMALL_ENGINE]
+
+
+def test_verilog_cache_keeps_the_most_recently_used(fake_generator, monkeypatch):
+    monkeypatch.setattr(verilator, "MAX_CACHED_VERILOG", 2)
+    configs = [dataclasses.replace(SMALL_ENGINE, pout=p) for p in (4, 8, 12)]
+    for config in configs:
+        verilator.cached_engine_verilog(config)
+    assert len(list(verilator.verilog_cache_dir().glob("*.v"))) == 2
+    verilator.cached_engine_verilog(configs[-1])  # still cached
+    assert len(fake_generator) == 3
+
+
+def test_a_damaged_verilog_file_is_regenerated(fake_generator):
+    text = verilator.cached_engine_verilog(SMALL_ENGINE)
+    [path] = verilator.verilog_cache_dir().iterdir()
+    path.write_text(text[:10])
+    assert verilator.cached_engine_verilog(SMALL_ENGINE) == text
+    assert len(fake_generator) == 2
+
+
+# ----------------------------------------------------------------- the commands
 
 def test_demo_prints_accuracy_cycles_and_throughput(capsys, small_toml, tmp_path, small_engine_board):
     status, out, err = cli(capsys, "demo", "--config", small_toml, "--images", 30,
@@ -88,10 +199,27 @@ def test_sim_layer_of_a_model_with_waveform(capsys, small_toml, tmp_path):
     (["sim", "--shape", "4x8x8", "--out-channels", "4", "--kernel", "5"],
      r"layer 'conv': kernel 5x5 exceeds the engine's kmax 3"),
     (["demo", "--images", "0"], r"--images must be between 1 and 360, not 0"),
+    (["demo", "--report", "{tmp}"], r"--report \S+: is a directory, not a file"),
+    (["demo", "--report", "{tmp}/r.txt"], r"--report \S+/r\.txt: the file name must end in \.json"),
+    (["demo", "--waves", "{tmp}/no/w.vcd"],
+     r"--waves \S+/no/w\.vcd: directory \S+/no does not exist"),
+    (["sim", "--shape", "4x8x8", "--out-channels", "4", "--waves", "{tmp}/w.txt"],
+     r"--waves \S+/w\.txt: the file name must end in \.vcd or \.fst"),
+    (["sim", "--shape", "4x8x8", "--out-channels", "4", "--waves", "{tmp}"],
+     r"--waves \S+: is a directory, not a file"),
+    (["generate", "-o", "{file}"], r"-o \S+/plain: exists and is not a directory"),
+    (["generate", "-o", "{file}/sub/dir"], r"-o \S+/plain/sub/dir: cannot create it, \S+/plain "
+                                           r"is not a directory"),
+    (["build", "--board", "ulx3s-85f", "-o", "{file}"],
+     r"-o \S+/plain: exists and is not a directory"),
 ])
-def test_engine_command_errors(capsys, small_toml, argv, message):
+def test_engine_command_errors(capsys, small_toml, tmp_path, no_engine, argv, message):
     model = str(load_example("digits").model)
-    argv = [a.replace("{model}", model) for a in argv] + ["--config", str(small_toml)]
+    (tmp_path / "plain").write_text("a file\n")
+    names = {"{model}": model, "{tmp}": str(tmp_path), "{file}": str(tmp_path / "plain")}
+    for key, value in names.items():
+        argv = [a.replace(key, value) for a in argv]
+    argv = argv + ["--config", str(small_toml)]
     status, out, err = cli(capsys, *argv)
     assert status == 1
     assert re.fullmatch(r"fpgacnn: error: " + message + r"\n", err), err

@@ -26,6 +26,7 @@ import shutil
 from pathlib import Path
 
 from ...core.errors import FpgacnnError
+from ..paths import check_output_directory
 
 __all__ = ["add_parser", "run", "EXIT_VIVADO_MISSING"]
 
@@ -84,8 +85,7 @@ def run(args):
     from ...core.config import EngineConfig
 
     board = load_board(args.board)
-    if args.output.exists() and not args.output.is_dir():
-        raise FpgacnnError(f"{args.output}: exists and is not a directory")
+    check_output_directory(args.output, "-o")
     if args.clock_mhz is not None and not args.clock_mhz > 0:
         raise FpgacnnError(f"--clock-mhz must be positive, not {args.clock_mhz}")
     if args.config is not None:

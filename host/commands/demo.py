@@ -6,7 +6,6 @@ RTL accuracy, whether the RTL equals the reference bit for bit, the cycles of
 every layer and the projected images per second at the engine clock.
 """
 
-import json
 import time
 from pathlib import Path
 
@@ -17,7 +16,8 @@ from ...core.errors import BackendError, InputError
 from ..examples import load_example
 from ..onnx_import import load_onnx
 from ..reference import ReferenceBackend
-from .run import _float_accuracy, add_engine_arguments, engine_config, print_cycles, print_progress
+from .run import (_float_accuracy, add_engine_arguments, check_outputs, engine_config,
+                  print_cycles, print_progress, write_report)
 
 __all__ = ["add_parser", "run"]
 
@@ -45,6 +45,7 @@ def run(args):
     if not 1 <= count <= len(example.x):
         raise InputError(f"--images must be between 1 and {len(example.x)}, not {count}")
     x, labels = example.x[:count], example.y[:count]
+    check_outputs(args)
     config = engine_config(args)
     model = load_onnx(example.model)
 
@@ -54,7 +55,7 @@ def run(args):
           f"{config.peak_macs_per_cycle} MACs/cycle, {config.stream_width}-bit streams, "
           f"{args.clock_mhz:g} MHz")
     start = time.perf_counter()
-    with Accelerator(model, backend="sim", config=config, waves=args.waves,
+    with Accelerator(model, backend="sim", config=config, batch=count, waves=args.waves,
                      clock_hz=args.clock_mhz * 1e6, progress=print_progress) as accelerator:
         print(f"simulated board ready in {time.perf_counter() - start:.0f} s")
         start = time.perf_counter()
@@ -77,7 +78,7 @@ def run(args):
     print_cycles(report)
     print(f"simulation took {seconds:.1f} s of wall-clock time")
     if args.report is not None:
-        args.report.write_text(json.dumps(report, indent=2) + "\n")
+        write_report(args.report, report)
         print(f"wrote {args.report}")
     if not exact:
         raise BackendError("the RTL output differs from the reference backend")

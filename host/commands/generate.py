@@ -15,6 +15,7 @@ parameter does. ``DIR`` receives ``fpgacnn_engine.v``,
 from pathlib import Path
 
 from ...core.errors import FpgacnnError
+from ..paths import check_output_directory
 
 __all__ = ["add_parser", "run"]
 
@@ -37,12 +38,11 @@ def run(args):
     from ...hdl.verilog import write_engine, config_summary
 
     config = EngineConfig.from_toml(args.config) if args.config is not None else EngineConfig()
-    if args.output.exists() and not args.output.is_dir():
-        raise FpgacnnError(f"{args.output}: exists and is not a directory")
+    check_output_directory(args.output, "-o")
     try:
         paths = write_engine(config, args.output)
     except OSError as e:
-        raise FpgacnnError(f"{args.output}: cannot write ({e.strerror or e})") from None
+        raise FpgacnnError(f"-o {args.output}: cannot write ({e.strerror or e})") from None
     print(config_summary(config), end="")
     for kind, path in paths.items():
         print(f"wrote {path}")

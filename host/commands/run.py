@@ -46,11 +46,13 @@ import numpy as np
 from ...core.config import EngineConfig
 from ..accelerator import BACKENDS, Accelerator
 from ..arrays import check_array, check_labels, format_shape, load_array
+from ..paths import check_input_file, check_output_file
 from ...core.errors import InputError
 from ..examples import EXAMPLES, load_example
 from ..onnx_import import load_onnx
 
-__all__ = ["add_parser", "run", "add_engine_arguments", "engine_config"]
+__all__ = ["add_parser", "run", "add_engine_arguments", "engine_config", "check_outputs",
+           "write_output", "write_report"]
 
 
 def add_engine_arguments(p):
@@ -89,7 +91,8 @@ def add_parser(subparsers):
     p.add_argument("--input", metavar="X.npy", type=Path,
                    help="input batch (N, ...) in the model's input dtype and shape")
     p.add_argument("--output", metavar="Y.npy", type=Path,
-                   help="write the output batch here, in the model's output dtype and shape")
+                   help="write the output batch to this .npy file (exactly this name), in the "
+                        "model's output dtype and shape")
     p.add_argument("--labels", metavar="LABELS.npy", type=Path,
                    help="integer class labels (N,): print top-1 accuracy")
     p.add_argument("--backend", choices=BACKENDS, default="sim",
@@ -109,9 +112,31 @@ def _tensor_json(spec):
     return {"name": spec.name, "shape": ["N", *spec.shape], "dtype": np.dtype(spec.dtype).name}
 
 
-def _check_writable(path, argument):
-    if path is not None and not path.parent.is_dir():
-        raise InputError(f"{argument} {path}: directory {path.parent} does not exist")
+#: The file names each output option accepts: the suffix says what the file holds.
+OUTPUT_SUFFIXES = {"--output": (".npy",), "--report": (".json",), "--waves": (".vcd", ".fst")}
+
+
+def check_outputs(args):
+    """Check every output path the command was given, before anything long runs."""
+    for option, suffixes in OUTPUT_SUFFIXES.items():
+        check_output_file(getattr(args, option[2:], None), option, suffixes)
+
+
+def write_output(path, y):
+    """Write ``y`` to exactly ``path`` (``np.save`` given a name would append ``.npy``)."""
+    try:
+        with open(path, "wb") as f:
+            np.save(f, y, allow_pickle=False)
+    except OSError as e:
+        raise InputError(f"--output {path}: cannot write ({e.strerror or e})") from None
+
+
+def write_report(path, report, argument="--report"):
+    """Write a JSON report; a failure is one line, not a traceback."""
+    try:
+        path.write_text(json.dumps(report, indent=2) + "\n")
+    except OSError as e:
+        raise InputError(f"{argument} {path}: cannot write ({e.strerror or e})") from None
 
 
 def _float_accuracy(example, count=None):
@@ -142,8 +167,7 @@ def _data(args):
         raise InputError("give a MODEL.onnx to run, or --example " + "|".join(sorted(EXAMPLES)))
     if args.input is None:
         raise InputError(f"--input X.npy is required to run {args.model}")
-    if not args.model.is_file():
-        raise InputError(f"MODEL {args.model}: no such file")
+    check_input_file(args.model, "MODEL", "an ONNX file")
     x = load_array(args.input, "--input")
     labels = None if args.labels is None else load_array(args.labels, "--labels")
     return None, args.model, x, labels, f"--input {args.input}", f"--labels {args.labels}"
@@ -151,8 +175,7 @@ def _data(args):
 
 def run(args):
     example, model_path, x, labels, input_argument, labels_argument = _data(args)
-    _check_writable(args.output, "--output")
-    _check_writable(args.report, "--report")
+    check_outputs(args)
 
     model = load_onnx(model_path)
     check_array(x, name=model.input.name, shape=("N", *model.input.shape),
@@ -176,7 +199,9 @@ def run(args):
         raise InputError("the serial backend needs --port DEVICE (the board's USB-UART, e.g. "
                          "/dev/ttyUSB0) or --port sim")
     config = engine_config(args)
-    with Accelerator(model, backend=args.backend, config=config, waves=args.waves,
+    # With the batch known, the model is compiled for it before a board is
+    # opened: a layer the engine cannot run is refused before any build.
+    with Accelerator(model, backend=args.backend, config=config, batch=batch, waves=args.waves,
                      bitfile=args.bitfile, port=args.port, baud=args.baud,
                      clock_hz=args.clock_mhz * 1e6, progress=print_progress) as accelerator:
         start = time.perf_counter()
@@ -199,7 +224,7 @@ def run(args):
         print(f"float model (onnxruntime): {_float_accuracy(example):.2%}")
 
     if args.output is not None:
-        np.save(args.output, y, allow_pickle=False)
+        write_output(args.output, y)
         print(f"wrote {args.output}: {format_shape(y.shape)} {y.dtype}")
     if args.report is not None:
         report = {
@@ -220,7 +245,7 @@ def run(args):
                 report[key] = engine_report[key]
         if accuracy is not None:
             report["accuracy"] = accuracy
-        args.report.write_text(json.dumps(report, indent=2) + "\n")
+        write_report(args.report, report)
         print(f"wrote {args.report}")
     return 0
 

@@ -27,7 +27,7 @@ from ..layers import Conv, MaxPool
 from ..model import QuantizedModel, TensorSpec
 from ..onnx_import import load_onnx
 from ..reference import ReferenceBackend
-from .run import add_engine_arguments, engine_config, print_progress
+from .run import add_engine_arguments, check_outputs, engine_config, print_progress
 
 __all__ = ["add_parser", "run", "random_layer_model", "model_layer_model"]
 
@@ -133,6 +133,7 @@ def model_layer_model(path, name, batch, seed):
 def run(args):
     if args.batch < 1:
         raise InputError(f"--batch must be at least 1, not {args.batch}")
+    check_outputs(args)
     if args.model is not None:
         if args.layer is None:
             raise InputError(f"--layer NAME is required with MODEL ({args.model})")
@@ -153,7 +154,7 @@ def run(args):
     print(f"layer {step.name} ({step.op}): input {'x'.join(map(str, model.input.shape))}, "
           f"output {'x'.join(map(str, model.output.shape))}, batch {args.batch}, "
           f"{step.macs * args.batch:,} MACs, {len(step.runs)} engine run(s)")
-    with Accelerator(model, backend="sim", config=config, waves=args.waves,
+    with Accelerator(model, backend="sim", config=config, batch=args.batch, waves=args.waves,
                      clock_hz=args.clock_mhz * 1e6, progress=print_progress) as accelerator:
         y = accelerator.run_int8(x)
         entry = accelerator.report["layers"][0]
