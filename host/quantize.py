@@ -23,6 +23,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from .arrays import check_array, load_array
+from .paths import check_input_file, check_output_file
 from ..core.errors import InputError, ModelError
 
 __all__ = ["ACTIVATION_TYPES", "FORMATS", "float_model_input", "prepare_float_model",
@@ -42,8 +43,7 @@ _ONNX_FLOAT_TYPES = {onnx.TensorProto.FLOAT: np.float32}
 
 def _load_float_model(path):
     path = Path(path)
-    if not path.is_file():
-        raise InputError(f"model {path}: no such file")
+    check_input_file(path, "model", "an ONNX file")
     try:
         model = onnx.load(str(path))
         onnx.checker.check_model(model)
@@ -346,6 +346,7 @@ def quantize_model(model, calibration, output, *, activation_type="int8", quant_
         raise InputError(f"calibration batch size must be a positive integer, not {batch_size!r}")
     model_path = Path(model)
     output = Path(output)
+    check_output_file(output, "output", (".onnx",))  # before the calibration runs
     float_model = _load_float_model(model_path)
     name, shape, dtype = float_model_input(float_model, str(model_path))
     if isinstance(calibration, np.ndarray):

@@ -490,6 +490,14 @@ QUANTIZE_ERRORS = {
     "output directory": ([str(FLOAT), "--calibration", "{x}", "-o", "{tmp}/no/q.onnx"],
                          r"fpgacnn: error: output \S+/no/q\.onnx: directory \S+/no does not "
                          r"exist"),
+    "model is a directory": (["{dir}", "--calibration", "{x}", "-o", "{tmp}/q.onnx"],
+                             r"fpgacnn: error: model \S+/folder\.npy: is a directory, not an "
+                             r"ONNX file"),
+    "output is a directory": ([str(FLOAT), "--calibration", "{x}", "-o", "{dir}"],
+                              r"fpgacnn: error: output \S+/folder\.npy: is a directory, not a "
+                              r"file"),
+    "output suffix": ([str(FLOAT), "--calibration", "{x}", "-o", "{tmp}/q.txt"],
+                      r"fpgacnn: error: output \S+/q\.txt: the file name must end in \.onnx"),
 }
 
 
