@@ -263,6 +263,7 @@ class _Importer:
     def run(self):
         inputs = [i for i in self.graph.input if i.name not in self.consts]
         if len(inputs) != 1:
+            self._parameter_inputs({i.name for i in inputs})
             raise ModelError(f"{self.path}: the graph has {len(inputs)} inputs; fpgacnn supports exactly one")
         if len(self.graph.output) != 1:
             raise ModelError(f"{self.path}: the graph has {len(self.graph.output)} outputs; "
@@ -286,10 +287,26 @@ class _Importer:
                                        "please report this model")
         return self._finish()
 
+    def _parameter_inputs(self, names):
+        """Refuse, naming the node, a graph input read as a scale, zero point,
+        weights or bias: fpgacnn needs those as constant initializers."""
+        for node in self.graph.node:
+            for i, t in enumerate(node.input):
+                role = _constant_role(node, i) if t in names else None
+                if role:
+                    self._node_error(node, f"{role} {t!r} is a graph input; fpgacnn needs it as a "
+                                           "constant initializer")
+
     def _node_error(self, node, reason):
         raise ModelError(f"node {_node_name(node)!r} ({node.op_type}): {reason}")
 
     def _graph_input(self, vi):
+        kind = vi.type.WhichOneof("value")
+        if kind != "tensor_type":
+            what = {"sequence_type": "a sequence", "optional_type": "an optional",
+                    "map_type": "a map"}.get(kind, "not typed as a tensor")
+            raise ModelError(f"{self.path}: graph input {vi.name!r} is {what}; fpgacnn takes "
+                             "one tensor")
         t = vi.type.tensor_type
         dtype = np.dtype(helper.tensor_dtype_to_np_dtype(t.elem_type)) if t.elem_type else None
         if dtype not in (np.dtype(np.float32), np.dtype(np.int8), np.dtype(np.uint8)):
@@ -302,6 +319,9 @@ class _Importer:
                              "or (N, C) with fixed C, H, W, L")
         self.in_name, self.in_dtype = vi.name, dtype
         self.in_shape = tuple(d.dim_value for d in dims[1:])
+        # A fixed batch size in the file (an export without a dynamic batch axis):
+        # a Reshape target may state it instead of 0 / -1.
+        self.in_batch = dims[0].dim_value if dims[0].HasField("dim_value") else None
         if dtype != np.float32:
             # An integer graph input is itself the int8 tensor; its quantization
             # comes from its first consumer that states one.
@@ -600,8 +620,7 @@ class _Importer:
         self._op_Identity(node)
 
     def _op_QuantizeLinear(self, node):
-        if _attr(node, "axis", None) is not None and np.asarray(
-                self._const(node.input[1], "scale")).size > 1:
+        if np.asarray(self._const(node.input[1], "output scale")).size > 1:
             _fail("per-axis activation quantization is not supported")
         scale, zp = self._qparams(node, 1, 2, "output")
         src, out = node.input[0], node.output[0]
@@ -633,6 +652,8 @@ class _Importer:
             self.qconst[out] = _QConst(values, scale, zp, _attr(node, "axis", 1))
             return
         t = self._activation(src)
+        if np.asarray(self._const(node.input[1], "input scale")).size > 1:
+            _fail("per-axis activation quantization is not supported")
         scale, zp = self._qparams(node, 1, 2, "input")
         self._bind_qparams(t, scale, zp)
         self.fview[out] = t
@@ -665,8 +686,10 @@ class _Importer:
         # the layer that wrote the int8 tensor, which must have no other reader.
         t = self._resolve(self.fview[src])
         if t not in self.recipes or self.uses.get(t, 0) != 1 or self.uses.get(src, 0) != 1:
-            _fail(f"its input {t!r} is also read by other nodes (or is the graph input); "
-                  "cannot fuse the activation into the layer that writes it")
+            what = ("is the (dequantized) graph input"
+                    if t == self._resolve(self.input_tensor or "") else "is also read by other nodes")
+            _fail(f"its input {src!r} {what}; fpgacnn fuses a Relu / Clip into the "
+                  "layer that writes its input and has no standalone activation layer")
         # Rebuilt with the activation's output quantization when its QuantizeLinear
         # comes, or with the input's when the float activation is the graph output.
         recipe, produced = self.recipes.pop(t)
@@ -772,7 +795,9 @@ class _Importer:
                 zp = int(_scalar(_int_zp(c.zp, "constant operand zero point"), "zero point"))
                 ops.append(("const", _to_int8(values), scale, zp))
             elif name in self.consts:
-                _fail(f"operand {name!r} is a float constant; it must be quantized")
+                dtype = np.asarray(self.consts[name]).dtype
+                _fail(f"operand {name!r} is a constant ({dtype}) without DequantizeLinear; it must "
+                      "be a quantized constant (DequantizeLinear of an int8 initializer)")
             else:
                 t = self._activation(name, f"operand {i}")
                 ops.append(("tensor", t, self.qt[t].scale, self.qt[t].zp))
@@ -972,7 +997,7 @@ class _Importer:
         shape = self._onnx_shape(src)
         if _attr(node, "allowzero", 0) and 0 in target:
             _fail("allowzero=1 with a zero in the shape is not supported")
-        self._reshape_to(node, _reshape_target(target, shape))
+        self._reshape_to(node, _reshape_target(target, shape, self.in_batch))
 
     def _op_Squeeze(self, node):
         src = node.input[0]
@@ -1307,6 +1332,35 @@ class _Importer:
         self._qemit(node, self._softmax_maker(node, x, axes), x, 3)
 
 
+def _constant_role(node, i):
+    """What input ``i`` of ``node`` is when fpgacnn needs it constant (None: an
+    activation, or an input the operator's handler checks itself)."""
+    op = node.op_type
+    qparams = {1: "input scale", 2: "input zero point"}
+    out = {}
+    if op in ("QuantizeLinear", "DequantizeLinear"):
+        return {1: "scale", 2: "zero point"}.get(i)
+    if op in ("QLinearConv", "QLinearMatMul"):
+        out = {**qparams, 3: "weights", 4: "weight scale", 5: "weight zero point",
+               6: "output scale", 7: "output zero point", 8: "bias"}
+    elif op == "QGemm":
+        out = {**qparams, 3: "weights", 4: "weight scale", 5: "weight zero point", 6: "bias",
+               7: "output scale", 8: "output zero point"}
+    elif op in ("QLinearAdd", "QLinearMul"):
+        out = {**qparams, 4: "input scale", 5: "input zero point", 6: "output scale",
+               7: "output zero point"}
+    elif op in ("QLinearAveragePool", "QLinearGlobalAveragePool", "QLinearSigmoid",
+                "QLinearSoftmax"):
+        out = {**qparams, 3: "output scale", 4: "output zero point"}
+    elif op == "QLinearConcat":
+        if i < 2:
+            return ("output scale", "output zero point")[i]
+        return {1: "input scale", 2: "input zero point"}.get((i - 2) % 3)
+    elif op in ("Conv", "Gemm", "MatMul"):
+        out = {1: "weights", 2: "bias"}
+    return out.get(i)
+
+
 def _xq(q):
     """The quantization of an input tensor; a placeholder while it is not known
     (the layer is then only built to learn its output shape)."""
@@ -1332,13 +1386,14 @@ def _unsqueeze(v, axes):
     return v
 
 
-def _reshape_target(target, shape):
+def _reshape_target(target, shape, batch=None):
     """The per-image shape a Reshape ``target`` (None = the batch) gives a tensor
-    of per-image ``shape``; the batch axis must stay first."""
+    of per-image ``shape``; the batch axis must stay first. ``batch``: the graph
+    input's fixed batch size, if it has one (a target may then state it)."""
     size = int(np.prod(shape))
     text = [("N" if t is None else int(t)) for t in target]
     first, rest = target[0], list(target[1:])
-    if not (first is None or int(first) in (0, 1, -1)):
+    if not (first is None or int(first) in (0, 1, -1) or (batch and int(first) == batch)):
         _fail(f"Reshape to {text} changes the batch axis")
     if any(t is None for t in rest):
         _fail(f"Reshape to {text} moves the batch axis")
