@@ -305,6 +305,16 @@ class EngineContract:
         """Most output tiles of one run at ``ci_tiles`` input tiles (weights and parameters)."""
         return min(self.params.words, self.weights.words // max(ci_tiles, 1))
 
+    def max_ci_tiles_for(self, co_tiles):
+        """Most input tiles of one run at ``co_tiles`` output tiles (range and weight buffer).
+
+        ``co_tiles * ci_tiles`` fits the weight buffer exactly when ``ci_tiles``
+        is at most this (for ``ci_tiles`` in range); the gateware's check
+        (:mod:`fpgacnn.hdl.datapath.descriptor_check`) reads it as a table
+        indexed by ``co_tiles``, which is narrower than ``ci_tiles``.
+        """
+        return min(self.max_ci_tiles, self.weights.words // max(co_tiles, 1))
+
     # -- stream sections ----------------------------------------------------
 
     @property
@@ -448,6 +458,16 @@ def descriptor_violations(config, desc):
     if co * ci > c.weights.words:
         out.append(("co_tiles", f"{co} x {ci} weight words exceed the weight buffer's "
                                 f"{c.weights.words}"))
+    last = (int(desc["out_h"]) - 1) * int(desc["stride"]) - int(desc["pad_top"])
+    if last >= int(desc["in_h"]):
+        # The line buffer turns its row slots by the input rows an output row
+        # needs; a window of bottom padding only needs none, and the next
+        # image's first rows were overwritten before they were read (found by
+        # tests/test_limit_boundaries.py). The packing streams rows of x_zp
+        # instead (fpgacnn.host.packing.zero_point_rows).
+        out.append(("out_h", f"output row {desc['out_h']} starts at input row {last}, past the "
+                             f"{desc['in_h']} input rows: every window must hold an input row "
+                             f"(stream rows of x_zp for bottom padding)"))
     if desc["pool"]:
         oh, ow = int(desc["out_h"]), int(desc["out_w"])
         if oh < 2 or ow < 2:

@@ -85,6 +85,18 @@ def _scalar(value, what, name, lo, hi):
     return int(value)
 
 
+def zero_point_rows(in_h, out_h, stride, pad_top):
+    """Rows of ``x_zp`` streamed below an image whose last output rows read bottom padding only.
+
+    The engine contract wants an input row in every window
+    (:func:`~fpgacnn.core.contract.descriptor_violations`: the line buffer
+    loses the next image's rows otherwise), so output rows that start below
+    the image get rows of the padding value to start on; they contribute
+    nothing, as padding does.
+    """
+    return max(0, (out_h - 1) * stride - pad_top - in_h + 1)
+
+
 def use_remap(config, cin, kernel, remap=None):
     """Whether a layer runs through the 1x1 remap (docs/engine.md).
 
@@ -164,6 +176,8 @@ def map_layer(config, x_shape, w_shape, *, stride=1, pads=(0, 0, 0, 0), pool=Fal
         pads = (0, 0, 0, 0)
     elif sy != sx:
         raise MappingError(f"{name}: stride {sy}x{sx} is not square; the engine has one stride")
+    else:
+        h += zero_point_rows(h, out_h, sy, pads[0])
     geo = dict(in_h=h, in_w=wd, ci_tiles=math.ceil(cin / pin), co_tiles=math.ceil(cout / pout),
                out_h=out_h, out_w=out_w, stride=sy, pad_top=pads[0], pad_left=pads[1], batch=n,
                pool=int(bool(pool)))
@@ -381,9 +395,15 @@ def pack_pixels(config, x, x_zp, w_shape, *, stride=1, pads=(0, 0, 0, 0), remap=
         xk = np.zeros((n, oh, kmax, ow, kmax, lanes), np.int8)
         xk[..., :g] = xc.reshape(n, kmax, kmax, g, oh, ow).transpose(0, 4, 1, 5, 2, 3)
     else:
+        sy, _ = _pair(stride, "stride", name)
+        top, _, bottom, _ = (int(p) for p in pads)
+        oh = (h + top + bottom - kh) // sy + 1
+        rows = zero_point_rows(h, oh, sy, top)
         lanes = math.ceil(cin / pin) * pin
-        xk = np.zeros((n, h, wd, lanes), np.int8)
-        xk[..., :cin] = x.transpose(0, 2, 3, 1)
+        xk = np.full((n, h + rows, wd, lanes), 0, np.int8)
+        xk[..., :cin] = x_zp if rows else 0
+        xk[:, :h, :, :cin] = x.transpose(0, 2, 3, 1)
+        h += rows
     size = h * wd * lanes
     padded = _beats(size, beat) * beat
     if padded == size:

@@ -47,24 +47,14 @@ SWEEP_LAYERS = int(os.environ.get("FPGACNN_LIMIT_LAYERS", "2000"))
 #: Layers per configuration of the compile-only check.
 COMPILE_LAYERS = 150
 
-#: A wrong answer these tests found (not fixed here: the gateware is not ours).
-BOTTOM_PADDING_ROWS = (
-    "RTL: when an image ends in output rows that read bottom padding only (bottom pad >= "
-    "kernel rows: a 1x1 kernel with bottom pad 2 on kmax 3, 2 or 3 on kmax 2), the input "
-    "stream overwrites a row of a later image in the line buffer before that row is read (most "
-    "often when it does not pause): the first output row of image 2 (k3) / image 1 (k2) comes "
-    "out wrong, holding a row of the next image. Descriptors in range, numpy engine model "
-    "right. Smallest reproducers: layer_case('k3', cout=2, h=4, pads=(0, 0, 2, 0), batch=4), "
-    "layer_case('k2', cout=1, h=3, pads=(0, 0, 3, 0), batch=3); found as limit_case('k3', "
-    "seed=11, index=10613, target='params', side='under'), limit_case('k3', seed=11, "
-    "index=10147, target='pool_row', side='at'), limit_case('k2', seed=3, index=10748, "
-    "target='pad', side='over') (with input pauses)")
-
 #: ``(config, seed, index) -> reason`` of default-run layers known to come out
 #: wrong or to raise: xfail(strict), the smallest reproducer in the reason.
-#: (Empty: the one failure these tests found, strips of padding-only columns
-#: that raised InputError('empty tensor'), is fixed in the compiler;
-#: test_strip_of_padding_only keeps its reproducers.)
+#: (Empty: the two failures these tests found are fixed: strips of
+#: padding-only columns that raised InputError('empty tensor') (compiler;
+#: test_strip_of_padding_only keeps its reproducers), and output rows of
+#: bottom padding only, after which the RTL lost a row of the next image
+#: (packing streams rows of x_zp; reproducers from seeds 11 and 3 in
+#: test_rows_of_bottom_padding_then_the_next_image).)
 KNOWN_WRONG = {}
 
 
@@ -179,13 +169,15 @@ def test_strip_of_padding_only(w, stride, pads, boards):
     run_on_rtl(case, boards("k3"))
 
 
-@pytest.mark.xfail(strict=True, reason=BOTTOM_PADDING_ROWS)
 @pytest.mark.parametrize("key, layer", [
     ("k3", dict(cout=2, h=4, pads=(0, 0, 2, 0), batch=4)),
     ("k2", dict(cout=1, h=3, pads=(0, 0, 3, 0), batch=3)),
 ], ids=["k3", "k2"])
 def test_rows_of_bottom_padding_then_the_next_image(key, layer, boards):
-    """Output rows that read bottom padding only, at the end of each image of a batch."""
+    """Output rows that read bottom padding only, at the end of each image of a batch:
+    bit-exact (these sweeps found the next image's first row wrong when the engine
+    ran such rows from the padding; the packing now streams rows of x_zp for them,
+    and the contract refuses a descriptor with a window below the image)."""
     case = layer_case(key, **layer)
     assert case.expect is None
     run_on_rtl(case, boards(key))
