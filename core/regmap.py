@@ -9,13 +9,19 @@ the gateware (:class:`fpgacnn.hdl.bus.csr_bank.CSRBank` decodes it), the driver
 Layout (each block starts on a 64-byte boundary)::
 
     id      magic, version, one ``cfg_*`` register per EngineConfig parameter   (const)
-    ctrl    control (start, soft_reset: write 1 to pulse), status (busy, done)
+    ctrl    control (start, soft_reset: write 1 to pulse), status (busy, done,
+            error, pending, error_fields: one bit per descriptor field)
     desc    one ``desc_*`` register per descriptor field                         (rw)
     perf    busy / stall-on-input / stall-on-output cycle counters               (ro)
 
 ``status.done`` is sticky: set when a layer run finishes, cleared by the next
-accepted ``start`` (and by a reset). The performance counters are cleared by
-an accepted ``start`` and count until ``done``; they saturate at ``2**32-1``.
+``start`` (and by a reset). ``status.error`` is sticky too: set when a
+``start`` is refused because the descriptor breaks the engine contract
+(:func:`fpgacnn.core.contract.descriptor_violations`; ``status.error_fields``
+names the fields) or was written during the run before (no field set),
+cleared by the next ``start`` and by a reset. The
+performance counters are cleared by an accepted ``start`` and count until
+``done``; they saturate at ``2**32-1``.
 
 Examples
 --------
@@ -26,7 +32,7 @@ Examples
 >>> regs.encode("desc_x_zp", -3)
 253
 >>> regs.decode("status", 0b10)
-{'busy': 0, 'done': 1}
+{'busy': 0, 'done': 1, 'error': 0, 'pending': 0, 'error_fields': 0}
 """
 
 from dataclasses import dataclass, fields as dc_fields
@@ -45,7 +51,7 @@ __all__ = [
 MAGIC = int.from_bytes(b"FCNN", "little")
 #: Register-map and stream-format version (major, minor). A driver refuses a
 #: different major version; minor versions only add registers.
-VERSION = (1, 0)
+VERSION = (1, 1)
 #: AXI4-Lite data width in bits.
 DATA_WIDTH = 32
 #: AXI4-Lite byte-address width: a 4 KiB window, the smallest address
@@ -474,8 +480,15 @@ def build_regmap(config):
         ("soft_reset", 1, False, "abort the layer run and return the core to idle"),
     ], doc="write 1 to pulse")
     b.add("status", "ro", [
-        ("busy", 1, False, "a layer run is in progress"),
+        ("busy", 1, False, "a start was taken and its layer run is not over"),
         ("done", 1, False, "the last layer run finished (cleared by start)"),
+        ("error", 1, False, "the last start was refused: the descriptor breaks the "
+                            "engine contract (error_fields) or was written while busy "
+                            "(cleared by start)"),
+        ("pending", 1, False, "a start waits for the descriptor check (busy is set too)"),
+        ("error_fields", len(DESCRIPTOR_FIELDS), False,
+         "with error: bit i set when descriptor field i (in register order) breaks the "
+         "engine contract; none when the registers were written while busy"),
     ], doc="engine status")
 
     b.begin_group("desc")

@@ -14,6 +14,7 @@ from .bus.axi_lite import AXI4LiteSignature, AXI4LiteSlave
 from .bus.axi_stream import AXI4StreamSignature
 from ..core.config import require_config
 from .datapath.conv_core import ConvCore
+from .datapath.descriptor_check import DescriptorCheck
 from .bus.csr_bank import CSRBank
 from ..core.descriptor import DESCRIPTOR_FIELDS, descriptor_layout
 from .tech.dsp import is_ecp5
@@ -31,8 +32,12 @@ class ConvEngine(wiring.Component):
     A layer run: the host writes the ``desc_*`` registers, writes
     ``control.start``, streams the layer's input on ``s_axis`` and receives
     its output on ``m_axis`` (``tlast`` on the final beat), then sees
-    ``status.done``. The descriptor is latched at ``start``, so the host may
-    write the next layer's descriptor while a run is in progress.
+    ``status.done``. A descriptor that breaks the engine contract
+    (:func:`fpgacnn.core.contract.descriptor_violations`) is refused: the
+    start sets ``status.error`` instead, ``status.error_fields`` names the fields,
+    and nothing runs (:class:`~fpgacnn.hdl.datapath.descriptor_check.DescriptorCheck`).
+    The descriptor registers hold still while ``status.busy``: a write to
+    one then is ignored and refuses the next start.
 
     Parameters
     ----------
@@ -80,13 +85,33 @@ class ConvEngine(wiring.Component):
         """The :class:`~fpgacnn.core.regmap.RegisterMap` this engine decodes."""
         return self._regmap
 
+    def _in_desc_block(self, addr):
+        """``addr`` (a word address) is a descriptor register's: a compare of its top bits.
+
+        The register map starts each group on a 64-byte boundary, so the
+        aligned block of words around the descriptor holds nothing else.
+        """
+        words = [r.address >> 2 for r in self._regmap.group("desc")]
+        bits = (min(words) ^ max(words)).bit_length()
+        block = min(words) >> bits
+        others = [r.name for r in self._regmap
+                  if r.group != "desc" and r.address >> 2 >> bits == block]
+        if others:
+            raise ValueError(f"registers {others} share the descriptor's address block")
+        return addr[bits:] == block
+
     def elaborate(self, platform):
         m = Module()
 
         m.submodules.axil = axil = AXI4LiteSlave(addr_width=ADDR_WIDTH)
         m.submodules.csr = csr = CSRBank(self._regmap)
         wiring.connect(m, wiring.flipped(self.s_axil), axil.axi)
-        wiring.connect(m, axil.bus, csr.bus)
+        # The register bus, but for its write strobe: descriptor writes are
+        # ignored while busy (below).
+        for name, member in axil.bus.signature.members.items():
+            if name != "w_stb":
+                ours, theirs = getattr(axil.bus, name), getattr(csr.bus, name)
+                m.d.comb += (theirs.eq(ours) if member.flow == Out else ours.eq(theirs))
 
         # The core's reset is a register: the domain's reset (its init value
         # holds through it, and a cycle after) or the soft reset a cycle
@@ -118,25 +143,72 @@ class ConvEngine(wiring.Component):
         m.submodules.core = in_core_reset(core)
         m.submodules.run = in_core_reset(run)
 
-        desc = Signal(descriptor_layout())
+        # The descriptor check reads the registers continuously, full width
+        # (before the core narrows them). A start waits while the check is
+        # not ready (`pending`: it runs a few steps after each descriptor
+        # write, more after one of ci_tiles) and is refused if the descriptor
+        # breaks the contract: the core never sees that descriptor.
+        m.submodules.check = check = DescriptorCheck(self._config)
+        for f in DESCRIPTOR_FIELDS:
+            m.d.comb += check.desc[f.name].eq(getattr(csr, f"desc_{f.name}").value)
+        desc_write = Signal()
+        m.d.comb += [
+            desc_write.eq(axil.bus.w_stb & self._in_desc_block(axil.bus.w_addr)),
+            check.written.eq(desc_write & csr.bus.w_stb),
+            check.ci_tiles_written.eq(
+                csr.bus.w_stb & (axil.bus.w_addr == self._regmap["desc_ci_tiles"].address >> 2)),
+        ]
+
         start_q = Signal()
-        # The descriptor is latched in the cycle start is accepted and the
-        # core is started the cycle after, so it sees the new descriptor.
-        accept = csr.control.start & ~core.busy & ~start_q
-        run.d.sync += start_q.eq(accept)
-        with run.If(accept):
-            for f in DESCRIPTOR_FIELDS:
-                run.d.sync += desc[f.name].eq(getattr(csr, f"desc_{f.name}").value)
+        pending = Signal()
+        busy = Signal()
+        stale = Signal()
+        desc_write_q = Signal()
+        m.d.comb += busy.eq(core.busy | start_q | pending)
+        # The descriptor registers do not change while busy: a write is
+        # ignored, and refuses the next start (`stale`) rather than let it
+        # run a descriptor the host did not mean.
+        m.d.comb += csr.bus.w_stb.eq(axil.bus.w_stb & ~(desc_write & busy))
+        m.d.sync += desc_write_q.eq(desc_write)
+
+        want = (csr.control.start & ~core.busy & ~start_q) | pending
+        # The check's result is registered: a cycle after a descriptor write
+        # it is current (but for its loops, which `check.ready` covers).
+        ready = check.ready & ~desc_write_q
+        decide = want & ready
+        refuse = check.error | stale
+        accept = decide & ~refuse
+        run.d.sync += [start_q.eq(accept), pending.eq(want & ~ready)]
+        if self._config.deep_pipeline:
+            # A copy of the descriptor beside the core, for the clock: the core
+            # starts the cycle after `accept`, so it sees the new descriptor.
+            desc = Signal(descriptor_layout())
+            with run.If(accept):
+                for f in DESCRIPTOR_FIELDS:
+                    run.d.sync += desc[f.name].eq(getattr(csr, f"desc_{f.name}").value)
+        else:
+            # The compact arrangement reads the registers in place (a copy
+            # takes ~160 logic cells, what the iCE40 UP5K lacks): they hold
+            # still while busy.
+            desc = check.desc
         m.d.comb += [core.start.eq(start_q), core.desc.eq(desc)]
 
         done = Signal()
-        with run.If(accept):
-            run.d.sync += done.eq(0)
+        error = Signal()
+        with run.If(want):
+            run.d.sync += [done.eq(0), error.eq(decide & refuse)]
+            with run.If(decide):
+                run.d.sync += stale.eq(0)
         with run.Elif(core.done):
             run.d.sync += done.eq(1)
+        with run.If(desc_write & busy):
+            run.d.sync += stale.eq(1)
         m.d.comb += [
-            csr.status.busy.eq(core.busy | start_q),
+            csr.status.busy.eq(busy),
             csr.status.done.eq(done),
+            csr.status.error.eq(error),
+            csr.status.pending.eq(pending),
+            csr.status.error_fields.eq(check.fields & error.replicate(len(check.fields))),
         ]
 
         for name, event in (("perf_busy_cycles", core.busy),

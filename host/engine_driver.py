@@ -17,9 +17,10 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from ..core.config import EngineConfig
+from ..core.contract import descriptor_violations, engine_contract
 from ..core.descriptor import DESCRIPTOR_FIELDS
-from ..core.regmap import build_regmap
-from ..core.errors import BackendError
+from ..core.regmap import RegisterMapError, build_regmap
+from ..core.errors import BackendError, MappingError
 
 __all__ = ["EngineDriver", "LayerRun", "config_differences"]
 
@@ -90,7 +91,7 @@ class EngineDriver:
         """Abort whatever the engine is doing and return it to idle."""
         self._write("control", soft_reset=1)
 
-    def run_layer(self, descriptor, stream_in, out_nbytes, *, timeout, name="layer"):
+    def run_layer(self, descriptor, stream_in, out_nbytes, *, timeout, name="layer", check=True):
         """Run one layer: descriptor, start, stream in, stream out, wait.
 
         Parameters
@@ -105,6 +106,12 @@ class EngineDriver:
             Seconds (board time) after which the run is abandoned.
         name : str
             The layer's name, for error messages.
+        check : bool
+            Check the descriptor against the engine contract before writing
+            it (:func:`~fpgacnn.core.contract.descriptor_violations`). With
+            ``False`` the engine's own check decides: the driver reads
+            ``status`` right after ``start`` and reports a refusal before
+            streaming anything (for testing the hardware).
 
         Returns
         -------
@@ -112,37 +119,61 @@ class EngineDriver:
 
         Raises
         ------
+        MappingError
+            If ``check`` and the descriptor breaks the engine contract (the
+            message names the layer and every field, with the reason).
         BackendError
-            If the transfer does not complete within ``timeout``; the DMA and
+            If the engine refused the descriptor (``status.error``; the
+            message names each field ``status.error_fields`` reports and its range),
+            or the transfer does not complete within ``timeout``; the DMA and
             the engine are reset first, so the next run on this board works.
         """
         missing = [f.name for f in DESCRIPTOR_FIELDS if f.name not in descriptor]
         if missing:
             raise BackendError(f"layer {name!r}: descriptor lacks {', '.join(missing)}")
+        if check:
+            violations = descriptor_violations(self.config, descriptor)
+            if violations:
+                raise MappingError(f"layer {name!r} does not fit the engine: "
+                                   + "; ".join(_naming(field, why) for field, why in violations))
         for f in DESCRIPTOR_FIELDS:
-            self._write(f"desc_{f.name}", int(descriptor[f.name]))
+            value = int(descriptor[f.name])
+            try:
+                word = self.regs.encode(f"desc_{f.name}", value)
+            except RegisterMapError:
+                raise BackendError(f"layer {name!r}: descriptor field {f.name} = {value} does not "
+                                   f"fit its {f.width}-bit register") from None
+            self.board.mmio_write(self.regs.address(f"desc_{f.name}"), word)
         out = self.board.allocate(out_nbytes)
         buf = self.board.allocate(len(stream_in))
         buf[:] = stream_in
         self._write("control", start=1)
+        if not check:
+            # Checked descriptors are accepted (same contract, same
+            # configuration), and nothing waits for the answer then.
+            status = self._decision(name)
+            if status["error"]:
+                raise self._refusal(descriptor, name, status)
         self.board.dma_recv(out)
         self.board.dma_send(buf)
         if not self.board.dma_wait(timeout):
             received = self.board.received
             self.board.dma_abort()
+            # A refused start never takes its input (a checked descriptor is
+            # refused only by an engine that disagrees with the contract).
+            status = self._read("status")
+            refusal = self._refusal(descriptor, name, status) if status["error"] else None
             self.soft_reset()
+            if refusal is not None:
+                raise refusal
             raise BackendError(f"layer {name!r}: DMA did not complete within {timeout:g} s "
                                f"(received {received} of {out_nbytes} bytes); engine and DMA reset")
         status = self._read("status")
         if not status["done"]:
             # The last beat is out, but the engine may still be computing windows
             # whose results are dropped (a pooled layer's odd last row): poll for
-            # done for the rest of the time budget. An AXI register read takes
-            # >= 4 cycles; a board on a slower link says how long its reads take.
-            read_seconds = getattr(self.board, "mmio_read_seconds",
-                                   4 / getattr(self.board, "clock_hz", 100e6))
-            polls = max(64, int(timeout / read_seconds))
-            for _ in range(polls):
+            # done for the rest of the time budget.
+            for _ in range(self._polls(timeout)):
                 status = self._read("status")
                 if status["done"]:
                     break
@@ -156,3 +187,52 @@ class EngineDriver:
             stall_in_cycles=self._read("perf_stall_in_cycles")["value"],
             stall_out_cycles=self._read("perf_stall_out_cycles")["value"],
         )
+
+    def _polls(self, seconds):
+        """Register reads that take about ``seconds`` of board time (at least 64).
+
+        An AXI register read takes >= 4 cycles; a board on a slower link says
+        how long its reads take.
+        """
+        read_seconds = getattr(self.board, "mmio_read_seconds",
+                               4 / getattr(self.board, "clock_hz", 100e6))
+        return max(64, int(seconds / read_seconds))
+
+    def _decision(self, name):
+        """``status`` once the engine has accepted or refused the start just written."""
+        status = self._read("status")
+        # The check takes at most line_buffer.words + 2 cycles after a write of
+        # ci_tiles; a read takes at least one cycle.
+        for _ in range(engine_contract(self.config).line_buffer.words + 2):
+            if not status["pending"]:
+                return status
+            status = self._read("status")
+        if status["pending"]:
+            self.soft_reset()
+            raise BackendError(f"layer {name!r}: the engine's descriptor check did not finish "
+                               f"(status {status}); engine reset")
+        return status
+
+    def _refusal(self, descriptor, name, status):
+        """The BackendError for a start the engine refused (``status.error``)."""
+        ranges = engine_contract(self.config).ranges
+        reasons = dict(reversed(descriptor_violations(self.config, descriptor)))
+        parts = []
+        for i, f in enumerate(DESCRIPTOR_FIELDS):
+            if status["error_fields"] >> i & 1:
+                value = int(descriptor[f.name])
+                lo, hi = ranges[f.name]
+                part = f"{f.name} = {value} (range {lo}..{hi})"
+                if lo <= value <= hi and f.name in reasons:
+                    part += f": {reasons[f.name]}"
+                parts.append(part)
+        if not parts:
+            parts = ["descriptor registers were written while the engine was busy (those "
+                     "writes were ignored): write the descriptor again"]
+        return BackendError(f"layer {name!r}: the engine refused the descriptor (status.error): "
+                            + "; ".join(parts))
+
+
+def _naming(field, reason):
+    """``reason``, led by the descriptor field it is about unless it already names it."""
+    return reason if reason.startswith(f"{field} = ") else f"{field}: {reason}"

@@ -704,7 +704,7 @@ def test_engine_runs_a_layer_through_the_uart():
         raw = b"".join(d for d, _ in out)
         y = unpack_output(TINY, np.frombuffer(raw, np.uint8), desc, 4)
         assert_array_equal(y, reference(layer))
-        assert regs.decode("status", await link.read(regs.address("status"))) == \
-            {"busy": 0, "done": 1}
+        status = regs.decode("status", await link.read(regs.address("status")))
+        assert status == dict(dict.fromkeys(status, 0), done=1)
 
     top_bench(test, fifo_depth=depth)

