@@ -435,7 +435,8 @@ def descriptor_violations(config, desc):
     Returns
     -------
     list of (str, str)
-        ``(field, reason)`` pairs, in descriptor order; empty when the run
+        ``(field, reason)`` pairs: the out-of-range fields in descriptor order, else
+        the broken capacities (line buffer, weights, rows, pool); empty when the run
         fits. ``field`` names the descriptor field that is out of range, or
         the first field of a capacity the run exceeds.
     """

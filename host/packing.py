@@ -400,9 +400,9 @@ def pack_pixels(config, x, x_zp, w_shape, *, stride=1, pads=(0, 0, 0, 0), remap=
         oh = (h + top + bottom - kh) // sy + 1
         rows = zero_point_rows(h, oh, sy, top)
         lanes = math.ceil(cin / pin) * pin
-        xk = np.full((n, h + rows, wd, lanes), 0, np.int8)
-        xk[..., :cin] = x_zp if rows else 0
+        xk = np.zeros((n, h + rows, wd, lanes), np.int8)
         xk[:, :h, :, :cin] = x.transpose(0, 2, 3, 1)
+        xk[:, h:, :, :cin] = x_zp  # the rows of zero_point_rows, if any
         h += rows
     size = h * wd * lanes
     padded = _beats(size, beat) * beat
