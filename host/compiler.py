@@ -1,13 +1,17 @@
 """The compiler: a quantized model -> a program of engine runs and host steps.
 
-Every Conv and Gemm runs on the engine; a 2x2 stride-2 MaxPool that directly
-follows a Conv is fused into it. The other layer kinds (Add, Concat, pools,
-Resize, Flatten/Reshape, Sigmoid/Softmax, and the grouped, depthwise and
-dilated convolutions, which are not :class:`~fpgacnn.host.layers.Conv`) run
-on the host with the reference semantics and are reported as host work. A
-Conv or Gemm that the engine cannot run (kernel larger than ``kmax``, too many
-input channels for the line buffer, ...) is an error that names the layer and
-the limit: it never falls back to the host quietly.
+Every convolution (dense, grouped, depthwise, dilated, any kernel and stride)
+and every Gemm runs on the engine; a 2x2 stride-2 MaxPool that directly
+follows a Conv is fused into it. A convolution the engine cannot take as it
+is reaches it as dense views (:mod:`fpgacnn.host.conv_views`: block-diagonal
+groups, zeros between dilated taps, taps folded into channels); where there
+is a choice (groups per view; folding the taps of a thin layer that reads
+the network's input), the cycle model picks. The other layer kinds (Add,
+Concat, pools, Resize, Flatten/Reshape, Sigmoid/Softmax) run on the host with
+the reference semantics and are reported as host work. A layer that the
+engine cannot run (too many input channels for the line buffer, ...) is an
+error that names the layer and the limit: it never falls back to the host
+quietly.
 
 Within a layer the compiler tiles:
 
@@ -44,9 +48,9 @@ import numpy as np
 
 from ..core.contract import engine_contract
 from ..core.errors import InputError, MappingError
-from . import packing
+from . import conv_views, packing
 from .cycle_model import layer_cycles
-from .layers import Conv, Gemm, MaxPool
+from .layers import Conv, DilatedConv, Gemm, GroupedConv, MaxPool
 
 __all__ = ["BatchImage", "BatchTranspose", "ChannelColumns", "ColumnSlice", "EngineRun",
            "EngineStep", "GemmAsConv", "HostStep", "Program", "compile_model", "pack_run"]
@@ -222,6 +226,10 @@ class EngineStep:
     layer: object
     pool: object = None
     runs: list = field(default_factory=list)
+    #: How the layer reaches the engine: ``"dense"``, ``"dilated"`` (zeros between
+    #: taps), ``"im2col"`` (taps folded into channels), ``"grouped/k"`` (``k``
+    #: groups per block-diagonal view), ``"gemm"``.
+    mapping: str = "dense"
 
     @property
     def name(self):
@@ -342,17 +350,15 @@ def compile_model(model, config, *, batch=1):
     steps, layers, i = [], model.layers, 0
     while i < len(layers):
         layer = layers[i]
-        if isinstance(layer, Conv):
+        if isinstance(layer, (Conv, GroupedConv, DilatedConv)):
             pool = layers[i + 1] if i + 1 < len(layers) else None
             pool = pool if _fusable_pool(layer, pool, readers) else None
-            step = EngineStep(layer, pool)
-            plans = _strip_plans(config, layer, pool is not None, batch)
-            step.runs = _compile_runs(config, layer, plans, pool=pool is not None,
-                                      clamp=step.clamp, cycles=cycles)
+            step = _convolution_step(config, layer, pool, batch, cycles,
+                                     reads_input=layer.inputs == (model.input_tensor,))
             steps.append(step)
-            i += 2 if pool is not None else 1
+            i += 2 if step.pool is not None else 1
         elif isinstance(layer, Gemm):
-            step = EngineStep(layer)
+            step = EngineStep(layer, mapping="gemm")
             conv = GemmAsConv(layer)
             step.runs = _compile_runs(config, conv, conv.plans(config, batch), pool=False,
                                       clamp=step.clamp, cycles=cycles)
@@ -362,6 +368,76 @@ def compile_model(model, config, *, batch=1):
             steps.append(HostStep(layer))
             i += 1
     return Program(model, config, steps, batch)
+
+
+def _convolution_step(config, layer, pool, batch, cycles, *, reads_input):
+    """The engine step of a convolution: the candidate mappings compiled, the one
+    with the fewest predicted cycles kept (the first on a tie)."""
+    candidates = []
+    if isinstance(layer, Conv) and conv_views.fits(layer.kernel, layer.stride, config):
+        candidates.append(("dense", [layer], pool))
+        if reads_input and pool is None and layer.kernel != (1, 1) \
+                and layer.input_shape[0] < config.pin:
+            # A thin layer on the network's own input: its taps as channels may fill
+            # the input lanes (the host writes that input anyway).
+            candidates.append(("im2col", [conv_views.dense_view(layer, config, fold=True)],
+                               None))
+    elif isinstance(layer, GroupedConv):
+        candidates += [(f"grouped/{k}", conv_views.grouped_views(layer, config, k), None)
+                       for k in conv_views.pack_sizes(layer, config)]
+    else:
+        view = conv_views.dense_view(layer, config)
+        candidates.append((view.how, [view], None))
+    best, errors = None, []
+    for mapping, views, fused in candidates:
+        try:
+            step = _step_of_views(config, layer, views, fused, mapping, batch, cycles)
+        except MappingError as e:
+            errors.append(e)
+            continue
+        if best is None or _predicted(step) < _predicted(best):
+            best = step
+    if best is None and isinstance(layer, Conv) and errors:
+        # As it is, no tiling fits (a stride or a left pad out of range, a row past
+        # the line buffer); its taps as channels may. The first refusal is the one told.
+        try:
+            best = _step_of_views(config, layer, [conv_views.dense_view(layer, config, fold=True)],
+                                  None, "im2col", batch, cycles)
+        except MappingError:
+            pass
+    if best is None:
+        raise errors[0]
+    return best
+
+
+def _step_of_views(config, layer, views, pool, mapping, batch, cycles):
+    """An engine step of ``layer`` made of the runs of ``views`` (``[layer]``: as it is)."""
+    step = EngineStep(layer, pool, mapping=mapping)
+    for view in views:
+        try:
+            plans = _strip_plans(config, view, pool is not None, batch)
+            if view is not layer:
+                plans = [_in_view(view, plan) for plan in plans]
+            step.runs += _compile_runs(config, view, plans, pool=pool is not None,
+                                       clamp=step.clamp, cycles=cycles)
+        except MappingError as e:
+            if view is layer:
+                raise
+            raise MappingError(f"{e} ({view.describe()})") from None
+    return step
+
+
+def _predicted(step):
+    return sum(run.predicted_cycles for run in step.runs)
+
+
+def _in_view(view, plan):
+    """A plan of ``view`` as a plan of its layer: the view's gather first, its
+    output channels placed at the view's channels."""
+    off = view.channels[0]
+    sc = plan.scatter
+    return plan._replace(gather=conv_views.compose(view.gather, plan.gather),
+                         scatter=ChannelColumns(sc.c0 + off, sc.c1 + off, sc.o0, sc.o1))
 
 
 def _compile_runs(config, conv, plans, *, pool, clamp, cycles):

@@ -209,7 +209,9 @@ class Conv(_Convolution):
 class GroupedConv(_Convolution):
     """Grouped convolution (``group > 1``; depthwise when ``group`` equals the
     input channels), possibly dilated: the semantics of :class:`Conv` within
-    each group. Not a :class:`Conv`: the dense engine does not run it (host work).
+    each group. Not a :class:`Conv`, so that nothing sends it to the dense
+    datapath as it is: the compiler runs it as block-diagonal dense views
+    (:mod:`fpgacnn.host.conv_views`).
 
     Parameters
     ----------
@@ -237,7 +239,8 @@ class GroupedConv(_Convolution):
 
 class DilatedConv(_Convolution):
     """Dilated convolution (group 1, ``dilation`` above 1): taps ``dilation``
-    apart, otherwise :class:`Conv`. Not a :class:`Conv` (host work)."""
+    apart, otherwise :class:`Conv`. Not a :class:`Conv`: the compiler runs it as a
+    dense view (zeros between the taps, or the taps folded into channels)."""
 
     op = "DilatedConv"
 

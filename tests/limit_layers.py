@@ -87,9 +87,10 @@ TARGETS = {
     "batch": "convolution batch vs the descriptor's 16-bit batch field",
     "gemm_rows": "Gemm batch laid out as rows: one row of the grid (the line buffer's width)",
     "gemm_chunks": "Gemm batch vs a grid of 65535 rows (kmax rows per image when remapped): chunks",
-    "stride": "stride 1..kmax, kmax + 1",
-    "pad": "pads 0..kmax - 1, kmax (top/left: descriptor fields; bottom/right: output size)",
-    "kernel": "kernels 1..kmax, kmax + 1 (square and not)",
+    "stride": "stride 1..kmax, kmax + 1 and not square (over: the taps folded into channels)",
+    "pad": "pads 0..kmax - 1, kmax (top/left: descriptor fields, over: folded; bottom/right: "
+           "output size)",
+    "kernel": "kernels 1..kmax, kmax + 1, square and not (over: the taps folded into channels)",
     "remap": "1x1 layers through the remap: remapped input tiles vs max_ci_tiles",
     "gemm": "Gemm input features vs max_ci_tiles (remapped), output channels in groups",
 }
@@ -216,14 +217,8 @@ def input_tiles(config, cin, kernel):
     return math.ceil(cin / pin)
 
 
-def expected_refusal(config, case):
-    """The limits no tiling of ``case`` can get past on ``config``: a tuple of
-    :data:`REFUSAL_PATTERNS` keys (a refusal names one of them), or ``None``.
-
-    Tiling over output channels (groups of whole output tiles), columns
-    (strips, each at least one output column -- two pooled) and Gemm batches
-    (grids of at most 65535 rows) absorbs every other limit.
-    """
+def _dense_refusal(config, case):
+    """The limits no tiling of ``case`` as it is (a dense convolution) gets past."""
     c = engine_contract(config)
     k = config.kmax
     if case.op == "Gemm":
@@ -258,11 +253,54 @@ def expected_refusal(config, case):
     return tuple(broken) or None
 
 
+def im2col_case(case):
+    """``case`` with its taps folded into channels (host/conv_views.py's Im2Col): a
+    1x1 stride-1 convolution over ``cin * kh * kw`` channels at the output's
+    size, unpadded, without the pool (which then runs on the host)."""
+    (kh, kw), (sy, sx), (t, l, b, r) = case.kernel, case.stride, case.pads
+    return replace(case, cin=case.cin * kh * kw, kernel=(1, 1), stride=(1, 1),
+                   pads=(0, 0, 0, 0), h=_out(case.h, kh, sy, t, b), w=_out(case.w, kw, sx, l, r),
+                   pool=False)
+
+
+def mapped_case(config, case):
+    """``case`` as the engine runs it: as it is, or with its taps folded into
+    channels where the engine cannot take it as it is (the compiler's fallback)."""
+    if case.op == "Gemm" or _dense_refusal(config, case) is None:
+        return case
+    return im2col_case(case)
+
+
+def expected_refusal(config, case):
+    """The limits no tiling of ``case`` can get past on ``config``: a tuple of
+    :data:`REFUSAL_PATTERNS` keys (a refusal names one of them), or ``None``.
+
+    Tiling over output channels (groups of whole output tiles), columns
+    (strips, each at least one output column -- two pooled) and Gemm batches
+    (grids of at most 65535 rows) absorbs the buffer limits; a Conv the engine
+    cannot take as it is (kernel over ``kmax``, a stride or pad out of range, a
+    non-square stride, an input past the line buffer) is tried with its taps
+    folded into channels. The refusal names the first mapping the compiler
+    tried: the layer as it is when its kernel and stride fit the engine, else
+    the folded one.
+    """
+    dense = _dense_refusal(config, case)
+    if dense is None or case.op == "Gemm":
+        return dense
+    folded = _dense_refusal(config, im2col_case(case))
+    if folded is None:
+        return None
+    k = config.kmax
+    takes_as_is = max(case.kernel) <= k and case.stride[0] == case.stride[1]
+    return dense if takes_as_is else folded
+
+
 def single_run_fits(config, case):
     """Whether ``case`` fits the contract as one run (no tiling): when it does
     not, a bit-exact result must have come from two runs or more."""
     if case.expect is not None and not case.may_run:
         return False
+    case = mapped_case(config, case)
     c, k, pout = engine_contract(config), config.kmax, config.pout
     co = math.ceil(case.cout / pout)
     ci = input_tiles(config, case.cin, (1, 1) if case.op == "Gemm" else case.kernel)
@@ -560,7 +598,7 @@ def _stride(d, side):
     p = _nonremap_conv(d, stride=(s, s))
     if p is not None and side == "over" and d.chance(0.15) and k > 1:  # not square
         p["stride"] = (s - 1, s - 1 + d.int(1, 2)) if d.chance(0.5) else (s, 1)
-    return p, "refused" if side == "over" else None
+    return p, None  # over the range or not square: the taps folded into channels
 
 
 def _pad(d, side):
@@ -581,7 +619,7 @@ def _pad(d, side):
             pads[2], pads[3] = k, k
         return _nonremap_conv(d, pads=tuple(pads), batch=batch), None
     pads[0 if d.chance(0.5) else 1] = k
-    return _nonremap_conv(d, pads=tuple(pads), batch=batch), "refused"
+    return _nonremap_conv(d, pads=tuple(pads), batch=batch), None  # folded into channels
 
 
 def _kernel(d, side):
@@ -594,7 +632,7 @@ def _kernel(d, side):
     else:
         kernel = (k + 1, k + 1) if d.chance(0.6) else (k + 1, d.int(1, k)) if d.chance(0.5) \
             else (d.int(1, k), k + 1)
-    return d.conv(kernel=kernel), "refused" if side == "over" else None
+    return d.conv(kernel=kernel), None  # over kmax: the taps folded into channels
 
 
 def _remap(d, side):

@@ -309,23 +309,82 @@ def test_strips_of_padding_only_columns(emulated, width, kmax, k, stride, pads):
     assert_array_equal(y, ReferenceBackend().run_int8(model, x))
 
 
-@pytest.mark.parametrize("kind", ["grouped", "depthwise", "dilated"])
-def test_grouped_and_dilated_convolutions_are_host_work(emulated, kind):
-    """The dense engine must never see a grouped or dilated convolution as a Conv:
-    they compile to host steps and match the reference."""
-    rng = np.random.default_rng(7)
-    cin, cout = 4, 4
-    group = {"grouped": 2, "depthwise": cin, "dilated": 1}[kind]
-    weight = rng.integers(-127, 128, (cout, cin // group, 3, 3)).astype(np.int8)
-    args = ("c", ["x"], "y", (cin, 6, 6), weight, rng.integers(-300, 300, cout).astype(np.int32),
-            0.05, 3, rng.uniform(0.5, 1.5, cout) / 127, 0.2, -2)
-    layer = (DilatedConv(*args, pads=(2, 2, 2, 2), dilation=(2, 2)) if kind == "dilated"
-             else GroupedConv(*args, pads=(1, 1, 1, 1), group=group))
-    model = QuantizedModel("m", [layer], TensorSpec("x", (cin, 6, 6), np.int8, 0.05, 3),
-                           TensorSpec("y", layer.output_shape, np.int8, 0.2, -2), "x", "y")
-    (step,) = compile_model(model, SMALL_ENGINE, batch=2).steps
-    assert not isinstance(step, EngineStep)
-    x = rng.integers(-128, 128, (2, cin, 6, 6), dtype=np.int8)
-    acc = emulated(model, SMALL_ENGINE)
+#: Convolutions the engine does not take as they are: (kind, cin, cout, group,
+#: kernel, stride, dilation, pads). Kernels up to 7 and 10x4, square and not,
+#: strides 1 to 3 (non-square too), groups 1, C and in between, dilations.
+VIEW_LAYERS = [
+    ("depthwise", 8, 8, 8, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1)),
+    ("depthwise-s2", 6, 6, 6, (3, 3), (2, 2), (1, 1), (0, 1, 1, 0)),
+    ("depthwise-x2", 4, 8, 4, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1)),
+    ("grouped", 8, 4, 2, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1)),
+    ("grouped-1x1", 12, 6, 3, (1, 1), (1, 1), (1, 1), (0, 0, 0, 0)),
+    ("dilated", 4, 4, 1, (3, 3), (1, 1), (2, 2), (2, 2, 2, 2)),
+    ("dilated-wide", 3, 4, 1, (3, 3), (1, 1), (3, 3), (3, 3, 3, 3)),
+    ("dilated-k2", 4, 4, 1, (2, 2), (1, 1), (2, 2), (1, 1, 1, 1)),
+    ("depthwise-dilated", 4, 4, 4, (3, 3), (1, 1), (2, 2), (2, 2, 2, 2)),
+    ("k5", 3, 5, 1, (5, 5), (1, 1), (1, 1), (2, 2, 2, 2)),
+    ("k7-s2", 3, 4, 1, (7, 7), (2, 2), (1, 1), (3, 3, 3, 3)),
+    ("k10x4-s2", 1, 6, 1, (10, 4), (2, 2), (1, 1), (5, 1, 4, 2)),
+    ("k1x7", 2, 3, 1, (1, 7), (1, 1), (1, 1), (0, 3, 0, 3)),
+    ("k7x1", 2, 3, 1, (7, 1), (1, 1), (1, 1), (3, 0, 3, 0)),
+    ("s2x1", 4, 4, 1, (3, 3), (2, 1), (1, 1), (1, 1, 1, 1)),
+    ("k4-s3", 2, 4, 1, (4, 4), (3, 3), (1, 1), (0, 0, 0, 0)),
+]
+
+
+def view_layer_model(rng, kind, cin, cout, group, kernel, stride, dilation, pads, hw=(9, 10)):
+    weight = rng.integers(-127, 128, (cout, cin // group, *kernel)).astype(np.int8)
+    w_scale = rng.uniform(0.5, 1.5, cout) / 127
+    x_zp, y_zp = (int(v) for v in rng.integers(-20, 20, 2))
+    fan_in = cin // group * kernel[0] * kernel[1]
+    y_scale = 70 * math.sqrt(fan_in) * 0.05 * w_scale.mean() / 8
+    args = ("c", ["x"], "y", (cin, *hw), weight, rng.integers(-300, 300, cout).astype(np.int32),
+            0.05, x_zp, w_scale, y_scale, y_zp)
+    kw = dict(stride=stride, pads=pads, lo=y_zp if rng.random() < 0.5 else -128)
+    if group > 1:
+        layer = GroupedConv(*args, group=group, dilation=dilation, **kw)
+    elif dilation != (1, 1):
+        layer = DilatedConv(*args, dilation=dilation, **kw)
+    else:
+        layer = Conv(*args, **kw)
+    return QuantizedModel("m", [layer], TensorSpec("x", (cin, *hw), np.int8, 0.05, x_zp),
+                          TensorSpec("y", layer.output_shape, np.int8, y_scale, y_zp), "x", "y")
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=ids)
+@pytest.mark.parametrize("case", VIEW_LAYERS, ids=[c[0] for c in VIEW_LAYERS])
+def test_every_convolution_runs_on_the_engine(emulated, config, case):
+    """Grouped, depthwise, dilated, large, non-square kernels and strides: all
+    engine steps (no host fallback), bit-exact with the reference."""
+    rng = np.random.default_rng(sum(map(ord, case[0])) + config.pin)
+    model = view_layer_model(rng, *case)
+    (step,) = compile_model(model, config, batch=2).steps
+    assert isinstance(step, EngineStep) and step.runs
+    kind, kernel, stride, dilation = case[0], case[4], case[5], case[6]
+    span = max((k - 1) * d + 1 for k, d in zip(kernel, dilation))
+    want = ("grouped/" if kind.startswith(("grouped", "depthwise")) else
+            "dilated" if span <= config.kmax and stride[0] == stride[1] else "im2col")
+    assert step.mapping.startswith(want), step.mapping
+    x = rng.integers(-128, 128, (2, *model.input.shape), dtype=np.int8)
+    acc = emulated(model, config)
     assert_array_equal(acc.run_int8(x), ReferenceBackend().run_int8(model, x))
-    assert acc.report["layers"][0]["engine"] is False
+    assert acc.report["layers"][0]["engine"] is True
+
+
+def test_grouped_views_are_chosen_by_the_cycle_model():
+    """The groups per view with the fewest predicted cycles; depthwise on a 4x4
+    engine packs 4 channels per view, one input and one output tile each."""
+    rng = np.random.default_rng(3)
+    model = view_layer_model(rng, "depthwise", 16, 16, 16, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1))
+    config = EngineConfig(pin=4, pout=4, kmax=3, stream_width=32, max_width=16,
+                          max_channels=16, max_out_channels=16)
+    (step,) = compile_model(model, config).steps
+    per_k = {}
+    for k in compiler.conv_views.pack_sizes(model.layers[0], config):
+        views = compiler.conv_views.grouped_views(model.layers[0], config, k)
+        assert sum(v.weight.shape[0] for v in views) == 16
+        per_k[k] = len(views)
+    best = int(step.mapping.split("/")[1])
+    assert set(per_k) >= {1, 4, 16} and best == 4
+    assert all(run.descriptor["ci_tiles"] == run.descriptor["co_tiles"] == 1
+               for run in step.runs)

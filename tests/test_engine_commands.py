@@ -196,8 +196,10 @@ def test_sim_layer_of_a_model_with_waveform(capsys, small_toml, tmp_path):
     (["sim", "{model}", "--layer", "nope"],
      r"model 'digits_cnn' has no layer 'nope' \(layers: conv1, conv2, pool, conv3, flatten, fc\)"),
     (["sim", "{model}", "--layer", "flatten"], r"layer 'flatten' \(Flatten\) runs on the host, not the engine"),
-    (["sim", "--shape", "4x8x8", "--out-channels", "4", "--kernel", "5"],
-     r"layer 'conv': kernel 5x5 exceeds the engine's kmax 3"),
+    (["sim", "--shape", "40x8x8", "--out-channels", "4", "--kernel", "5"],
+     r"layer 'conv': the weights of even one output tile \(28 input tiles\) exceed the weight "
+     r"buffer's 16 words \(max_channels 16\) \(output channels 0\.\.3 as a dense convolution "
+     r"with its taps folded into 1000 channels\)"),
     (["demo", "--images", "0"], r"--images must be between 1 and 360, not 0"),
     (["demo", "--report", "{tmp}"], r"--report \S+: is a directory, not a file"),
     (["demo", "--report", "{tmp}/r.txt"], r"--report \S+/r\.txt: the file name must end in \.json"),

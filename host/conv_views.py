@@ -1,0 +1,208 @@
+"""Every convolution as dense convolutions the engine runs: views of a layer.
+
+The engine runs one kind of convolution: dense (group 1), no dilation, a
+kernel of at most ``kmax x kmax``, one stride. A layer of any other shape is
+presented to it as one or more :class:`ConvView`, each a dense convolution
+with its own weights and a gather that makes its input from the layer's
+input; the views' outputs are output-channel ranges of the layer's output.
+Every view computes exactly the layer's integer semantics
+(docs/semantics.md): the only changes are where zero weights sit and which
+input pixels are streamed, and a padded tap still reads ``x_zp``.
+
+- **Grouped and depthwise** (:func:`grouped_views`): ``k`` consecutive groups
+  form one view, a dense convolution over their input channels whose weights
+  are block-diagonal (zero between groups); the compiler picks ``k`` with the
+  cycle model.
+- **Dilated**, when the dilated span fits ``kmax``: the kernel with zeros
+  between its taps (:func:`dense_view`).
+- **Kernels larger than kmax, non-square strides, dilations that do not fit**:
+  the taps folded into channels (:class:`Im2Col`): a 1x1 convolution over
+  ``Cin * KH * KW`` channels at the output's resolution, which the engine
+  runs through its 1x1 remap.
+
+The gathers are host work today (numpy on the layer's input); the engine's
+own address generation takes them over with the network program (issue 16).
+"""
+
+from dataclasses import dataclass
+import math
+
+import numpy as np
+
+__all__ = ["ChannelSlice", "ConvView", "Im2Col", "compose", "dense_view", "fits",
+           "grouped_views", "pack_sizes"]
+
+
+@dataclass(frozen=True)
+class ChannelSlice:
+    """Gather: input channels ``[c0, c1)`` of an NCHW batch."""
+
+    c0: int
+    c1: int
+
+    def __call__(self, x):
+        return x[:, self.c0:self.c1]
+
+
+@dataclass(frozen=True)
+class Im2Col:
+    """Gather: every tap of a ``KH x KW`` kernel as its own channel.
+
+    ``y[n, c * KH * KW + p * KW + q, i, j] = x_padded[n, c, i * sy + p * dy, j * sx + q * dx]``,
+    the padding holding ``x_zp``: a 1x1 convolution with the weights reshaped
+    to ``(Cout, Cin * KH * KW, 1, 1)`` on ``y`` is the convolution on ``x``.
+    """
+
+    kernel: tuple
+    stride: tuple
+    pads: tuple
+    dilation: tuple
+    x_zp: int
+    out_hw: tuple
+
+    def __call__(self, x):
+        (kh, kw), (sy, sx), (dy, dx) = self.kernel, self.stride, self.dilation
+        top, left, bottom, right = self.pads
+        oh, ow = self.out_hw
+        n, c, h, w = x.shape
+        padded = np.full((n, c, h + top + bottom, w + left + right), self.x_zp, np.int8)
+        padded[:, :, top:top + h, left:left + w] = x
+        cols = np.empty((n, c, kh, kw, oh, ow), np.int8)
+        for p in range(kh):
+            for q in range(kw):
+                cols[:, :, p, q] = padded[:, :, p * dy:p * dy + (oh - 1) * sy + 1:sy,
+                                          q * dx:q * dx + (ow - 1) * sx + 1:sx]
+        return cols.reshape(n, c * kh * kw, oh, ow)
+
+
+@dataclass(frozen=True)
+class _Compose:
+    """Gather: ``inner(outer(x))``; the engine run sees ``inner``'s columns."""
+
+    outer: object
+    inner: object
+
+    @property
+    def cols(self):
+        return self.inner.cols
+
+    def __call__(self, x):
+        return self.inner(self.outer(x))
+
+
+def compose(outer, inner):
+    """The gather ``inner(outer(x))`` (``outer`` None: ``inner`` itself)."""
+    return inner if outer is None else _Compose(outer, inner)
+
+
+@dataclass(frozen=True, eq=False)
+class ConvView:
+    """A dense convolution that computes output channels ``channels`` of a layer.
+
+    It has the attributes the compiler reads from a
+    :class:`~fpgacnn.host.layers.Conv` (``weight``, ``bias``, ``mult``,
+    ``shift``, zero points, shapes, ``stride``, ``pads``), plus ``gather``:
+    the layer's input -> the view's input (None: the layer's input itself).
+    """
+
+    name: str
+    weight: np.ndarray
+    bias: np.ndarray
+    mult: np.ndarray
+    shift: np.ndarray
+    x_zero_point: int
+    y_zero_point: int
+    input_shape: tuple
+    output_shape: tuple
+    stride: tuple
+    pads: tuple
+    channels: tuple
+    gather: object = None
+    how: str = "dense"
+
+    @property
+    def kernel(self):
+        return tuple(self.weight.shape[2:])
+
+    def describe(self):
+        """What the view is, for messages: the layer's channels it computes and how."""
+        cout, cin, kh, kw = self.weight.shape
+        what = {"dense": f"{cin} input channels", "dilated": f"a {kh}x{kw} kernel with zeros "
+                f"between the dilated taps", "im2col": f"its taps folded into {cin} channels"}
+        return f"output channels {self.channels[0]}..{self.channels[1] - 1} as a dense " \
+               f"convolution with {what[self.how]}"
+
+
+def fits(kernel, stride, config):
+    """Whether the engine runs a ``kernel`` with ``stride`` as it is."""
+    return max(kernel) <= config.kmax and stride[0] == stride[1]
+
+
+def dense_view(layer, config, *, weight=None, in_channels=None, out_channels=None, fold=False):
+    """One view of a dense part of ``layer``: output channels ``out_channels``
+    from input channels ``in_channels`` with ``weight`` (default: the whole,
+    group-1 layer).
+
+    A dilated kernel whose span fits ``kmax`` gets zeros between its taps; a
+    kernel (or dilated span) larger than ``kmax``, or a non-square stride, or
+    ``fold``, folds the taps into channels (:class:`Im2Col`).
+    """
+    weight = layer.weight if weight is None else weight
+    c0, c1 = out_channels or (0, weight.shape[0])
+    ci0, ci1 = in_channels or (0, layer.input_shape[0])
+    _, h, w = layer.input_shape
+    _, oh, ow = layer.output_shape
+    kh, kw = weight.shape[2:]
+    dy, dx = layer.dilation
+    span = ((kh - 1) * dy + 1, (kw - 1) * dx + 1)
+    gather = None if (ci0, ci1) == (0, layer.input_shape[0]) else ChannelSlice(ci0, ci1)
+    common = dict(name=layer.name, bias=layer.bias[c0:c1], mult=layer.mult[c0:c1],
+                  shift=layer.shift[c0:c1], x_zero_point=layer.x_zero_point,
+                  y_zero_point=layer.y_zero_point, channels=(c0, c1))
+    if not fold and fits(span, layer.stride, config):
+        if span != (kh, kw):  # zeros between the taps
+            spread = np.zeros((*weight.shape[:2], *span), np.int8)
+            spread[:, :, ::dy, ::dx] = weight
+            weight, how = spread, "dilated"
+        else:
+            how = "dense"
+        return ConvView(weight=weight, input_shape=(ci1 - ci0, h, w), output_shape=(c1 - c0, oh, ow),
+                        stride=layer.stride, pads=layer.pads, gather=gather, how=how, **common)
+    im2col = Im2Col((kh, kw), layer.stride, layer.pads, layer.dilation, layer.x_zero_point,
+                    (oh, ow))
+    taps = (ci1 - ci0) * kh * kw
+    return ConvView(weight=np.ascontiguousarray(weight.reshape(weight.shape[0], taps, 1, 1)),
+                    input_shape=(taps, oh, ow), output_shape=(c1 - c0, oh, ow), stride=(1, 1),
+                    pads=(0, 0, 0, 0), gather=compose(gather, im2col), how="im2col", **common)
+
+
+def grouped_views(layer, config, per_view):
+    """Views of a grouped (or depthwise) ``layer``, ``per_view`` consecutive groups each:
+    a dense convolution over their input channels with block-diagonal weights."""
+    cout, cin_g, kh, kw = layer.weight.shape
+    groups = layer.group
+    cout_g = cout // groups
+    views = []
+    for g0 in range(0, groups, per_view):
+        k = min(per_view, groups - g0)
+        weight = np.zeros((k * cout_g, k * cin_g, kh, kw), np.int8)
+        for t in range(k):
+            weight[t * cout_g:(t + 1) * cout_g, t * cin_g:(t + 1) * cin_g] = \
+                layer.weight[(g0 + t) * cout_g:(g0 + t + 1) * cout_g]
+        views.append(dense_view(layer, config, weight=weight,
+                                in_channels=(g0 * cin_g, (g0 + k) * cin_g),
+                                out_channels=(g0 * cout_g, (g0 + k) * cout_g)))
+    return views
+
+
+def pack_sizes(layer, config):
+    """Candidate groups per view of a grouped ``layer``: the powers of two, and the
+    counts that fill the input lanes or the output lanes exactly, up to all groups."""
+    cout, cin_g = layer.weight.shape[:2]
+    cout_g = cout // layer.group
+    sizes = {1, layer.group}
+    sizes |= {2 ** i for i in range(int(math.log2(layer.group)) + 1)}
+    for lanes, per_group in ((config.pin, cin_g), (config.pout, cout_g)):
+        for m in (1, 2, 4):
+            sizes.add(max(1, m * lanes // per_group))
+    return sorted(s for s in sizes if 1 <= s <= layer.group)

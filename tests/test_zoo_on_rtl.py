@@ -1,0 +1,74 @@
+"""The MLPerf Tiny models and the ResNet-18 stem and block of the model zoo on
+the RTL, at their full sizes, on the PYNQ-Z2's sized engine (issue 15).
+
+Every convolution (dense, depthwise, the 10x4 and 7x7 first layers) and every
+Gemm is an engine step; each model is bit-exact with the reference backend,
+with and without stream back-pressure, and without back-pressure every
+layer's RTL cycles equal the cycle model's prediction.
+"""
+
+import importlib.util
+import logging
+from pathlib import Path
+
+import numpy as np
+import pytest
+from numpy.testing import assert_array_equal
+
+from fpgacnn.boards.board import load_board
+from fpgacnn.boards.engine_sizing import size_engine
+from fpgacnn.host.accelerator import Accelerator, open_board
+from fpgacnn.host.compiler import EngineStep, compile_model
+from fpgacnn.host.layers import Gemm, _Convolution
+from fpgacnn.host.onnx_import import load_onnx
+from fpgacnn.host.reference import ReferenceBackend
+
+logging.getLogger().setLevel(logging.ERROR)
+
+_spec = importlib.util.spec_from_file_location(
+    "model_zoo", Path(__file__).resolve().parents[1] / "examples" / "model_zoo.py")
+zoo = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(zoo)
+
+CONFIG = size_engine(load_board("pynq-z2")).config
+#: Images per model (a batch; ResNet-18's stem at 224x224 takes ~2.6M cycles each).
+IMAGES = {"resnet8": 2, "mobilenet_v1_025": 2, "ds_cnn": 3, "autoencoder": 4,
+          "resnet18_stem": 1}
+#: Input beats withheld / output not ready, per model (0, 0: none).
+PAUSES = {"resnet8": (0, 0), "mobilenet_v1_025": (3, 2), "ds_cnn": (2, 5), "autoencoder": (0, 0),
+          "resnet18_stem": (0, 0)}
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory):
+    return zoo.write_zoo(tmp_path_factory.mktemp("zoo"), n_calibration=16)
+
+
+@pytest.fixture(scope="module")
+def board():
+    b = open_board("sim", CONFIG)
+    yield b
+    b.close()
+
+
+@pytest.mark.parametrize("name", list(zoo.ZOO))
+def test_zoo_model_is_exact_on_rtl(written, board, name):
+    qm = load_onnx(written[name]["int8"])
+    x = zoo.calibration_data(zoo.build(name), IMAGES[name], seed=200)
+    x8 = qm.quantize_input(x)
+    program = compile_model(qm, CONFIG, batch=len(x8))
+    on_engine = {s.layer.name for s in program.steps if isinstance(s, EngineStep)}
+    for layer in qm.layers:
+        if isinstance(layer, (_Convolution, Gemm)):
+            assert layer.name in on_engine, f"{layer.name} ({layer.op}) is not on the engine"
+    acc = Accelerator(qm, config=CONFIG, board=board)
+    board.set_backpressure(*PAUSES[name], seed=len(name))
+    try:
+        y = acc.run_int8(x8)
+    finally:
+        board.set_backpressure(0, 0)
+    assert_array_equal(y, ReferenceBackend().run_int8(qm, x8))
+    if PAUSES[name] == (0, 0):
+        for layer in acc.report["layers"]:
+            if layer["engine"]:
+                assert layer["cycles"] == layer["predicted_cycles"], layer["name"]
