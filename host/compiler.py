@@ -388,30 +388,37 @@ def _convolution_step(config, layer, pool, batch, cycles, *, reads_input):
     else:
         view = conv_views.dense_view(layer, config)
         candidates.append((view.how, [view], None))
+    # Candidates are compared on descriptors and predicted cycles alone; only
+    # the one kept packs its weights.
+    pack = len(candidates) == 1
     best, errors = None, []
-    for mapping, views, fused in candidates:
+    for candidate in candidates:
         try:
-            step = _step_of_views(config, layer, views, fused, mapping, batch, cycles)
+            step = _step_of_views(config, layer, *candidate, batch, cycles, pack=pack)
         except MappingError as e:
             errors.append(e)
             continue
-        if best is None or _predicted(step) < _predicted(best):
-            best = step
+        if best is None or _predicted(step) < _predicted(best[1]):
+            best = candidate, step
     if best is None and isinstance(layer, Conv) and errors:
         # As it is, no tiling fits (a stride or a left pad out of range, a row past
         # the line buffer); its taps as channels may. The first refusal is the one told.
+        candidate = ("im2col", [conv_views.dense_view(layer, config, fold=True)], None)
         try:
-            best = _step_of_views(config, layer, [conv_views.dense_view(layer, config, fold=True)],
-                                  None, "im2col", batch, cycles)
+            best = candidate, _step_of_views(config, layer, *candidate, batch, cycles)
         except MappingError:
             pass
     if best is None:
         raise errors[0]
-    return best
+    candidate, step = best
+    if step.runs and step.runs[0].weights is None:
+        step = _step_of_views(config, layer, *candidate, batch, cycles)
+    return step
 
 
-def _step_of_views(config, layer, views, pool, mapping, batch, cycles):
-    """An engine step of ``layer`` made of the runs of ``views`` (``[layer]``: as it is)."""
+def _step_of_views(config, layer, mapping, views, pool, batch, cycles, *, pack=True):
+    """An engine step of ``layer`` made of the runs of ``views`` (``[layer]``: as it is);
+    without ``pack``, the runs carry no weights (to compare candidates)."""
     step = EngineStep(layer, pool, mapping=mapping)
     for view in views:
         try:
@@ -419,7 +426,7 @@ def _step_of_views(config, layer, views, pool, mapping, batch, cycles):
             if view is not layer:
                 plans = [_in_view(view, plan) for plan in plans]
             step.runs += _compile_runs(config, view, plans, pool=pool is not None,
-                                       clamp=step.clamp, cycles=cycles)
+                                       clamp=step.clamp, cycles=cycles, pack=pack)
         except MappingError as e:
             if view is layer:
                 raise
@@ -440,9 +447,10 @@ def _in_view(view, plan):
                          scatter=ChannelColumns(sc.c0 + off, sc.c1 + off, sc.o0, sc.o1))
 
 
-def _compile_runs(config, conv, plans, *, pool, clamp, cycles):
-    """Each planned run of the convolution ``conv`` (a Conv, or a :class:`GemmAsConv`),
-    checked against the engine's limits and compiled into an :class:`EngineRun`."""
+def _compile_runs(config, conv, plans, *, pool, clamp, cycles, pack=True):
+    """Each planned run of the convolution ``conv`` (a Conv, a view, or a
+    :class:`GemmAsConv`), checked against the engine's limits and compiled into
+    an :class:`EngineRun` (its ``weights`` None without ``pack``)."""
     lo, hi = clamp
     if lo > hi:
         raise MappingError(f"{conv.name}: clamp_lo {lo} is above clamp_hi {hi}")
@@ -452,7 +460,9 @@ def _compile_runs(config, conv, plans, *, pool, clamp, cycles):
         w_shape = (c1 - c0, *conv.weight.shape[1:])
         geo = packing.map_layer(config, plan.x_shape, w_shape, stride=conv.stride,
                                 pads=plan.pads, pool=pool, name=f"layer {conv.name!r}")
-        if plan.channels not in weights:
+        if not pack:
+            weights[plan.channels] = None
+        elif plan.channels not in weights:
             weights[plan.channels] = packing.pack_weights(
                 config, conv.weight[c0:c1], conv.bias[c0:c1], conv.x_zero_point,
                 conv.mult[c0:c1], conv.shift[c0:c1], remap=geo["remap"], name=conv.name)

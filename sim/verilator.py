@@ -157,7 +157,11 @@ def _locked(path):
 def _tool_versions():
     import amaranth
     import cocotb
+    # Where cocotb lives, too: a cocotb build's executable loads cocotb's VPI
+    # library from the installation it was linked against, so a build made by
+    # another (since deleted) virtualenv cannot run here.
     return {"amaranth": amaranth.__version__, "cocotb": cocotb.__version__,
+            "cocotb_libs": str(Path(cocotb.__file__).resolve().parent / "libs"),
             "verilator": verilator_version(), "args": list(VERILATOR_ARGS)}
 
 
