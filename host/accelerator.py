@@ -123,7 +123,7 @@ class Accelerator:
         An already open board (anything with the narrow board interface);
         overrides ``backend``'s own.
     clock_hz : float
-        The engine clock for projected throughput (and sim timeouts).
+        The engine clock: the engine time in the report (and sim timeouts).
     batch : int, optional
         The batch size :meth:`run` will be given, if known: the model is
         compiled for it in the constructor.
@@ -143,7 +143,9 @@ class Accelerator:
     ----------
     report : dict
         After :meth:`run`: backend, per-layer ``cycles``, ``utilization``,
-        host time, totals and projected throughput.
+        host time, totals, the time per image end to end (engine cycles at
+        the clock plus the host's measured work) and the engine alone's
+        throughput.
     """
 
     def __init__(self, model, *, backend="sim", config=None, board=None, clock_hz=100e6,
@@ -275,13 +277,23 @@ class Accelerator:
             "macs_per_image": self.model.macs,
         }
         if self.backend != "reference":
+            host = sum(l["host_seconds"] for l in layers)
+            engine = cycles / self.clock_hz
             report.update({
                 "engine": self.config.as_dict(),
                 "peak_macs_per_cycle": self.config.peak_macs_per_cycle,
                 "clock_mhz": self.clock_hz / 1e6,
                 "total_cycles": cycles,
-                "host_seconds": sum(l["host_seconds"] for l in layers),
-                # Engine time only: host layers and transfers add to it on a board.
+                # The engine's busy cycles (stalls included) at the clock, and the
+                # host's measured work (gathers, packing, unpacking, host layers):
+                # what a user of this host and a board at this clock would see,
+                # less the link's transfer time.
+                "engine_seconds": engine,
+                "host_seconds": host,
+                "end_to_end_seconds_per_image": (engine + host) / batch,
+                "images_per_second": batch / (engine + host) if engine + host else None,
+                "host_share": host / engine if engine else None,
+                # The engine alone (no host work).
                 "projected_images_per_second": batch * self.clock_hz / cycles if cycles else None,
             })
         return report

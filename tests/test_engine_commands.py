@@ -146,8 +146,14 @@ def test_demo_prints_accuracy_cycles_and_throughput(capsys, small_toml, tmp_path
     assert "RTL output equals the reference bit for bit: yes" in out
     assert re.search(r"^conv2\+pool\s+Conv\+MaxPool\s+engine\s+[\d,]+\s+\d+\.\d%", out, re.M), out
     assert re.search(r"^flatten\s+Flatten\s+host", out, re.M), out
-    assert re.search(r"^total [\d,]+ engine cycles for 30 images; projected [\d,]+ images/s "
-                     r"at 100 MHz", out, re.M), out
+    line = re.search(r"^total ([\d,]+) engine cycles for 30 images; per image (\d+\.\d{3}) ms "
+                     r"end to end = engine (\d+\.\d{3}) ms at 100 MHz \+ host (\d+\.\d{3}) ms "
+                     r"\(measured here\); ([\d,]+) images/s end to end, ([\d,]+) by the engine "
+                     r"alone$", out, re.M)
+    assert line, out
+    total, engine, host = (float(v) for v in line.group(2, 3, 4))
+    assert total == pytest.approx(engine + host, abs=0.0015)
+    assert int(line.group(1).replace(",", "")) / 30 / 100e3 == pytest.approx(engine, abs=0.0005)
     report = json.loads((tmp_path / "r.json").read_text())
     assert report["backend"] == "sim" and report["batch"] == 30
     assert report["engine"] == SMALL_ENGINE.as_dict()
@@ -165,6 +171,16 @@ def test_run_on_sim_reports_cycles_per_layer(capsys, small_toml, tmp_path, small
     assert report["total_cycles"] == sum(l.get("cycles", 0) for l in report["layers"])
     assert report["projected_images_per_second"] == pytest.approx(
         360 * 100e6 / report["total_cycles"])
+    # End to end: the engine's cycles at the clock plus the host's measured work.
+    assert report["engine_seconds"] == pytest.approx(report["total_cycles"] / 100e6)
+    assert report["host_seconds"] == pytest.approx(
+        sum(l.get("host_seconds", 0) for l in report["layers"] if "fused_into" not in l))
+    assert report["end_to_end_seconds_per_image"] == pytest.approx(
+        (report["engine_seconds"] + report["host_seconds"]) / 360)
+    assert report["images_per_second"] == pytest.approx(
+        1 / report["end_to_end_seconds_per_image"])
+    assert report["host_share"] == pytest.approx(
+        report["host_seconds"] / report["engine_seconds"])
     assert re.search(r"^top-1 accuracy: \d+\.\d\d% \(\d+/360\)$", out, re.M), out
 
 

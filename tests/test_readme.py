@@ -76,3 +76,4 @@ def test_readme_python_example_runs(capsys):
     assert re.search(r"^conv2\+pool Conv\+MaxPool \d+ 0\.\d+$", out, re.M), out
     assert re.search(r"^flatten Flatten host None$", out, re.M), out
     assert re.search(r"^\d+ cycles; \d+ images/s at 100\.0 MHz$", out, re.M), out
+    assert re.search(r"^\d+ images/s end to end \(engine \+ host\)$", out, re.M), out

@@ -3,7 +3,8 @@
 Generates the engine, builds it into a simulated board (Verilator, cached),
 runs the bundled digits model on it and prints the float / int8-reference /
 RTL accuracy, whether the RTL equals the reference bit for bit, the cycles of
-every layer and the projected images per second at the engine clock.
+every layer and the time per image end to end (engine cycles at the clock
+plus the host's measured work).
 """
 
 import time
@@ -27,7 +28,7 @@ def add_parser(subparsers):
         "demo", help="run the example model on the simulated board",
         description="Generate the engine, build it with Verilator (cached), run the bundled "
                     "digits model on the simulated board and print accuracy, cycles per layer "
-                    "and projected throughput.")
+                    "and the time per image end to end.")
     p.add_argument("--images", type=int, default=None,
                    help="how many held-out digits to run (default: all 360)")
     p.add_argument("--report", metavar="REPORT.json", type=Path,
