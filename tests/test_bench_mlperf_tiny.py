@@ -1,0 +1,59 @@
+"""bench/mlperf_tiny.py's model-only path on one small model (keeps the benchmark from rotting).
+
+DS-CNN on the PYNQ-Z2 sized engine, batches 1 and 2, cycle model only: the
+tables come out, the bound split adds up to the predicted cycles, and
+``--write`` replaces only the text between the section's markers.
+"""
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("mlperf_tiny", BENCH / "mlperf_tiny.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def ds_cnn(bench, tmp_path_factory):
+    """DS-CNN written by the zoo and compiled at batches 1 and 2 on the PYNQ-Z2 engine."""
+    from fpgacnn.host.onnx_import import load_onnx
+    written = bench.load_zoo().write_zoo(tmp_path_factory.mktemp("zoo"), ["ds_cnn"],
+                                         n_calibration=4)
+    model = load_onnx(written["ds_cnn"]["int8"])
+    engine, = bench.engines(["pynq-z2"])
+    return model, engine, {b: bench.compile_network("ds_cnn", model, engine, b) for b in (1, 2)}
+
+
+def test_parts_add_up_to_the_predicted_cycles(bench, ds_cnn):
+    _, _, results = ds_cnn
+    for r in results.values():
+        assert r.error is None and r.host_steps == ["AveragePool", "Flatten"]
+        for layer in r.layers:
+            assert sum(layer.parts[p] for p in bench.PARTS) == layer.cycles
+            assert min(layer.parts[p] for p in bench.PARTS) >= 0
+        assert 0 < r.utilization <= r.lane_use() <= 1
+    kinds = {layer.mapping.split("/")[0] for layer in results[1].layers}
+    assert kinds == {"im2col", "grouped", "dense", "gemm"}
+    assert [l.depthwise for l in results[1].layers].count(True) == 4
+
+
+def test_main_writes_only_its_section(bench, tmp_path):
+    target = tmp_path / "BENCHMARKS.md"
+    target.write_text("# B\n\nbefore\n\n<!-- mlperf_tiny:begin -->\nold\n<!-- mlperf_tiny:end -->\n"
+                      "\nafter\n")
+    assert bench.main(["--models", "ds_cnn", "--boards", "pynq-z2", "--batches", "1,2",
+                       "--write", str(target)]) == 0
+    text = target.read_text()
+    assert text.startswith("# B\n\nbefore\n\n<!-- mlperf_tiny:begin -->\nCommand: "
+                           "`python bench/mlperf_tiny.py --models ds_cnn")
+    assert text.endswith("<!-- mlperf_tiny:end -->\n\nafter\n") and "old" not in text
+    assert "| ds_cnn | 2,656,768 |" in text and "fpgaConvNet" in text
+    assert "Per layer, **ds_cnn** on pynq-z2" in text
