@@ -29,7 +29,7 @@ import functools
 import math
 
 from .config import require_config
-from .descriptor import DESCRIPTOR_FIELDS
+from .descriptor import DESCRIPTOR_FIELDS, complete_descriptor
 from .widths import MULT_BITS, MAX_SHIFT, SHIFT_BITS
 
 __all__ = [
@@ -266,8 +266,19 @@ class EngineContract:
             in_w=(1, self.max_cols), out_w=(1, self.max_cols),
             ci_tiles=(1, self.max_ci_tiles), co_tiles=(1, self.max_co_tiles),
             stride=(1, c.kmax), pad_top=(0, c.kmax - 1), pad_left=(0, c.kmax - 1),
+            weight_base=(0, self.weights.words - 1),
         )
+        if not self.resident_weights:
+            full.update(load_params=(0, 0), weight_base=(0, 0))
         return full
+
+    @property
+    def resident_weights(self):
+        """Whether a run's weights may stay in the weight buffer for later runs
+        (``weight_base``, ``load_params``): the deep arrangement. The compact one
+        (iCE40, where every logic cell counts) holds one run's weights, from word 0,
+        and its two registers read 0."""
+        return bool(self.config.deep_pipeline)
 
     def range_reason(self, name):
         """What bounds the descriptor field ``name`` on this engine (``""`` for the field width)."""
@@ -282,6 +293,11 @@ class EngineContract:
             "co_tiles": f"output channels / pout {c.pout}: the parameter buffer holds "
                         f"{self.params.words} tiles",
             "stride": f"the window is kmax = {c.kmax}",
+            "weight_base": (f"a word of the weight buffer of {self.weights.words}"
+                            if self.resident_weights else
+                            "the compact arrangement keeps no resident weights"),
+            "load_params": ("" if self.resident_weights else
+                            "the compact arrangement keeps no resident weights"),
             "pad_top": f"kmax - 1 = {c.kmax - 1}", "pad_left": f"kmax - 1 = {c.kmax - 1}",
         }.get(name, "")
 
@@ -341,6 +357,8 @@ class EngineContract:
         total = 0
         if desc["load_weights"]:
             total += co * self.param_beats + co * ci * self.weight_beats
+        elif desc.get("load_params", 0):
+            total += co * self.param_beats
         total += int(desc["batch"]) * self.image_beats(int(desc["in_h"]), int(desc["in_w"]), ci)
         return total * self.config.stream_bytes
 
@@ -441,6 +459,7 @@ def descriptor_violations(config, desc):
         the first field of a capacity the run exceeds.
     """
     c = engine_contract(config)
+    desc = complete_descriptor(desc)
     out = []
     for f in DESCRIPTOR_FIELDS:
         lo, hi = c.ranges[f.name]
@@ -456,9 +475,14 @@ def descriptor_violations(config, desc):
     if words > c.line_buffer.words:
         out.append(("in_w", f"a row of {desc['in_w']} px x {ci} input tiles takes {words} words "
                             f"of a line-buffer bank, which holds {c.line_buffer.words}"))
-    if co * ci > c.weights.words:
-        out.append(("co_tiles", f"{co} x {ci} weight words exceed the weight buffer's "
-                                f"{c.weights.words}"))
+    base = int(desc["weight_base"])
+    if base + co * ci > c.weights.words:
+        if base:
+            out.append(("weight_base", f"{co} x {ci} weight words from word {base} exceed the "
+                                       f"weight buffer's {c.weights.words}"))
+        else:
+            out.append(("co_tiles", f"{co} x {ci} weight words exceed the weight buffer's "
+                                    f"{c.weights.words}"))
     last = (int(desc["out_h"]) - 1) * int(desc["stride"]) - int(desc["pad_top"])
     if last >= int(desc["in_h"]):
         # The line buffer turns its row slots by the input rows an output row

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from amaranth.hdl import unsigned, signed
 from amaranth.lib import data
 
-__all__ = ["DescriptorField", "DESCRIPTOR_FIELDS", "descriptor_layout"]
+__all__ = ["DescriptorField", "DESCRIPTOR_FIELDS", "descriptor_layout", "complete_descriptor"]
 
 
 @dataclass(frozen=True)
@@ -20,6 +20,9 @@ class DescriptorField:
     width: int
     signed: bool
     doc: str
+    #: The value a descriptor that leaves the field out means (fields added
+    #: later: the behaviour before them). None: the field must be given.
+    default: object = None
 
 
 #: In register order. Widths are fixed (not per configuration) so that the
@@ -42,7 +45,27 @@ DESCRIPTOR_FIELDS = (
     DescriptorField("clamp_hi", 8, True, "upper output clamp"),
     DescriptorField("pool", 1, False, "fuse a 2x2 stride-2 max-pool on the output"),
     DescriptorField("load_weights", 1, False, "stream parameters and weights before the images"),
+    # Register map 2.0: resident weights (docs/engine.md, "Resident weights").
+    DescriptorField("load_params", 1, False, "stream the parameters before the images without "
+                    "the weights (they are resident from an earlier run)", default=0),
+    DescriptorField("weight_base", 16, False, "weight-buffer word of the run's first weight "
+                    "word: where load_weights writes the weights and where the run reads them",
+                    default=0),
 )
+
+
+def complete_descriptor(desc):
+    """``desc`` (a mapping) with every field: those it leaves out that have a
+    default take it. Raises ``KeyError`` naming a missing field without one."""
+    out = {}
+    for f in DESCRIPTOR_FIELDS:
+        if f.name in desc:
+            out[f.name] = desc[f.name]
+        elif f.default is not None:
+            out[f.name] = f.default
+        else:
+            raise KeyError(f.name)
+    return out
 
 
 def descriptor_layout():

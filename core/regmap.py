@@ -40,6 +40,7 @@ import json
 
 from .config import EngineConfig, require_config
 from .descriptor import DESCRIPTOR_FIELDS
+from .contract import engine_contract
 
 __all__ = [
     "MAGIC", "VERSION", "DATA_WIDTH", "ADDR_WIDTH", "ACCESS_KINDS",
@@ -51,7 +52,7 @@ __all__ = [
 MAGIC = int.from_bytes(b"FCNN", "little")
 #: Register-map and stream-format version (major, minor). A driver refuses a
 #: different major version; minor versions only add registers.
-VERSION = (1, 1)
+VERSION = (2, 0)
 #: AXI4-Lite data width in bits.
 DATA_WIDTH = 32
 #: AXI4-Lite byte-address width: a 4 KiB window, the smallest address
@@ -491,9 +492,17 @@ def build_regmap(config):
          "engine contract; none when the registers were written while busy"),
     ], doc="engine status")
 
-    b.begin_group("desc")
+    # 18 registers: a 128-byte block (the engine tells a descriptor write by
+    # its block). On the compact arrangement the resident-weights fields are
+    # constants 0 (no flip-flops: it keeps no resident weights).
+    b.begin_group("desc", align=128)
+    resident = engine_contract(config).resident_weights
     for f in DESCRIPTOR_FIELDS:
-        b.add(f"desc_{f.name}", "rw", [("value", f.width, f.signed)], doc=f.doc)
+        if f.default is not None and not resident:
+            b.add(f"desc_{f.name}", "const", [("value", f.width, f.signed)], value=f.default,
+                  doc=f.doc + " (constant 0 on the compact arrangement)")
+        else:
+            b.add(f"desc_{f.name}", "rw", [("value", f.width, f.signed)], doc=f.doc)
 
     b.begin_group("perf")
     b.add("perf_busy_cycles", "ro", [("value", 32)], doc="cycles busy in the last layer run")

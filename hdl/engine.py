@@ -5,7 +5,7 @@ cocotb testbenches and the board flows instantiate. See docs/engine.md for
 the stream formats and :mod:`fpgacnn.core.regmap` for the registers.
 """
 
-from amaranth.hdl import (ClockDomain, ClockSignal, DomainRenamer, Module, ResetInserter,
+from amaranth.hdl import (ClockDomain, ClockSignal, Const, DomainRenamer, Module, ResetInserter,
                           ResetSignal, Signal)
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
@@ -100,6 +100,14 @@ class ConvEngine(wiring.Component):
             raise ValueError(f"registers {others} share the descriptor's address block")
         return addr[bits:] == block
 
+    def _desc_register(self, csr, field):
+        """The value of descriptor register ``field``: its flip-flops, or its constant
+        (the compact arrangement's resident-weights fields, register map 2.0)."""
+        reg = self._regmap[f"desc_{field.name}"]
+        if reg.access == "const":
+            return Const(field.default, field.width)
+        return getattr(csr, f"desc_{field.name}").value
+
     def elaborate(self, platform):
         m = Module()
 
@@ -150,7 +158,7 @@ class ConvEngine(wiring.Component):
         # breaks the contract: the core never sees that descriptor.
         m.submodules.check = check = DescriptorCheck(self._config)
         for f in DESCRIPTOR_FIELDS:
-            m.d.comb += check.desc[f.name].eq(getattr(csr, f"desc_{f.name}").value)
+            m.d.comb += check.desc[f.name].eq(self._desc_register(csr, f))
         desc_write = Signal()
         m.d.comb += [
             desc_write.eq(axil.bus.w_stb & self._in_desc_block(axil.bus.w_addr)),
@@ -185,7 +193,7 @@ class ConvEngine(wiring.Component):
             desc = Signal(descriptor_layout())
             with run.If(accept):
                 for f in DESCRIPTOR_FIELDS:
-                    run.d.sync += desc[f.name].eq(getattr(csr, f"desc_{f.name}").value)
+                    run.d.sync += desc[f.name].eq(self._desc_register(csr, f))
         else:
             # The compact arrangement reads the registers in place (a copy
             # takes ~160 logic cells, what the iCE40 UP5K lacks): they hold

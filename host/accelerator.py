@@ -25,7 +25,7 @@ import numpy as np
 
 from ..core.config import EngineConfig
 from .compiler import EngineStep, compile_model
-from .engine_driver import EngineDriver
+from .engine_driver import EngineDriver, set_weights_owner, weights_owner
 from ..core.errors import InputError
 from .onnx_import import load_onnx
 from .reference import ReferenceBackend
@@ -213,6 +213,12 @@ class Accelerator:
             self.report = self._report([], len(x8), time.perf_counter() - start)
             return y8
         program = self.program(len(x8))
+        # A resident program whose weights this board holds (it ran last, to the
+        # end) runs warm: no weights streamed. Anything else on the board in
+        # between (a run that loads weights) makes the driver forget the owner.
+        warm = program.resident and weights_owner(self.board) is program
+        if program.resident and not warm:
+            set_weights_owner(self.board, None)
         tensors = {self.model.input_tensor: np.asarray(x8, dtype=np.int8)}
         layer_reports = []
         for index, step in enumerate(program.steps, 1):
@@ -220,19 +226,24 @@ class Accelerator:
                 self.progress(f"layer {index}/{len(program.steps)} {step.name} ({step.op})")
             inputs = [tensors[t] for t in step.inputs]
             if isinstance(step, EngineStep):
-                y, info = self._run_engine_step(step, inputs[0])
+                y, info = self._run_engine_step(step, inputs[0], warm=warm)
             else:
                 t0 = time.perf_counter()
                 y = step.layer.evaluate(*inputs)
                 info = {"engine": False, "host_seconds": time.perf_counter() - t0}
             tensors[step.output] = y
             layer_reports.append({"name": step.name, "op": step.op, "macs": step.macs, **info})
+        if program.resident:
+            set_weights_owner(self.board, program)
         y8 = tensors[self.model.output_tensor]
         self.report = self._report(layer_reports, len(x8), time.perf_counter() - start)
+        self.report["weights"] = ("resident" if warm else "loaded, now resident"
+                                  if program.resident else "streamed")
         return y8
 
-    def _run_engine_step(self, step, x):
-        """The step's compiled runs, in order: pack the pixels, run, unpack and scatter."""
+    def _run_engine_step(self, step, x, *, warm=False):
+        """The step's compiled runs, in order: pack the pixels, run, unpack and scatter
+        (``warm``: with the weights resident, :attr:`EngineRun.warm_descriptor`)."""
         batch = x.shape[0]
         y = np.empty((batch, *step.output_shape), np.int8)
         host = board = 0.0
@@ -240,13 +251,14 @@ class Accelerator:
         link_seconds = getattr(self.board, "link_seconds", None)
         for run in step.runs:
             t0 = time.perf_counter()
-            data = run.stream(x)
-            timeout = (run.predicted_cycles * _TIMEOUT_FACTOR + _TIMEOUT_EXTRA_CYCLES) \
-                / self.clock_hz
+            data = run.stream(x, warm=warm)
+            descriptor = run.warm_descriptor if warm else run.descriptor
+            run_predicted = run.warm_predicted_cycles if warm else run.predicted_cycles
+            timeout = (run_predicted * _TIMEOUT_FACTOR + _TIMEOUT_EXTRA_CYCLES) / self.clock_hz
             if link_seconds is not None:  # a slow link (serial) paces the run, not the engine
                 timeout += link_seconds(len(data), run.out_nbytes)
             t1 = time.perf_counter()
-            result = self.driver.run_layer(run.descriptor, data, run.out_nbytes,
+            result = self.driver.run_layer(descriptor, data, run.out_nbytes,
                                            timeout=timeout, name=step.name)
             t2 = time.perf_counter()
             run.store(y, result.output)
@@ -256,7 +268,7 @@ class Accelerator:
             cycles += result.busy_cycles
             stall_in += result.stall_in_cycles
             stall_out += result.stall_out_cycles
-            predicted += run.predicted_cycles
+            predicted += run_predicted
         peak = self.config.peak_macs_per_cycle
         return y, {
             "engine": True, "runs": len(step.runs), "cycles": cycles,

@@ -28,6 +28,13 @@ A Gemm reaches the engine through one adapter, :class:`GemmAsConv`, which
 presents it as that 1x1 convolution; from there on a Gemm run is a
 convolution run like any other.
 
+When the program's weights fit the engine's weight buffer together (and the
+engine keeps resident weights: the deep arrangement), each channel group gets
+a place of its own there (``weight_base``): the first inference loads the
+weights, and every later one runs each run's warm descriptor, which streams
+only the parameters and the pixels (:attr:`Program.resident`, docs/engine.md
+"Resident weights").
+
 Every run is compiled once, for the program's batch, into an
 :class:`EngineRun` that carries what running it needs: its descriptor, its
 parameters and weights packed into stream bytes
@@ -38,6 +45,7 @@ loop (:meth:`fpgacnn.host.accelerator.Accelerator.run_int8`) that packs only
 the pixels of each run (:func:`fpgacnn.host.packing.pack_pixels`).
 """
 
+import dataclasses
 from dataclasses import dataclass, field
 import functools
 import math
@@ -190,6 +198,12 @@ class EngineRun:
     pads: tuple
     pack_pixels: object = field(repr=False)  # gather(x) -> the pixel section
     unpack: object = field(repr=False)       # output bytes -> int8 NCHW of the run's channels
+    #: Resident programs (:attr:`Program.resident`): the run once every weight of
+    #: the program is in the engine (no weights; the parameters when the previous
+    #: run's were another group's), and its predicted cycles. None otherwise.
+    warm_descriptor: MappingProxyType = None
+    warm_predicted_cycles: int = None
+    params_nbytes: int = 0                   # the parameter section's bytes (of ``weights``)
 
     @property
     def in_cols(self):
@@ -202,14 +216,20 @@ class EngineRun:
         """Output columns ``[o0, o1)`` produced (Gemm: the batch images ``[b0, b1)``)."""
         return self.scatter.cols
 
-    def stream(self, x, *, load_weights=None):
+    def stream(self, x, *, load_weights=None, warm=False):
         """The run's input stream for the step input ``x``: the packed weights
-        (when the descriptor loads them, or ``load_weights`` says so), then the pixels."""
+        (when the descriptor loads them, or ``load_weights`` says so), then the
+        pixels; ``warm``: as :attr:`warm_descriptor` wants it (the parameters
+        at most)."""
         xs = self.gather(x)
         if xs.shape != self.in_shape:
             raise InputError(f"the run was compiled for input {self.in_shape}, not {xs.shape} "
                              f"(compile the program for this batch)")
         pixels = self.pack_pixels(xs)
+        if warm:
+            if self.warm_descriptor["load_params"]:
+                return np.concatenate((self.weights[:self.params_nbytes], pixels))
+            return pixels
         if load_weights is None:
             load_weights = self.descriptor["load_weights"]
         return np.concatenate((self.weights, pixels)) if load_weights else pixels
@@ -293,12 +313,20 @@ class HostStep:
 
 @dataclass
 class Program:
-    """A compiled model: steps in order, for one engine configuration and batch."""
+    """A compiled model: steps in order, for one engine configuration and batch.
+
+    ``resident``: every run's weights have a place of their own in the
+    engine's weight buffer (``weight_base``), so once the program has run,
+    the weights stay and later runs use ``EngineRun.warm_descriptor``;
+    ``weight_words`` of the buffer are taken.
+    """
 
     model: object
     config: object
     steps: list
     batch: int = 1
+    resident: bool = False
+    weight_words: int = 0
 
 
 class _Plan(NamedTuple):
@@ -320,7 +348,7 @@ def _fusable_pool(layer, pool, readers):
             and max(layer.lo, pool.lo) <= min(layer.hi, pool.hi))
 
 
-def compile_model(model, config, *, batch=1):
+def compile_model(model, config, *, batch=1, resident=None):
     """Compile ``model`` for an engine generated with ``config``.
 
     Parameters
@@ -330,6 +358,11 @@ def compile_model(model, config, *, batch=1):
     batch : int
         Images per run: the runs' descriptors are for this batch (Gemm layers
         lay the batch along the image width, so it shapes their tiling too).
+    resident : bool, optional
+        Keep every run's weights in the engine between inferences
+        (docs/engine.md, "Resident weights"). Default: when the engine can
+        (its contract's ``resident_weights``) and the program's weights fit
+        its weight buffer together. True where they cannot is a MappingError.
 
     Returns
     -------
@@ -367,7 +400,53 @@ def compile_model(model, config, *, batch=1):
         else:
             steps.append(HostStep(layer))
             i += 1
-    return Program(model, config, steps, batch)
+    program = Program(model, config, steps, batch)
+    return _make_resident(program, resident, cycles)
+
+
+def _make_resident(program, resident, cycles):
+    """``program`` with a place in the weight buffer for each channel group's
+    weights (in the order they first run) and each run's warm descriptor, or
+    as it is when it should not or cannot be resident."""
+    contract = engine_contract(program.config)
+    bases, words = {}, 0
+    for step in program.steps:
+        for run in getattr(step, "runs", ()):
+            if id(run.weights) not in bases:
+                bases[id(run.weights)] = words
+                words += run.descriptor["co_tiles"] * run.descriptor["ci_tiles"]
+    fits = contract.resident_weights and words <= contract.weights.words
+    if resident is None:
+        resident = fits
+    if not resident:
+        return program
+    if not fits:
+        why = ("the compact arrangement keeps no resident weights"
+               if not contract.resident_weights else
+               f"its weights take {words} words of the weight buffer's {contract.weights.words}")
+        raise MappingError(f"model {program.model.name!r} cannot keep its weights resident: {why}")
+    previous = None
+    for step in program.steps:
+        runs = []
+        for run in getattr(step, "runs", ()):
+            base = bases[id(run.weights)]
+            cold = dict(run.descriptor, weight_base=base)
+            warm = dict(cold, load_weights=0, load_params=int(id(run.weights) != previous))
+            previous = id(run.weights)
+            for desc in (cold, warm):
+                key = tuple(sorted(desc.items()))
+                if key not in cycles:
+                    cycles[key] = layer_cycles(program.config, desc).cycles
+            runs.append(dataclasses.replace(
+                run, descriptor=MappingProxyType(cold), warm_descriptor=MappingProxyType(warm),
+                predicted_cycles=cycles[tuple(sorted(cold.items()))],
+                warm_predicted_cycles=cycles[tuple(sorted(warm.items()))],
+                params_nbytes=cold["co_tiles"] * contract.param_beats
+                * program.config.stream_bytes))
+        if runs:
+            step.runs = runs
+    program.resident, program.weight_words = True, words
+    return program
 
 
 def _convolution_step(config, layer, pool, batch, cycles, *, reads_input):

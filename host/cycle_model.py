@@ -2,7 +2,8 @@
 
 The model follows the engine's schedule at the granularity of rows:
 
-- the parameters and weights stream in first, one beat per cycle;
+- the parameters and weights stream in first, one beat per cycle (the
+  parameters alone when the weights are resident, ``load_params``);
 - the line-buffer writer stores input rows at one ``pin``-byte word per cycle
   (``pin/B`` cycles per word when a word spans several beats; a cycle after
   the loader, and two words buffered, with ``deep_pipeline``'s register
@@ -126,6 +127,8 @@ def layer_cycles(config, desc, *, macs=None):
     load = 0
     if desc["load_weights"]:
         load = co * contract.param_beats + co * ci * contract.weight_beats
+    elif desc.get("load_params", 0):  # the weights are resident
+        load = co * contract.param_beats
     t0 = lat.start + load
 
     per_word_in = max(1, pin // beat)            # cycles per line-buffer word

@@ -13,16 +13,17 @@ declaration the gateware is generated from; nothing here types an address.
 """
 
 from dataclasses import dataclass, fields
+import weakref
 
 import numpy as np
 
 from ..core.config import EngineConfig
 from ..core.contract import descriptor_violations, engine_contract
-from ..core.descriptor import DESCRIPTOR_FIELDS
+from ..core.descriptor import DESCRIPTOR_FIELDS, complete_descriptor
 from ..core.regmap import RegisterMapError, build_regmap
 from ..core.errors import BackendError, MappingError
 
-__all__ = ["EngineDriver", "LayerRun", "config_differences"]
+__all__ = ["EngineDriver", "LayerRun", "config_differences", "set_weights_owner", "weights_owner"]
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,28 @@ def config_differences(expected, actual):
     """``["pin: program 8, bitstream 4", ...]`` for every parameter that differs."""
     return [f"{f.name}: program {getattr(expected, f.name)}, bitstream {getattr(actual, f.name)}"
             for f in fields(EngineConfig) if getattr(expected, f.name) != getattr(actual, f.name)]
+
+
+#: Which compiled program's weights each board's engine holds (resident
+#: weights, docs/engine.md): weak, so a closed board takes its entry along.
+_WEIGHTS_OWNER = weakref.WeakKeyDictionary()
+_WEIGHTS_OWNER_BY_ID = {}  # boards that cannot be weakly referenced
+
+
+def weights_owner(board):
+    """The program whose resident weights ``board``'s engine holds, or None."""
+    try:
+        return _WEIGHTS_OWNER.get(board)
+    except TypeError:
+        return _WEIGHTS_OWNER_BY_ID.get(id(board))
+
+
+def set_weights_owner(board, program):
+    """Record that ``board``'s engine holds ``program``'s weights (None: nobody's)."""
+    try:
+        _WEIGHTS_OWNER[board] = program
+    except TypeError:
+        _WEIGHTS_OWNER_BY_ID[id(board)] = program
 
 
 class EngineDriver:
@@ -128,16 +151,24 @@ class EngineDriver:
             or the transfer does not complete within ``timeout``; the DMA and
             the engine are reset first, so the next run on this board works.
         """
-        missing = [f.name for f in DESCRIPTOR_FIELDS if f.name not in descriptor]
+        missing = [f.name for f in DESCRIPTOR_FIELDS
+                   if f.name not in descriptor and f.default is None]
         if missing:
             raise BackendError(f"layer {name!r}: descriptor lacks {', '.join(missing)}")
+        descriptor = complete_descriptor(descriptor)
         if check:
             violations = descriptor_violations(self.config, descriptor)
             if violations:
                 raise MappingError(f"layer {name!r} does not fit the engine: "
                                    + "; ".join(_naming(field, why) for field, why in violations))
+        if descriptor["load_weights"]:
+            # The weight buffer changes: no program's weights are resident any more
+            # (an Accelerator marks its own after its program has run).
+            set_weights_owner(self.board, None)
         for f in DESCRIPTOR_FIELDS:
             value = int(descriptor[f.name])
+            if self.regs[f"desc_{f.name}"].access == "const":
+                continue  # the compact arrangement's constant fields (checked above)
             try:
                 word = self.regs.encode(f"desc_{f.name}", value)
             except RegisterMapError:

@@ -28,7 +28,7 @@ from cocotbext.axi import (AxiLiteBus, AxiLiteMaster, AxiStreamBus, AxiStreamFra
                            AxiStreamSink, AxiStreamSource)
 
 from ..core.config import EngineConfig
-from ..core.descriptor import DESCRIPTOR_FIELDS
+from ..core.descriptor import DESCRIPTOR_FIELDS, complete_descriptor
 from ..core.regmap import build_regmap
 from ..core.errors import BackendError
 
@@ -208,11 +208,13 @@ class EngineTB:
 
     async def write_descriptor(self, desc):
         """Write every ``desc_*`` register from a mapping of descriptor field values."""
-        missing = [f.name for f in DESCRIPTOR_FIELDS if f.name not in desc]
+        missing = [f.name for f in DESCRIPTOR_FIELDS if f.name not in desc and f.default is None]
         if missing:
             raise ValueError(f"descriptor lacks {', '.join(missing)}")
+        desc = complete_descriptor(desc)
         for f in DESCRIPTOR_FIELDS:
-            await self.write(f"desc_{f.name}", int(desc[f.name]))
+            if self.regs[f"desc_{f.name}"].access != "const":
+                await self.write(f"desc_{f.name}", int(desc[f.name]))
 
     async def start(self, desc, data):
         await self.write_descriptor(desc)

@@ -20,13 +20,17 @@ def _take(buf, pos, nbytes, beat):
 
 
 def emulate_engine(config, desc, data, state=None):
-    """Output stream bytes of one layer run; ``state`` keeps the weights between runs."""
+    """Output stream bytes of one layer run; ``state`` keeps the weight buffer (a word
+    per address, as the engine: a run writes its weights from ``weight_base`` and
+    reads them from there) and the parameters between runs."""
     beat, pin, pout, k = config.stream_bytes, config.pin, config.pout, config.kmax
     data = np.asarray(data, np.uint8)
     co_t, ci_t = desc["co_tiles"], desc["ci_tiles"]
+    base = desc.get("weight_base", 0)
     state = {} if state is None else state
+    words = state.setdefault("words", {})
     pos = 0
-    if desc["load_weights"]:
+    if desc["load_weights"] or desc.get("load_params", 0):
         recs = []
         for _ in range(co_t):
             chunk, pos = _take(data, pos, pout * PARAM_RECORD_BYTES, beat)
@@ -39,13 +43,13 @@ def emulate_engine(config, desc, data, state=None):
             if signed:
                 value -= (value >> (8 * size - 1)) << (8 * size)
             state[field] = value
-        wt = np.zeros((co_t, ci_t, pout, k, k, pin), np.int8)
-        for co in range(co_t):
-            for ci in range(ci_t):
-                chunk, pos = _take(data, pos, engine_contract(config).weights.word_bytes, beat)
-                wt[co, ci] = chunk.view(np.int8).reshape(pout, k, k, pin)
-        # -> OIHW over padded channels
-        state["w"] = wt.transpose(0, 2, 1, 5, 3, 4).reshape(co_t * pout, ci_t * pin, k, k)
+    if desc["load_weights"]:
+        for i in range(co_t * ci_t):
+            chunk, pos = _take(data, pos, engine_contract(config).weights.word_bytes, beat)
+            words[base + i] = chunk.view(np.int8).reshape(pout, k, k, pin)
+    wt = np.stack([words[base + i] for i in range(co_t * ci_t)]).reshape(co_t, ci_t, pout, k, k, pin)
+    # -> OIHW over padded channels
+    state["w"] = wt.transpose(0, 2, 1, 5, 3, 4).reshape(co_t * pout, ci_t * pin, k, k)
     h, w_, s = desc["in_h"], desc["in_w"], desc["stride"]
     oh, ow = desc["out_h"], desc["out_w"]
     out = []

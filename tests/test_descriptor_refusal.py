@@ -22,7 +22,7 @@ from amaranth.sim import Simulator
 
 from fpgacnn.core.config import EngineConfig
 from fpgacnn.core.contract import descriptor_violations, engine_contract
-from fpgacnn.core.descriptor import DESCRIPTOR_FIELDS
+from fpgacnn.core.descriptor import DESCRIPTOR_FIELDS, complete_descriptor
 from fpgacnn.core.errors import BackendError, MappingError
 from fpgacnn.hdl.datapath.descriptor_check import DescriptorCheck, _above
 from fpgacnn.host import packing
@@ -170,9 +170,10 @@ def test_check_follows_each_write_within_a_few_cycles():
     config = SMALL_ENGINE
     dut = DescriptorCheck(config)
     c = engine_contract(config)
-    good = dict(in_h=5, in_w=8, ci_tiles=2, co_tiles=2, out_h=3, out_w=6, stride=1, pad_top=0,
-                pad_left=0, batch=1, x_zp=0, y_zp=0, clamp_lo=-128, clamp_hi=127, pool=1,
-                load_weights=1)
+    good = complete_descriptor(dict(
+        in_h=5, in_w=8, ci_tiles=2, co_tiles=2, out_h=3, out_w=6, stride=1, pad_top=0,
+        pad_left=0, batch=1, x_zp=0, y_zp=0, clamp_lo=-128, clamp_hi=127, pool=1,
+        load_weights=1, weight_base=12))
     assert descriptor_violations(config, good) == []
 
     async def write(ctx, name, value, *, ci_tiles=False):
@@ -194,7 +195,10 @@ def test_check_follows_each_write_within_a_few_cycles():
         await write(ctx, "ci_tiles", good["ci_tiles"], ci_tiles=True)
         assert (ctx.get(dut.error), ctx.get(dut.fields)) == (0, 0)
         for name, value in (("in_w", c.widest_row(2) + 1), ("out_w", 1), ("stride", 0),
-                            ("batch", 0), ("out_h", 6), ("in_h", 2), ("stride", 3)):
+                            ("batch", 0), ("out_h", 6), ("in_h", 2), ("stride", 3),
+                            # weight words past the buffer's 16: 2 x 2 from a base a
+                            # word too far, 3 x 2 from the base (the registered product)
+                            ("weight_base", c.weights.words - 3), ("co_tiles", 3)):
             cycles = await write(ctx, name, value)
             assert cycles <= config.kmax + 3
             want = {n for n, _ in descriptor_violations(config, dict(good, **{name: value}))}
@@ -294,12 +298,20 @@ AT_LIMIT = [
     ("smallest pool", "out_h", 2, dict(cin=4, h=4, w=4, cout=4, pool=True)),
     ("widest pooled row", "out_w", CONTRACT.widest_pooled_row(4),
      dict(cin=4, h=4, w=16, cout=16, pads=(1, 1, 1, 1), pool=True)),
+    # weights in the buffer's last words (deep arrangement only, see below)
+    ("weights at the buffer's end", "weight_base", CONTRACT.weights.words - 4,
+     dict(cin=8, h=4, w=5, cout=8)),
 ]
 
 
 @pytest.mark.parametrize("what,field,value,args", AT_LIMIT, ids=[a[0] for a in AT_LIMIT])
 def test_layer_at_a_limit_runs_bit_exact(driver, what, field, value, args):
     layer = make_layer(driver.config, seed=len(what), **args)
+    if field == "weight_base":
+        if not driver.config.deep_pipeline:
+            pytest.skip("the compact arrangement keeps no resident weights")
+        layer.desc["weight_base"] = value
+        assert value + layer.desc["co_tiles"] * layer.desc["ci_tiles"] == CONTRACT.weights.words
     assert layer.desc[field] == value
     assert descriptor_violations(driver.config, layer.desc) == []
     result = run(driver, layer, check=False)
@@ -343,6 +355,13 @@ OVER = [
     ("pool of one row", dict(pool=1, out_h=1), ["pool"]),
     ("two fields", dict(in_h=0, co_tiles=7), ["in_h", "co_tiles"]),
     ("16-bit width", dict(in_w=0xFFFF), ["in_w"]),
+    # Resident weights (deep arrangement; on the compact one the registers are
+    # constants 0, and only the driver sees a base): the base layer's 2 x 1
+    # weight words from a base, one word past the buffer's end, and a base
+    # past its last word.
+    ("weights from a base past the end", dict(weight_base=CONTRACT.weights.words - 1),
+     ["weight_base"]),
+    ("weight_base out of range", dict(weight_base=CONTRACT.weights.words), ["weight_base"]),
 ]
 
 
@@ -374,6 +393,10 @@ def test_descriptor_over_a_limit_is_refused(driver, what, changes, fields):
 
     if "window below" in what and not driver.config.deep_pipeline:
         pytest.skip("the compact arrangement leaves this rule to the driver")
+    if "weight" in what and not driver.config.deep_pipeline:
+        # Its weight_base is a constant 0: the engine never sees another base.
+        assert driver.regs["desc_weight_base"].access == "const"
+        return
     # The engine's: refused at start, nothing streamed, nothing hung.
     with pytest.raises(BackendError, match=_message(bad, fields)):
         driver.run_layer(bad, base.data, 64, timeout=TIMEOUT, name="bad", check=False)
@@ -390,6 +413,8 @@ def test_descriptor_over_a_limit_is_refused(driver, what, changes, fields):
 def _write_descriptor(driver, desc, *, last="ci_tiles"):
     names = [f.name for f in DESCRIPTOR_FIELDS if f.name != last] + [last]
     for name in names:
+        if name not in desc or driver.regs[f"desc_{name}"].access == "const":
+            continue
         driver.board.mmio_write(driver.regs.address(f"desc_{name}"),
                                 driver.regs.encode(f"desc_{name}", desc[name]))
 

@@ -67,13 +67,32 @@ def test_status_error_fields_follow_the_descriptor(regs):
     assert regs["status"].access == "ro"
 
 
-def test_version_1_1_only_adds_to_1_0(regs):
-    # 1.1 added status.error, .pending and .error_fields: a 1.0 driver
-    # finds every register and field it knows where it was.
-    assert VERSION == (1, 1)
-    assert [(r, regs.address(r)) for r in ("control", "status", "desc_in_h", "perf_busy_cycles")] \
-        == [("control", 0x40), ("status", 0x44), ("desc_in_h", 0x80), ("perf_busy_cycles", 0xC0)]
+def test_version_2_0_moves_only_the_counters(regs):
+    # 2.0 added the resident-weights fields (load_params, weight_base): the
+    # descriptor's 18 registers take a 128-byte block, so the counters moved
+    # from 0xC0 to 0x100; everything else is where 1.1 had it.
+    assert VERSION == (2, 0)
+    assert [(r, regs.address(r)) for r in ("control", "status", "desc_in_h", "desc_load_weights",
+                                           "desc_load_params", "desc_weight_base",
+                                           "perf_busy_cycles")] \
+        == [("control", 0x40), ("status", 0x44), ("desc_in_h", 0x80), ("desc_load_weights", 0xBC),
+            ("desc_load_params", 0xC0), ("desc_weight_base", 0xC4), ("perf_busy_cycles", 0x100)]
     assert [(f.name, f.offset) for f in regs["status"].fields][:2] == [("busy", 0), ("done", 1)]
+
+
+def test_compact_engines_have_no_resident_weight_registers():
+    """On the compact arrangement the two fields are constants 0 (no flip-flops):
+    writes do nothing, reads give 0, and the contract's range is 0..0."""
+    from fpgacnn.core.config import EngineConfig
+    from fpgacnn.core.contract import engine_contract
+    from fpgacnn.core.regmap import build_regmap
+    compact = EngineConfig(pin=1, pout=1, kmax=3, deep_pipeline=0, stream_width=32,
+                           max_width=16, max_channels=8, max_out_channels=8)
+    regs = build_regmap(compact)
+    for name in ("desc_load_params", "desc_weight_base"):
+        assert regs[name].access == "const" and regs.decode(name, regs[name].value)["value"] == 0
+    assert engine_contract(compact).ranges["weight_base"] == (0, 0)
+    assert engine_contract(compact).ranges["load_params"] == (0, 0)
 
 
 def test_signed_fields_round_trip(regs):

@@ -3,8 +3,10 @@ the RTL, at their full sizes, on the PYNQ-Z2's sized engine (issue 15).
 
 Every convolution (dense, depthwise, the 10x4 and 7x7 first layers) and every
 Gemm is an engine step; each model is bit-exact with the reference backend,
-with and without stream back-pressure, and without back-pressure every
-layer's RTL cycles equal the cycle model's prediction.
+with and without stream back-pressure, on its first inference (which loads
+the weights) and on the next (the weights resident in the engine), and
+without back-pressure every layer's RTL cycles equal the cycle model's
+prediction.
 """
 
 import importlib.util
@@ -67,8 +69,18 @@ def test_zoo_model_is_exact_on_rtl(written, board, name):
         y = acc.run_int8(x8)
     finally:
         board.set_backpressure(0, 0)
-    assert_array_equal(y, ReferenceBackend().run_int8(qm, x8))
-    if PAUSES[name] == (0, 0):
-        for layer in acc.report["layers"]:
+    want = ReferenceBackend().run_int8(qm, x8)
+    assert_array_equal(y, want)
+    assert acc.report["weights"] == "loaded, now resident"
+    _cycles_as_predicted(acc.report, PAUSES[name])
+    # The next inference finds the weights in the engine (resident weights).
+    assert_array_equal(acc.run_int8(x8), want)
+    assert acc.report["weights"] == "resident"
+    _cycles_as_predicted(acc.report, (0, 0))
+
+
+def _cycles_as_predicted(report, pauses):
+    if pauses == (0, 0):
+        for layer in report["layers"]:
             if layer["engine"]:
                 assert layer["cycles"] == layer["predicted_cycles"], layer["name"]

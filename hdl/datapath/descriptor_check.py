@@ -28,8 +28,9 @@ class DescriptorCheck(wiring.Component):
     - **Ranges**: each field against ``engine_contract(config).ranges``. The
       bounds are constants, so each compare is a few LUTs (fields whose range
       is their whole width cost nothing).
-    - **Capacities**: the weights (``ci_tiles <= max_ci_tiles_for(co_tiles)``)
-      and a pooled row in the max-pool's row memory (``out_w <=
+    - **Capacities**: the weights (``ci_tiles <= max_ci_tiles_for(co_tiles)``;
+      with resident weights ``weight_base + co_tiles * ci_tiles <= words``, a
+      registered product) and a pooled row in the max-pool's row memory (``out_w <=
       widest_pooled_row(co_tiles)``) read tables indexed by ``co_tiles``,
       generated from those contract functions (``max_co_tiles`` entries);
       a 2x2 pool needs ``out_h, out_w >= 2``. A row of the line buffer
@@ -219,10 +220,28 @@ class DescriptorCheck(wiring.Component):
         pool_room = complemented_table("pooled_cols_room", c.widest_pooled_row, lim.col_bits)
         over_capacity = {
             "in_w": _carry(m, in_w, free_cols, "row_over_line_buffer"),
-            "co_tiles": _carry(m, ci, ci_room, "weights_over_buffer"),
             "pool": desc.pool & ((desc.out_h[1:] == 0) | (desc.out_w[1:] == 0)),
             "out_w": desc.pool & _carry(m, out_w, pool_room, "pooled_row_over_memory"),
         }
+        if c.resident_weights:
+            # weight_base + co_tiles * ci_tiles <= words: the product registered
+            # (a cycle, well inside the rows sum's stride + 2 after a write,
+            # which `ready` waits for: resident weights come with checks_rows),
+            # named weight_base when the base is not 0, as the contract does.
+            wwords = c.weights.words
+            product = Signal(range(c.max_co_tiles * c.max_ci_tiles + 1), name="weight_words")
+            m.d.sync += product.eq(desc.co_tiles[:co_bits + 1] * ci)
+            end = Signal(range(2 * wwords + c.max_co_tiles * c.max_ci_tiles + 1),
+                         name="weights_end")
+            base = desc.weight_base[:wwords.bit_length()]
+            m.d.comb += end.eq(base + product)
+            over = Signal(name="weights_over_buffer")
+            m.d.comb += over.eq(_above(end, wwords))
+            based = base.any()
+            over_capacity["co_tiles"] = over & ~based
+            over_capacity["weight_base"] = over & based
+        else:
+            over_capacity["co_tiles"] = _carry(m, ci, ci_room, "weights_over_buffer")
         if self.checks_rows:
             over_capacity["out_h"] = below
 

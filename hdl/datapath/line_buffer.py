@@ -244,6 +244,10 @@ class LineBuffer(wiring.Component):
         # ---- reader position ------------------------------------------------
         n = Signal(16)
         oy, ox, co, ci, widx = self.oy, self.ox, self.co, self.ci, self.widx
+        # The run's weights start at `weight_base` (resident weights, deep
+        # arrangement; a counter's restart value, no adder in the read path).
+        wbase0 = (desc.weight_base[:len(widx)] if engine_contract(cfg).resident_weights
+                  else 0)
         ytop = Signal(signed(18))   # oy*stride - pad_top
         col_w = lim.col_bits + 2  # columns, signed, with the padding on both sides
         x0 = Signal(signed(col_w))  # ox*stride - pad_left
@@ -394,7 +398,7 @@ class LineBuffer(wiring.Component):
                          n_last.eq(desc.batch == 1),
                          mod_rem.eq(desc.in_h), mod_div.eq(slots << 15), div_done.eq(0),
                          mod_done.eq(0),
-                         n.eq(0), oy.eq(0), ox.eq(0), co.eq(0), ci.eq(0), widx.eq(0),
+                         n.eq(0), oy.eq(0), ox.eq(0), co.eq(0), ci.eq(0), widx.eq(wbase0),
                          self.r_done.eq(0), ci_first.eq(1),
                          ci_last.eq(desc.ci_tiles == 1), co_last.eq(desc.co_tiles == 1),
                          ox_last.eq(desc.out_w == 1), oy_last.eq(desc.out_h == 1)]
@@ -404,7 +408,7 @@ class LineBuffer(wiring.Component):
             with m.If(ci_last):
                 m.d.sync += [ci.eq(0), ci_first.eq(1), ci_last.eq(desc.ci_tiles == 1)]
                 with m.If(co_last):
-                    m.d.sync += [co.eq(0), widx.eq(0), co_last.eq(desc.co_tiles == 1)]
+                    m.d.sync += [co.eq(0), widx.eq(wbase0), co_last.eq(desc.co_tiles == 1)]
                     with m.If(ox_last):
                         m.d.sync += [ox.eq(0), ox_last.eq(desc.out_w == 1)]
                         m.d.sync += row_start()

@@ -43,7 +43,8 @@ class StreamLoader(wiring.Component):
         Held stable from ``start`` until ``done``.
     start : In(1)
         Pulse: expect a new layer run's stream (parameters and weights first
-        when ``desc.load_weights``).
+        when ``desc.load_weights``, the weights from word ``desc.weight_base``;
+        the parameters alone when ``desc.load_params``).
     i_stream : In(stream.Signature(unsigned(stream_width)))
     o_pixels : Out(stream.Signature(unsigned(8*pin)))
         The pixel words of the whole batch, NHWC order.
@@ -140,6 +141,11 @@ class StreamLoader(wiring.Component):
         lim = limits(cfg)
         co, ci = Signal(lim.co_bits), Signal(lim.ci_bits)
         word_addr = Signal(range(engine_contract(cfg).weights.words + 1))
+        # Resident weights (deep arrangement): a run's weights start at
+        # `weight_base`; the compact one keeps them from word 0.
+        resident = engine_contract(cfg).resident_weights
+        weight_base = desc.weight_base[:len(word_addr)] if resident else 0
+        load_params = desc.load_params if resident else 0
         # The last output and input tile: with deep_pipeline flags registered
         # with the counters (compares with the descriptor in front of their
         # next values were among the longest paths of the ECP5 build), else
@@ -179,13 +185,13 @@ class StreamLoader(wiring.Component):
         with m.FSM(name="section"):
             with m.State("IDLE"):
                 with m.If(self.start):
-                    m.d.sync += [beat_no.eq(0), co.eq(0), ci.eq(0), word_addr.eq(0),
+                    m.d.sync += [beat_no.eq(0), co.eq(0), ci.eq(0), word_addr.eq(weight_base),
                                  *set_last(co_last, desc.co_tiles == 1),
                                  *set_last(ci_last, desc.ci_tiles == 1),
                                  px_ci.eq(0), px_x.eq(0), px_y.eq(0), px_n.eq(0),
                                  last_ci.eq(desc.ci_tiles == 1), last_x.eq(desc.in_w == 1),
                                  last_y.eq(desc.in_h == 1), self.done.eq(0)]
-                    with m.If(desc.load_weights):
+                    with m.If(desc.load_weights | load_params):
                         m.next = "PARAMS"
                     with m.Else():
                         m.next = "PIXELS"
@@ -199,7 +205,10 @@ class StreamLoader(wiring.Component):
                                      *set_last(co_last, co + 2 == desc.co_tiles)]
                         with m.If(co_last):
                             m.d.sync += [co.eq(0), *set_last(co_last, desc.co_tiles == 1)]
-                            m.next = "WEIGHTS"
+                            with m.If(desc.load_weights):
+                                m.next = "WEIGHTS"
+                            with m.Else():  # load_params alone: the weights are resident
+                                m.next = "PIXELS"
                     with m.Else():
                         m.d.sync += beat_no.eq(beat_no + 1)
 

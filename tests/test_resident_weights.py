@@ -1,0 +1,147 @@
+"""Resident weights (docs/engine.md, "Resident weights"): a program whose
+weights fit the engine's weight buffer together keeps them there.
+
+Each channel group's weights get a base of their own (``weight_base``); the
+first inference loads them, later ones stream only the parameters
+(``load_params``) and the pixels. On the RTL: bit-exact on every inference,
+the warm runs' cycles equal the cycle model's and are fewer, another program
+on the board in between makes the next inference load again (never stale
+weights), and the compact arrangement has no resident weights.
+"""
+
+
+import numpy as np
+import pytest
+from numpy.testing import assert_array_equal
+
+from fpgacnn.boards.board import load_board
+from fpgacnn.boards.engine_sizing import size_engine
+from fpgacnn.core.config import EngineConfig
+from fpgacnn.core.contract import engine_contract
+from fpgacnn.core.errors import MappingError
+from fpgacnn.host.accelerator import Accelerator, open_board
+from fpgacnn.host.compiler import compile_model
+from fpgacnn.host.cycle_model import layer_cycles
+from fpgacnn.host.layers import Conv
+from fpgacnn.host.model import QuantizedModel, TensorSpec
+from fpgacnn.host.reference import ReferenceBackend
+
+from conftest import SMALL_ENGINE
+from random_models import random_cnn
+
+
+def conv_stack(seed, channels=(3, 8, 8, 4), hw=10):
+    """3x3 convolutions with Relu: several channel groups on the small engine."""
+    rng = np.random.default_rng(seed)
+    layers, shape, name = [], (channels[0], hw, hw), "x"
+    x_scale, x_zp = 0.05, 3
+    spec = TensorSpec("x", shape, np.int8, x_scale, x_zp)
+    for i, (cin, cout) in enumerate(zip(channels, channels[1:])):
+        w = rng.integers(-127, 128, (cout, cin, 3, 3)).astype(np.int8)
+        w_scale = rng.uniform(0.5, 1.5, cout) / 127
+        y_scale = 70 * np.sqrt(9 * cin) * x_scale * w_scale.mean() / 8
+        y_zp = int(rng.integers(-20, 20))
+        layer = Conv(f"c{i}", [name], f"t{i}", shape, w, rng.integers(-300, 300, cout), x_scale,
+                     x_zp, w_scale, y_scale, y_zp, pads=(1, 1, 1, 1), lo=y_zp)
+        layers.append(layer)
+        name, shape, x_scale, x_zp = layer.output, layer.output_shape, y_scale, y_zp
+    return QuantizedModel(f"stack{seed}", layers, spec,
+                          TensorSpec(name, shape, np.int8, x_scale, x_zp), "x", name)
+
+
+def test_program_places_each_channel_group_once():
+    program = compile_model(conv_stack(0), SMALL_ENGINE)
+    assert program.resident
+    spans, previous = [], None
+    for step in program.steps:
+        for run in step.runs:
+            d, w = run.descriptor, run.warm_descriptor
+            span = (d["weight_base"], d["weight_base"] + d["co_tiles"] * d["ci_tiles"])
+            if span not in spans:
+                spans.append(span)
+            assert w["load_weights"] == 0 and w["weight_base"] == d["weight_base"]
+            assert w["load_params"] == int(id(run.weights) != previous)
+            previous = id(run.weights)
+            assert run.warm_predicted_cycles == layer_cycles(SMALL_ENGINE, dict(w)).cycles
+            assert run.warm_predicted_cycles < run.predicted_cycles or not d["load_weights"]
+    # disjoint, in order, within the buffer
+    assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:]))
+    assert spans[-1][1] == program.weight_words <= engine_contract(SMALL_ENGINE).weights.words
+
+
+def test_weights_that_do_not_fit_stream_as_before():
+    """More weight words than the buffer: not resident by default, refused when asked."""
+    model = conv_stack(1, channels=(16, 16, 16, 16, 16, 16))
+    words = engine_contract(SMALL_ENGINE).weights.words
+    program = compile_model(model, SMALL_ENGINE)
+    assert not program.resident and program.weight_words == 0
+    assert all(run.warm_descriptor is None for s in program.steps for run in s.runs)
+    with pytest.raises(MappingError, match=rf"^model 'stack1' cannot keep its weights resident: "
+                                           rf"its weights take \d+ words of the weight buffer's "
+                                           rf"{words}$"):
+        compile_model(model, SMALL_ENGINE, resident=True)
+
+
+def test_compact_arrangement_keeps_no_resident_weights():
+    compact = EngineConfig(pin=4, pout=4, kmax=3, stream_width=32, max_width=16,
+                           max_channels=16, max_out_channels=16, deep_pipeline=0)
+    assert not compile_model(conv_stack(0), compact).resident
+    with pytest.raises(MappingError, match=r"^model 'stack0' cannot keep its weights resident: "
+                                           r"the compact arrangement keeps no resident weights$"):
+        compile_model(conv_stack(0), compact, resident=True)
+
+
+def _engine_cycles(acc):
+    return sum(layer["cycles"] for layer in acc.report["layers"] if layer["engine"])
+
+
+#: The PYNQ-Z2's sized engine: a weight buffer of 2,048 words, which the random
+#: CNNs (and the model zoo, tests/test_zoo_on_rtl.py) fit.
+PYNQ_Z2 = size_engine(load_board("pynq-z2")).config
+
+
+@pytest.fixture(scope="module")
+def pynq_board():
+    board = open_board("sim", PYNQ_Z2)
+    yield board
+    board.close()
+
+
+@pytest.mark.parametrize("case", ["convs", "random_cnn_5", "random_cnn_7"])
+def test_second_inference_runs_with_resident_weights_on_rtl(case, small_engine_board,
+                                                            pynq_board):
+    if case == "convs":
+        model, config, board = conv_stack(2), SMALL_ENGINE, small_engine_board
+    else:
+        model, config, board = random_cnn(int(case[-1])), PYNQ_Z2, pynq_board
+    acc = Accelerator(model, config=config, board=board)
+    assert acc.program(2).resident
+    rng = np.random.default_rng(7)
+    cold_cycles = None
+    for i in range(3):
+        x = rng.integers(-128, 128, (2, *model.input.shape), dtype=np.int8)
+        assert_array_equal(acc.run_int8(x), ReferenceBackend().run_int8(model, x))
+        assert acc.report["weights"] == ("loaded, now resident" if i == 0 else "resident")
+        for layer in acc.report["layers"]:
+            if layer["engine"]:
+                assert layer["cycles"] == layer["predicted_cycles"], layer["name"]
+        if i == 0:
+            cold_cycles = _engine_cycles(acc)
+        else:
+            assert _engine_cycles(acc) < cold_cycles
+
+
+def test_another_program_in_between_makes_the_next_inference_load_again(small_engine_board):
+    """Never stale weights: a second model's runs overwrite the buffer, and the
+    first model's next inference loads its weights again, bit-exact."""
+    first, second = conv_stack(3), conv_stack(4, channels=(3, 16, 4))
+    a = Accelerator(first, config=SMALL_ENGINE, board=small_engine_board)
+    b = Accelerator(second, config=SMALL_ENGINE, board=small_engine_board)
+    rng = np.random.default_rng(11)
+    x1 = rng.integers(-128, 128, (1, *first.input.shape), dtype=np.int8)
+    x2 = rng.integers(-128, 128, (1, *second.input.shape), dtype=np.int8)
+    for acc, x, state in ((a, x1, "loaded, now resident"), (a, x1, "resident"),
+                          (b, x2, "loaded, now resident"), (a, x1, "loaded, now resident"),
+                          (a, x1, "resident")):
+        assert_array_equal(acc.run_int8(x), ReferenceBackend().run_int8(acc.model, x))
+        assert acc.report["weights"] == state
