@@ -21,7 +21,7 @@ reports:
   cycle; block-diagonal zeros, idle lanes and the 1x1 remap's waste are the rest;
 - the depthwise layers' utilization and their share of cycles and MACs;
 - per layer (for the ``--detail`` engines): mapping (dense, im2col,
-  grouped/k, dilated, gemm), runs, cycles, utilization and the bound.
+  grouped/k, depthwise/k, dilated, gemm), runs, cycles, utilization and the bound.
 
 The bound of a layer is derived from the cycle model
 (:func:`fpgacnn.host.cycle_model.layer_cycles`) run by run. A run's cycles

@@ -268,9 +268,31 @@ class EngineContract:
             stride=(1, c.kmax), pad_top=(0, c.kmax - 1), pad_left=(0, c.kmax - 1),
             weight_base=(0, self.weights.words - 1),
         )
-        if not self.resident_weights:
-            full.update(load_params=(0, 0), weight_base=(0, 0))
+        for name, supported in self.supported_fields.items():
+            if not supported:
+                default = next(f.default for f in DESCRIPTOR_FIELDS if f.name == name)
+                full[name] = (default, default)
         return full
+
+    @property
+    def depthwise_runs(self):
+        """Whether a run may pair each output tile with its own input tile only
+        (``depthwise``): the deep arrangement, with ``pin == pout``."""
+        return bool(self.config.deep_pipeline) and self.config.pin == self.config.pout
+
+    @property
+    def supported_fields(self):
+        """``field -> bool`` for the descriptor fields some engines leave out (those
+        with a default): where False, the field's register is a constant and its
+        range only its default."""
+        return {"load_params": self.resident_weights, "weight_base": self.resident_weights,
+                "depthwise": self.depthwise_runs}
+
+    def weight_words(self, desc):
+        """Weight words the run ``desc`` reads: a word per (output tile, input tile),
+        one per output tile in a depthwise run."""
+        co, ci = int(desc["co_tiles"]), int(desc["ci_tiles"])
+        return co if desc.get("depthwise", 0) else co * ci
 
     @property
     def resident_weights(self):
@@ -298,6 +320,8 @@ class EngineContract:
                             "the compact arrangement keeps no resident weights"),
             "load_params": ("" if self.resident_weights else
                             "the compact arrangement keeps no resident weights"),
+            "depthwise": ("" if self.depthwise_runs else
+                          "depthwise runs need the deep arrangement and pin == pout"),
             "pad_top": f"kmax - 1 = {c.kmax - 1}", "pad_left": f"kmax - 1 = {c.kmax - 1}",
         }.get(name, "")
 
@@ -356,7 +380,7 @@ class EngineContract:
         co, ci = int(desc["co_tiles"]), int(desc["ci_tiles"])
         total = 0
         if desc["load_weights"]:
-            total += co * self.param_beats + co * ci * self.weight_beats
+            total += co * self.param_beats + self.weight_words(desc) * self.weight_beats
         elif desc.get("load_params", 0):
             total += co * self.param_beats
         total += int(desc["batch"]) * self.image_beats(int(desc["in_h"]), int(desc["in_w"]), ci)
@@ -475,14 +499,18 @@ def descriptor_violations(config, desc):
     if words > c.line_buffer.words:
         out.append(("in_w", f"a row of {desc['in_w']} px x {ci} input tiles takes {words} words "
                             f"of a line-buffer bank, which holds {c.line_buffer.words}"))
-    base = int(desc["weight_base"])
-    if base + co * ci > c.weights.words:
+    base, wwords = int(desc["weight_base"]), c.weight_words(desc)
+    what = f"{co} depthwise" if desc["depthwise"] else f"{co} x {ci}"
+    if base + wwords > c.weights.words:
         if base:
-            out.append(("weight_base", f"{co} x {ci} weight words from word {base} exceed the "
+            out.append(("weight_base", f"{what} weight words from word {base} exceed the "
                                        f"weight buffer's {c.weights.words}"))
         else:
-            out.append(("co_tiles", f"{co} x {ci} weight words exceed the weight buffer's "
+            out.append(("co_tiles", f"{what} weight words exceed the weight buffer's "
                                     f"{c.weights.words}"))
+    if desc["depthwise"] and ci != co:
+        out.append(("depthwise", f"a depthwise run pairs each output tile with its input "
+                                 f"tile: ci_tiles {ci} must equal co_tiles {co}"))
     last = (int(desc["out_h"]) - 1) * int(desc["stride"]) - int(desc["pad_top"])
     if last >= int(desc["in_h"]):
         # The line buffer turns its row slots by the input rows an output row

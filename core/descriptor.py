@@ -51,6 +51,9 @@ DESCRIPTOR_FIELDS = (
     DescriptorField("weight_base", 16, False, "weight-buffer word of the run's first weight "
                     "word: where load_weights writes the weights and where the run reads them",
                     default=0),
+    # Register map 2.1: depthwise runs (docs/engine.md, "Depthwise runs").
+    DescriptorField("depthwise", 1, False, "output tile t reads input tile t only (pin == pout): "
+                    "one window and one weight word per output tile", default=0),
 )
 
 

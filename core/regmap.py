@@ -52,7 +52,7 @@ __all__ = [
 MAGIC = int.from_bytes(b"FCNN", "little")
 #: Register-map and stream-format version (major, minor). A driver refuses a
 #: different major version; minor versions only add registers.
-VERSION = (2, 0)
+VERSION = (2, 1)
 #: AXI4-Lite data width in bits.
 DATA_WIDTH = 32
 #: AXI4-Lite byte-address width: a 4 KiB window, the smallest address
@@ -492,15 +492,16 @@ def build_regmap(config):
          "engine contract; none when the registers were written while busy"),
     ], doc="engine status")
 
-    # 18 registers: a 128-byte block (the engine tells a descriptor write by
-    # its block). On the compact arrangement the resident-weights fields are
-    # constants 0 (no flip-flops: it keeps no resident weights).
+    # 19 registers: a 128-byte block (the engine tells a descriptor write by
+    # its block). A field this engine has no use for is a constant (no
+    # flip-flops): resident weights and depthwise runs on the compact
+    # arrangement, depthwise runs where pin != pout.
     b.begin_group("desc", align=128)
-    resident = engine_contract(config).resident_weights
+    supported = engine_contract(config).supported_fields
     for f in DESCRIPTOR_FIELDS:
-        if f.default is not None and not resident:
+        if f.default is not None and not supported[f.name]:
             b.add(f"desc_{f.name}", "const", [("value", f.width, f.signed)], value=f.default,
-                  doc=f.doc + " (constant 0 on the compact arrangement)")
+                  doc=f.doc + " (a constant on this engine)")
         else:
             b.add(f"desc_{f.name}", "rw", [("value", f.width, f.signed)], doc=f.doc)
 

@@ -414,7 +414,7 @@ def _make_resident(program, resident, cycles):
         for run in getattr(step, "runs", ()):
             if id(run.weights) not in bases:
                 bases[id(run.weights)] = words
-                words += run.descriptor["co_tiles"] * run.descriptor["ci_tiles"]
+                words += contract.weight_words(run.descriptor)
     fits = contract.resident_weights and words <= contract.weights.words
     if resident is None:
         resident = fits
@@ -464,6 +464,12 @@ def _convolution_step(config, layer, pool, batch, cycles, *, reads_input):
     elif isinstance(layer, GroupedConv):
         candidates += [(f"grouped/{k}", conv_views.grouped_views(layer, config, k), None)
                        for k in conv_views.pack_sizes(layer, config)]
+        if (engine_contract(config).depthwise_runs and layer.depthwise
+                and layer.weight.shape[0] == layer.group):
+            for k in conv_views.depthwise_sizes(layer, config):
+                views = conv_views.grouped_views(layer, config, k, depthwise=True)
+                if views:
+                    candidates.append((f"depthwise/{k}", views, None))
     else:
         view = conv_views.dense_view(layer, config)
         candidates.append((view.how, [view], None))
@@ -537,14 +543,17 @@ def _compile_runs(config, conv, plans, *, pool, clamp, cycles, pack=True):
     for plan in plans:
         c0, c1 = plan.channels
         w_shape = (c1 - c0, *conv.weight.shape[1:])
+        depthwise = getattr(conv, "depthwise", False)
         geo = packing.map_layer(config, plan.x_shape, w_shape, stride=conv.stride,
-                                pads=plan.pads, pool=pool, name=f"layer {conv.name!r}")
+                                pads=plan.pads, pool=pool, depthwise=depthwise,
+                                name=f"layer {conv.name!r}")
         if not pack:
             weights[plan.channels] = None
         elif plan.channels not in weights:
             weights[plan.channels] = packing.pack_weights(
                 config, conv.weight[c0:c1], conv.bias[c0:c1], conv.x_zero_point,
-                conv.mult[c0:c1], conv.shift[c0:c1], remap=geo["remap"], name=conv.name)
+                conv.mult[c0:c1], conv.shift[c0:c1], remap=geo["remap"], depthwise=depthwise,
+                name=conv.name)
             weights[plan.channels].flags.writeable = False  # shared by the group's runs
         # The run order is fixed: a run that follows one of its own channel group
         # finds the group's weights in the engine.
@@ -570,9 +579,16 @@ def _unpack(config, desc, channels, raw):
 
 
 def _channel_groups(config, layer, ci_tiles):
-    """Output-channel groups whose parameters and weights fit the buffers."""
+    """Output-channel groups whose parameters and weights fit the buffers (one
+    group for a depthwise view, whose output tiles pair with its input tiles)."""
     cout = layer.weight.shape[0]
     contract = engine_contract(config)
+    if getattr(layer, "depthwise", False):
+        co_tiles = math.ceil(cout / config.pout)
+        if co_tiles > min(contract.max_co_tiles, contract.weights.words):
+            raise MappingError(f"layer {layer.name!r}: {co_tiles} output tiles of a depthwise "
+                               f"run exceed the engine's {contract.max_co_tiles}")
+        return [(0, cout)]
     co_tiles_max = contract.max_co_tiles_for(ci_tiles)
     if co_tiles_max < 1:
         raise MappingError(f"layer {layer.name!r}: the weights of even one output tile "

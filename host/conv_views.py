@@ -24,13 +24,16 @@ The gathers are host work today (numpy on the layer's input); the engine's
 own address generation takes them over with the network program (issue 16).
 """
 
+import dataclasses
 from dataclasses import dataclass
 import math
 
 import numpy as np
 
-__all__ = ["ChannelSlice", "ConvView", "Im2Col", "compose", "dense_view", "fits",
-           "grouped_views", "pack_sizes"]
+from ..core.contract import engine_contract
+
+__all__ = ["ChannelSlice", "ConvView", "Im2Col", "compose", "dense_view", "depthwise_sizes",
+           "fits", "grouped_views", "pack_sizes"]
 
 
 @dataclass(frozen=True)
@@ -119,6 +122,9 @@ class ConvView:
     channels: tuple
     gather: object = None
     how: str = "dense"
+    #: A depthwise run (descriptor ``depthwise``): ``weight`` is zero off its
+    #: diagonal and the engine pairs output tile ``t`` with input tile ``t``.
+    depthwise: bool = False
 
     @property
     def kernel(self):
@@ -176,9 +182,11 @@ def dense_view(layer, config, *, weight=None, in_channels=None, out_channels=Non
                     pads=(0, 0, 0, 0), gather=compose(gather, im2col), how="im2col", **common)
 
 
-def grouped_views(layer, config, per_view):
+def grouped_views(layer, config, per_view, *, depthwise=False):
     """Views of a grouped (or depthwise) ``layer``, ``per_view`` consecutive groups each:
-    a dense convolution over their input channels with block-diagonal weights."""
+    a dense convolution over their input channels with block-diagonal weights
+    (``depthwise``: one channel per group, run as depthwise runs; None when a
+    view's kernel does not fit the window as it is)."""
     cout, cin_g, kh, kw = layer.weight.shape
     groups = layer.group
     cout_g = cout // groups
@@ -189,10 +197,29 @@ def grouped_views(layer, config, per_view):
         for t in range(k):
             weight[t * cout_g:(t + 1) * cout_g, t * cin_g:(t + 1) * cin_g] = \
                 layer.weight[(g0 + t) * cout_g:(g0 + t + 1) * cout_g]
-        views.append(dense_view(layer, config, weight=weight,
-                                in_channels=(g0 * cin_g, (g0 + k) * cin_g),
-                                out_channels=(g0 * cout_g, (g0 + k) * cout_g)))
+        view = dense_view(layer, config, weight=weight,
+                          in_channels=(g0 * cin_g, (g0 + k) * cin_g),
+                          out_channels=(g0 * cout_g, (g0 + k) * cout_g))
+        if depthwise:
+            if view.how == "im2col" or cin_g != 1 or cout_g != 1:
+                return None
+            view = dataclasses.replace(view, depthwise=True)
+        views.append(view)
     return views
+
+
+def depthwise_sizes(layer, config):
+    """Channels per depthwise view: the most one run takes (its input and output
+    tiles, the parameter buffer), and the multiples of ``pin`` below it by powers
+    of two (the cycle model picks; a narrower view fits a wider row)."""
+    c = engine_contract(config)
+    most = min(layer.group, c.max_ci_tiles * config.pin, c.max_co_tiles * config.pout,
+               c.weights.words * config.pout)
+    sizes, k = set(), most
+    while k >= config.pin:
+        sizes.add(k - k % config.pin if k > config.pin else config.pin)
+        k //= 2
+    return sorted(sizes)
 
 
 def pack_sizes(layer, config):

@@ -121,12 +121,15 @@ def layer_cycles(config, desc, *, macs=None):
     s, pt, batch = int(desc["stride"]), int(desc["pad_top"]), int(desc["batch"])
     pool = bool(desc["pool"])
     peak = config.peak_macs_per_cycle
+    # Windows per output tile: one per input tile, one in a depthwise run (but
+    # every input tile is still written to the line buffer).
+    wins = 1 if desc.get("depthwise", 0) else ci
     if macs is None:
-        macs = out_h * out_w * co * ci * peak * batch
+        macs = out_h * out_w * co * wins * peak * batch
 
     load = 0
     if desc["load_weights"]:
-        load = co * contract.param_beats + co * ci * contract.weight_beats
+        load = co * contract.param_beats + co * wins * contract.weight_beats
     elif desc.get("load_params", 0):  # the weights are resident
         load = co * contract.param_beats
     t0 = lat.start + load
@@ -135,7 +138,7 @@ def layer_cycles(config, desc, *, macs=None):
     held = lat.pixel_slice_words                 # words between loader and writer (a cycle)
     row_in = in_w * ci * per_word_in             # cycles to write one input row
     per_word_out = max(1, pout // beat)          # cycles per output word
-    issue = out_w * co * ci                      # cycles to issue one output row
+    issue = out_w * co * wins                    # cycles to issue one output row
     latency, drain = lat.pipeline(pool), lat.drain
     depth = lat.output_fifo_depth
 
@@ -172,25 +175,25 @@ def layer_cycles(config, desc, *, macs=None):
         start = max(prev, w_end[target - 1])
         wait_in += start - prev
         groups = _produced(oy, out_w, out_h, co, pool)
-        if per_word_out <= ci:
+        if per_word_out <= wins:
             # Pops keep up with results: the issue never waits for credits.
             end = start + issue
             if groups:
-                last_group = start + groups[-1] * ci + ci - 1
+                last_group = start + groups[-1] * wins + wins - 1
                 last_pop = max(last_group + latency + 2, last_pop + len(groups) * per_word_out)
         else:
             # Output-bound rows: follow each word; a group issues once its credit is back.
             t = start
             g_at = 0
             for gi in groups:
-                t = max(t + (gi - g_at) * ci, 0)
+                t = max(t + (gi - g_at) * wins, 0)
                 g_at = gi
                 if len(pops) >= depth:
                     t = max(t, pops[-depth] + 1)
-                written = t + ci - 1 + latency
+                written = t + wins - 1 + latency
                 last_pop = max(written + 2, last_pop + per_word_out)
                 pops.append(last_pop)
-            end = max(t + (out_w * co - g_at) * ci, start + issue)
+            end = max(t + (out_w * co - g_at) * wins, start + issue)
             wait_out += end - start - issue
         r_start.append(start)
         r_end.append(end)
@@ -209,7 +212,7 @@ def layer_cycles(config, desc, *, macs=None):
     bound = max(demand, key=demand.get)
     if bound == "compute":
         reason = (f"the array: {orows} output rows x {out_w} px x {co} output tiles x "
-                  f"{ci} input tiles, one window per cycle ({compute} cycles)")
+                  f"{wins} input tiles, one window per cycle ({compute} cycles)")
     elif bound == "input":
         reason = (f"input bandwidth: {rows} input rows of {in_w} px x {ci} tiles at "
                   f"{per_word_in} cycle(s) per {pin}-byte word ({rows * row_in} cycles) "

@@ -116,11 +116,11 @@ def use_remap(config, cin, kernel, remap=None):
 
 
 _GEOMETRY_FIELDS = ("in_h", "in_w", "ci_tiles", "co_tiles", "out_h", "out_w", "stride",
-                    "pad_top", "pad_left", "batch", "pool")
+                    "pad_top", "pad_left", "batch", "pool", "depthwise")
 
 
 def map_layer(config, x_shape, w_shape, *, stride=1, pads=(0, 0, 0, 0), pool=False, remap=None,
-              name="layer"):
+              depthwise=False, name="layer"):
     """How a convolution of the given shapes runs on the engine, checked against its limits.
 
     Parameters
@@ -132,6 +132,9 @@ def map_layer(config, x_shape, w_shape, *, stride=1, pads=(0, 0, 0, 0), pool=Fal
         Weight shape ``(Cout, Cin, KH, KW)``.
     stride, pads, pool, remap, name
         As for :func:`pack_layer`.
+    depthwise : bool
+        A depthwise run: ``w_shape`` is the dense ``(C, C, KH, KW)`` of a
+        kernel that is zero off its diagonal (:func:`pack_weights`).
 
     Returns
     -------
@@ -167,8 +170,9 @@ def map_layer(config, x_shape, w_shape, *, stride=1, pads=(0, 0, 0, 0), pool=Fal
     if out_h < 1 or out_w < 1:
         raise MappingError(f"{name}: the {kh}x{kw} kernel does not fit the padded "
                            f"{h}x{wd} input (no output)")
-    macs = n * out_h * out_w * cout * cin * kh * kw
-    remapped = use_remap(config, cin, (kh, kw), remap)
+    macs = n * out_h * out_w * cout * (1 if depthwise else cin) * kh * kw
+    # (a depthwise run pairs tile t with tile t: the 1x1 remap would mix them)
+    remapped = False if depthwise else use_remap(config, cin, (kh, kw), remap)
     if remapped:
         cin = math.ceil(cin / kmax ** 2)
         h, wd = kmax * out_h, kmax * out_w
@@ -180,7 +184,7 @@ def map_layer(config, x_shape, w_shape, *, stride=1, pads=(0, 0, 0, 0), pool=Fal
         h += zero_point_rows(h, out_h, sy, pads[0])
     geo = dict(in_h=h, in_w=wd, ci_tiles=math.ceil(cin / pin), co_tiles=math.ceil(cout / pout),
                out_h=out_h, out_w=out_w, stride=sy, pad_top=pads[0], pad_left=pads[1], batch=n,
-               pool=int(bool(pool)))
+               pool=int(bool(pool)), depthwise=int(bool(depthwise)))
     # Everything else the engine cannot take is the contract's to say.
     violations = descriptor_violations(config, dict(_NEUTRAL_FIELDS, **geo))
     if violations:
@@ -289,7 +293,8 @@ def _parameters(w, bias, x_zp, mult, shift, name):
     return folded, mult, shift
 
 
-def pack_weights(config, w, bias, x_zp, mult, shift, *, remap=None, name="layer"):
+def pack_weights(config, w, bias, x_zp, mult, shift, *, remap=None, depthwise=False,
+                 name="layer"):
     """The parameter and weight section of a layer run's input stream.
 
     It depends on the layer alone, not on its input, so a compiled program
@@ -301,6 +306,10 @@ def pack_weights(config, w, bias, x_zp, mult, shift, *, remap=None, name="layer"
     config : fpgacnn.core.config.EngineConfig
     w, bias, x_zp, mult, shift, remap, name
         As for :func:`pack_layer`.
+    depthwise : bool
+        A depthwise run (descriptor ``depthwise``): ``w`` is the dense
+        ``(C, C, KH, KW)`` kernel, zero off its diagonal, and only the words of
+        output tile ``t`` and input tile ``t`` are streamed.
 
     Returns
     -------
@@ -319,11 +328,12 @@ def pack_weights(config, w, bias, x_zp, mult, shift, *, remap=None, name="layer"
     cout, cin, kh, kw = w.shape
     if kh > config.kmax or kw > config.kmax:
         raise MappingError(f"{name}: kernel {kh}x{kw} exceeds the engine's kmax {config.kmax}")
-    remapped = use_remap(config, cin, (kh, kw), remap)
-    return _weight_section(config, w, *_parameters(w, bias, x_zp, mult, shift, name), remapped)
+    remapped = False if depthwise else use_remap(config, cin, (kh, kw), remap)
+    return _weight_section(config, w, *_parameters(w, bias, x_zp, mult, shift, name), remapped,
+                           depthwise)
 
 
-def _weight_section(config, w, folded, mult, shift, remapped):
+def _weight_section(config, w, folded, mult, shift, remapped, depthwise=False):
     kmax, pin, pout, beat = config.kmax, config.pin, config.pout, config.stream_bytes
     cout, cin, kh, kw = w.shape
     if remapped:
@@ -345,7 +355,7 @@ def _weight_section(config, w, folded, mult, shift, remapped):
     # word (co, ci): for lane: for ky: for kx: for p
     wk = wk.reshape(co_tiles, pout, ci_tiles, pin, kmax, kmax).transpose(0, 2, 1, 4, 5, 3)
     for co in range(co_tiles):
-        for ci in range(ci_tiles):
+        for ci in ((co,) if depthwise else range(ci_tiles)):
             sections.append(_pad_to_beat(wk[co, ci].view(np.uint8), beat))
     return np.concatenate(sections)
 

@@ -43,11 +43,18 @@ def emulate_engine(config, desc, data, state=None):
             if signed:
                 value -= (value >> (8 * size - 1)) << (8 * size)
             state[field] = value
+    dw = desc.get("depthwise", 0)  # one word per output tile, for its own input tile
+    n_words = co_t if dw else co_t * ci_t
     if desc["load_weights"]:
-        for i in range(co_t * ci_t):
+        for i in range(n_words):
             chunk, pos = _take(data, pos, engine_contract(config).weights.word_bytes, beat)
             words[base + i] = chunk.view(np.int8).reshape(pout, k, k, pin)
-    wt = np.stack([words[base + i] for i in range(co_t * ci_t)]).reshape(co_t, ci_t, pout, k, k, pin)
+    if dw:
+        wt = np.zeros((co_t, ci_t, pout, k, k, pin), np.int8)
+        for t in range(co_t):
+            wt[t, t] = words[base + t]
+    else:
+        wt = np.stack([words[base + i] for i in range(n_words)]).reshape(co_t, ci_t, pout, k, k, pin)
     # -> OIHW over padded channels
     state["w"] = wt.transpose(0, 2, 1, 5, 3, 4).reshape(co_t * pout, ci_t * pin, k, k)
     h, w_, s = desc["in_h"], desc["in_w"], desc["stride"]

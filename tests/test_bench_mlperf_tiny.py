@@ -41,7 +41,7 @@ def test_parts_add_up_to_the_predicted_cycles(bench, ds_cnn):
             assert min(layer.parts[p] for p in bench.PARTS) >= 0
         assert 0 < r.utilization <= r.lane_use() <= 1
     kinds = {layer.mapping.split("/")[0] for layer in results[1].layers}
-    assert kinds == {"im2col", "grouped", "dense", "gemm"}
+    assert kinds == {"im2col", "depthwise", "dense", "gemm"}  # depthwise runs (pin == pout)
     assert [l.depthwise for l in results[1].layers].count(True) == 4
 
 

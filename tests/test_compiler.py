@@ -6,6 +6,7 @@ and independent of the packing they check; one runs the digits example on the
 RTL (the simulated board).
 """
 
+import dataclasses
 import math
 import re
 
@@ -362,7 +363,8 @@ def test_every_convolution_runs_on_the_engine(emulated, config, case):
     assert isinstance(step, EngineStep) and step.runs
     kind, kernel, stride, dilation = case[0], case[4], case[5], case[6]
     span = max((k - 1) * d + 1 for k, d in zip(kernel, dilation))
-    want = ("grouped/" if kind.startswith(("grouped", "depthwise")) else
+    want = (("grouped/", "depthwise/") if kind.startswith("depthwise") else
+            "grouped/" if kind.startswith("grouped") else
             "dilated" if span <= config.kmax and stride[0] == stride[1] else "im2col")
     assert step.mapping.startswith(want), step.mapping
     x = rng.integers(-128, 128, (2, *model.input.shape), dtype=np.int8)
@@ -372,19 +374,25 @@ def test_every_convolution_runs_on_the_engine(emulated, config, case):
 
 
 def test_grouped_views_are_chosen_by_the_cycle_model():
-    """The groups per view with the fewest predicted cycles; depthwise on a 4x4
-    engine packs 4 channels per view, one input and one output tile each."""
+    """The mapping with the fewest predicted cycles; depthwise on a 4x4 engine:
+    one depthwise run (output tile t with input tile t) beats the best
+    block-diagonal views (4 channels each, one input and one output tile),
+    which are what an engine without depthwise runs gets."""
     rng = np.random.default_rng(3)
     model = view_layer_model(rng, "depthwise", 16, 16, 16, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1))
     config = EngineConfig(pin=4, pout=4, kmax=3, stream_width=32, max_width=16,
                           max_channels=16, max_out_channels=16)
-    (step,) = compile_model(model, config).steps
-    per_k = {}
-    for k in compiler.conv_views.pack_sizes(model.layers[0], config):
-        views = compiler.conv_views.grouped_views(model.layers[0], config, k)
+    layer = model.layers[0]
+    (step,) = compile_model(model, config, resident=False).steps
+    assert step.mapping == "depthwise/16" and len(step.runs) == 1
+    d = step.runs[0].descriptor
+    assert (d["depthwise"], d["ci_tiles"], d["co_tiles"]) == (1, 4, 4)
+    for k in compiler.conv_views.pack_sizes(layer, config):
+        views = compiler.conv_views.grouped_views(layer, config, k)
         assert sum(v.weight.shape[0] for v in views) == 16
-        per_k[k] = len(views)
-    best = int(step.mapping.split("/")[1])
-    assert set(per_k) >= {1, 4, 16} and best == 4
+    assert set(compiler.conv_views.pack_sizes(layer, config)) >= {1, 4, 16}
+    no_dw = dataclasses.replace(config, deep_pipeline=0)
+    (views_step,) = compile_model(model, no_dw).steps
+    assert views_step.mapping == "grouped/4"
     assert all(run.descriptor["ci_tiles"] == run.descriptor["co_tiles"] == 1
-               for run in step.runs)
+               for run in views_step.runs)

@@ -362,6 +362,8 @@ OVER = [
     ("weights from a base past the end", dict(weight_base=CONTRACT.weights.words - 1),
      ["weight_base"]),
     ("weight_base out of range", dict(weight_base=CONTRACT.weights.words), ["weight_base"]),
+    # A depthwise run pairs output tile t with input tile t: 1 input tile, 2 output.
+    ("depthwise with other tile counts", dict(depthwise=1), ["depthwise"]),
 ]
 
 
@@ -393,9 +395,11 @@ def test_descriptor_over_a_limit_is_refused(driver, what, changes, fields):
 
     if "window below" in what and not driver.config.deep_pipeline:
         pytest.skip("the compact arrangement leaves this rule to the driver")
-    if "weight" in what and not driver.config.deep_pipeline:
-        # Its weight_base is a constant 0: the engine never sees another base.
+    if ("weight" in what or "depthwise" in what) and not driver.config.deep_pipeline:
+        # Its weight_base and depthwise are constants 0: the engine never sees
+        # another value.
         assert driver.regs["desc_weight_base"].access == "const"
+        assert driver.regs["desc_depthwise"].access == "const"
         return
     # The engine's: refused at start, nothing streamed, nothing hung.
     with pytest.raises(BackendError, match=_message(bad, fields)):

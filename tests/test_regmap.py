@@ -6,6 +6,8 @@ import shutil
 
 import pytest
 
+from fpgacnn.core.contract import engine_contract
+
 from fpgacnn.core.config import EngineConfig
 from fpgacnn.core.descriptor import DESCRIPTOR_FIELDS
 from fpgacnn.core.regmap import (MAGIC, VERSION, RegisterMap, RegisterMapBuilder,
@@ -42,8 +44,9 @@ def test_id_rom_holds_every_parameter(regs):
 def test_descriptor_registers_follow_the_descriptor(regs):
     desc = regs.group("desc")
     assert [r.name for r in desc] == [f"desc_{f.name}" for f in DESCRIPTOR_FIELDS]
+    supported = engine_contract(CONFIG).supported_fields
     for r, f in zip(desc, DESCRIPTOR_FIELDS):
-        assert r.access == "rw"
+        assert r.access == ("rw" if supported.get(f.name, True) else "const"), f.name
         (field,) = r.fields
         assert (field.width, field.signed) == (f.width, f.signed)
 
@@ -67,16 +70,18 @@ def test_status_error_fields_follow_the_descriptor(regs):
     assert regs["status"].access == "ro"
 
 
-def test_version_2_0_moves_only_the_counters(regs):
+def test_version_2_moves_only_the_counters(regs):
     # 2.0 added the resident-weights fields (load_params, weight_base): the
-    # descriptor's 18 registers take a 128-byte block, so the counters moved
-    # from 0xC0 to 0x100; everything else is where 1.1 had it.
-    assert VERSION == (2, 0)
+    # descriptor's registers take a 128-byte block, so the counters moved
+    # from 0xC0 to 0x100; everything else is where 1.1 had it. 2.1 added
+    # depthwise after them.
+    assert VERSION == (2, 1)
     assert [(r, regs.address(r)) for r in ("control", "status", "desc_in_h", "desc_load_weights",
                                            "desc_load_params", "desc_weight_base",
-                                           "perf_busy_cycles")] \
+                                           "desc_depthwise", "perf_busy_cycles")] \
         == [("control", 0x40), ("status", 0x44), ("desc_in_h", 0x80), ("desc_load_weights", 0xBC),
-            ("desc_load_params", 0xC0), ("desc_weight_base", 0xC4), ("perf_busy_cycles", 0x100)]
+            ("desc_load_params", 0xC0), ("desc_weight_base", 0xC4), ("desc_depthwise", 0xC8),
+            ("perf_busy_cycles", 0x100)]
     assert [(f.name, f.offset) for f in regs["status"].fields][:2] == [("busy", 0), ("done", 1)]
 
 

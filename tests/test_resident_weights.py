@@ -56,7 +56,8 @@ def test_program_places_each_channel_group_once():
     for step in program.steps:
         for run in step.runs:
             d, w = run.descriptor, run.warm_descriptor
-            span = (d["weight_base"], d["weight_base"] + d["co_tiles"] * d["ci_tiles"])
+            span = (d["weight_base"],
+                    d["weight_base"] + engine_contract(SMALL_ENGINE).weight_words(d))
             if span not in spans:
                 spans.append(span)
             assert w["load_weights"] == 0 and w["weight_base"] == d["weight_base"]

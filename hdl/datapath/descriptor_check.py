@@ -230,7 +230,12 @@ class DescriptorCheck(wiring.Component):
             # named weight_base when the base is not 0, as the contract does.
             wwords = c.weights.words
             product = Signal(range(c.max_co_tiles * c.max_ci_tiles + 1), name="weight_words")
-            m.d.sync += product.eq(desc.co_tiles[:co_bits + 1] * ci)
+            co_full = desc.co_tiles[:co_bits + 1]
+            if c.depthwise_runs:  # a word per output tile; ci_tiles must equal co_tiles
+                m.d.sync += product.eq(Mux(desc.depthwise, co_full, co_full * ci))
+                over_capacity["depthwise"] = desc.depthwise & (desc.co_tiles != desc.ci_tiles)
+            else:
+                m.d.sync += product.eq(co_full * ci)
             end = Signal(range(2 * wwords + c.max_co_tiles * c.max_ci_tiles + 1),
                          name="weights_end")
             base = desc.weight_base[:wwords.bit_length()]

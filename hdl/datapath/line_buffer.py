@@ -248,6 +248,9 @@ class LineBuffer(wiring.Component):
         # arrangement; a counter's restart value, no adder in the read path).
         wbase0 = (desc.weight_base[:len(widx)] if engine_contract(cfg).resident_weights
                   else 0)
+        # A depthwise run reads input tile `co` only: one window per output tile
+        # (`ci` follows `co`, every window is the first and the last of its group).
+        dw = desc.depthwise if engine_contract(cfg).depthwise_runs else Const(0, 1)
         ytop = Signal(signed(18))   # oy*stride - pad_top
         col_w = lim.col_bits + 2  # columns, signed, with the padding on both sides
         x0 = Signal(signed(col_w))  # ox*stride - pad_left
@@ -400,13 +403,13 @@ class LineBuffer(wiring.Component):
                          mod_done.eq(0),
                          n.eq(0), oy.eq(0), ox.eq(0), co.eq(0), ci.eq(0), widx.eq(wbase0),
                          self.r_done.eq(0), ci_first.eq(1),
-                         ci_last.eq(desc.ci_tiles == 1), co_last.eq(desc.co_tiles == 1),
+                         ci_last.eq(dw | (desc.ci_tiles == 1)), co_last.eq(desc.co_tiles == 1),
                          ox_last.eq(desc.out_w == 1), oy_last.eq(desc.out_h == 1)]
             m.d.sync += image_start(Const(0, range(slots)),
                                     None if deep else slot_sum(0, -desc.pad_top), at_start=True)
         with m.Elif(self.issue):
             with m.If(ci_last):
-                m.d.sync += [ci.eq(0), ci_first.eq(1), ci_last.eq(desc.ci_tiles == 1)]
+                m.d.sync += [ci.eq(0), ci_first.eq(1), ci_last.eq(dw | (desc.ci_tiles == 1))]
                 with m.If(co_last):
                     m.d.sync += [co.eq(0), widx.eq(wbase0), co_last.eq(desc.co_tiles == 1)]
                     with m.If(ox_last):
@@ -436,6 +439,8 @@ class LineBuffer(wiring.Component):
                 with m.Else():
                     m.d.sync += [co.eq(co + 1), co_last.eq(next_last(co, desc.co_tiles)),
                                  widx.eq(widx + 1)]
+                    with m.If(dw):
+                        m.d.sync += ci.eq(co + 1)
             with m.Else():
                 m.d.sync += [ci.eq(ci + 1), ci_first.eq(0),
                              ci_last.eq(next_last(ci, desc.ci_tiles)), widx.eq(widx + 1)]

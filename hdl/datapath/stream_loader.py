@@ -146,6 +146,8 @@ class StreamLoader(wiring.Component):
         resident = engine_contract(cfg).resident_weights
         weight_base = desc.weight_base[:len(word_addr)] if resident else 0
         load_params = desc.load_params if resident else 0
+        # A depthwise run's weights: one word per output tile.
+        dw = desc.depthwise if engine_contract(cfg).depthwise_runs else 0
         # The last output and input tile: with deep_pipeline flags registered
         # with the counters (compares with the descriptor in front of their
         # next values were among the longest paths of the ECP5 build), else
@@ -187,7 +189,7 @@ class StreamLoader(wiring.Component):
                 with m.If(self.start):
                     m.d.sync += [beat_no.eq(0), co.eq(0), ci.eq(0), word_addr.eq(weight_base),
                                  *set_last(co_last, desc.co_tiles == 1),
-                                 *set_last(ci_last, desc.ci_tiles == 1),
+                                 *set_last(ci_last, (desc.ci_tiles == 1) | dw),
                                  px_ci.eq(0), px_x.eq(0), px_y.eq(0), px_n.eq(0),
                                  last_ci.eq(desc.ci_tiles == 1), last_x.eq(desc.in_w == 1),
                                  last_y.eq(desc.in_h == 1), self.done.eq(0)]
@@ -219,7 +221,7 @@ class StreamLoader(wiring.Component):
                     with m.If(beat_no == wbeats - 1):
                         m.d.sync += [beat_no.eq(0), word_addr.eq(word_addr + 1)]
                         with m.If(ci_last):
-                            m.d.sync += [ci.eq(0), *set_last(ci_last, desc.ci_tiles == 1),
+                            m.d.sync += [ci.eq(0), *set_last(ci_last, (desc.ci_tiles == 1) | dw),
                                          co.eq(co + 1),
                                          *set_last(co_last, co + 2 == desc.co_tiles)]
                             with m.If(co_last):
