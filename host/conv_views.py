@@ -12,7 +12,9 @@ input pixels are streamed, and a padded tap still reads ``x_zp``.
 - **Grouped and depthwise** (:func:`grouped_views`): ``k`` consecutive groups
   form one view, a dense convolution over their input channels whose weights
   are block-diagonal (zero between groups); the compiler picks ``k`` with the
-  cycle model.
+  cycle model. A depthwise layer's views may also be *depthwise runs*
+  (``ConvView.depthwise``, :func:`depthwise_sizes`): the engine pairs each
+  output tile with its own input tile, one run for many channels.
 - **Dilated**, when the dilated span fits ``kmax``: the kernel with zeros
   between its taps (:func:`dense_view`).
 - **Kernels larger than kmax, non-square strides, dilations that do not fit**:
