@@ -52,8 +52,9 @@ def config_differences(expected, actual):
 
 #: Which compiled program's weights each board's engine holds (resident
 #: weights, docs/engine.md): weak, so a closed board takes its entry along.
+#: A board that cannot be weakly referenced is not tracked: its programs
+#: always load their weights (never stale ones, and no entry kept forever).
 _WEIGHTS_OWNER = weakref.WeakKeyDictionary()
-_WEIGHTS_OWNER_BY_ID = {}  # boards that cannot be weakly referenced
 
 
 def weights_owner(board):
@@ -61,7 +62,7 @@ def weights_owner(board):
     try:
         return _WEIGHTS_OWNER.get(board)
     except TypeError:
-        return _WEIGHTS_OWNER_BY_ID.get(id(board))
+        return None
 
 
 def set_weights_owner(board, program):
@@ -69,7 +70,7 @@ def set_weights_owner(board, program):
     try:
         _WEIGHTS_OWNER[board] = program
     except TypeError:
-        _WEIGHTS_OWNER_BY_ID[id(board)] = program
+        pass
 
 
 class EngineDriver:

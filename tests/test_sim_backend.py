@@ -125,13 +125,21 @@ def test_thousand_single_image_runs_do_not_grow(small_engine_board):
     for _ in range(100):  # warm up allocator pools and caches
         acc.run(x)
     gc.collect()
-    rss, fds = _rss_kib(), len(os.listdir("/proc/self/fd"))
-    for _ in range(900):
-        y = acc.run(x)
-    gc.collect()
+    fds = len(os.listdir("/proc/self/fd"))
+    # A leak grows in every window; late in a long test process the allocator
+    # may still take new arenas once (a CI run of the whole suite measured 6 MB
+    # over 900 runs here, which this test alone never shows), so the second
+    # of two windows counts: 2 MB over 450 runs, the same 4.5 KB per run.
+    growth = []
+    for _ in range(2):
+        rss = _rss_kib()
+        for _ in range(450):
+            y = acc.run(x)
+        gc.collect()
+        growth.append(_rss_kib() - rss)
     assert_array_equal(y, want)
     assert len(os.listdir("/proc/self/fd")) <= fds
-    assert _rss_kib() - rss < 4096, f"resident memory grew by {_rss_kib() - rss} KiB"
+    assert growth[1] < 2048, f"resident memory grew by {growth} KiB in two windows of 450 runs"
 
 
 @pytest.mark.parametrize("shape, cout", [((32, 5, 15), 6), ((32, 5, 18), 6), ((8, 5, 18), 6),
