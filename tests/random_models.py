@@ -10,7 +10,8 @@ import math
 
 import numpy as np
 
-from fpgacnn.host.layers import Add, Conv, Flatten, Gemm, GlobalAveragePool, MaxPool
+from fpgacnn.host.layers import (Add, Conv, DilatedConv, Flatten, Gemm, GlobalAveragePool,
+                                 GroupedConv, MaxPool)
 from fpgacnn.host.model import QuantizedModel, TensorSpec
 
 
@@ -105,3 +106,26 @@ def random_cnn(seed):
     b.flatten()
     b.gemm(int(rng.integers(3, 12)))
     return b.model(f"random_cnn_{seed}")
+
+
+def convolution_model(rng, cin, cout, group, kernel, stride, dilation, pads, hw, *,
+                      name="conv", spread=10):
+    """A one-layer model of a convolution of any group, dilation, kernel and
+    stride (a Conv, GroupedConv or DilatedConv as the importer would make it),
+    seeded by ``rng``; outputs spread over about ``+-spread * 12`` steps."""
+    weight = rng.integers(-127, 128, (cout, cin // group, *kernel)).astype(np.int8)
+    w_scale = rng.uniform(0.5, 1.5, cout) / 127
+    x_zp, y_zp = (int(v) for v in rng.integers(-20, 20, 2))
+    fan_in = cin // group * kernel[0] * kernel[1]
+    y_scale = spread * math.sqrt(fan_in) * 0.05 * w_scale.mean()
+    args = (name, ["x"], "y", (cin, *hw), weight, rng.integers(-300, 300, cout).astype(np.int32),
+            0.05, x_zp, w_scale, y_scale, y_zp)
+    kw = dict(stride=stride, pads=tuple(pads), lo=y_zp if rng.random() < 0.5 else -128)
+    if group > 1:
+        layer = GroupedConv(*args, group=group, dilation=dilation, **kw)
+    elif dilation != (1, 1):
+        layer = DilatedConv(*args, dilation=dilation, **kw)
+    else:
+        layer = Conv(*args, **kw)
+    return QuantizedModel("m", [layer], TensorSpec("x", (cin, *hw), np.int8, 0.05, x_zp),
+                          TensorSpec("y", layer.output_shape, np.int8, y_scale, y_zp), "x", "y")

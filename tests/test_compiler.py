@@ -23,14 +23,14 @@ from fpgacnn.host.compiler import (BatchImage, BatchTranspose, EngineStep, GemmA
 from fpgacnn.host.cycle_model import layer_cycles
 from fpgacnn.host.engine_driver import LayerRun
 from fpgacnn.host.examples import load_example
-from fpgacnn.host.layers import Conv, DilatedConv, Gemm, GroupedConv
+from fpgacnn.host.layers import Conv, Gemm
 from fpgacnn.host.model import QuantizedModel, TensorSpec
 from fpgacnn.host.onnx_import import load_onnx
 from fpgacnn.host.reference import ReferenceBackend
 
 from conftest import SMALL_ENGINE
 from engine_model_helpers import emulate_engine
-from random_models import random_cnn
+from random_models import convolution_model, random_cnn
 
 #: Engines for the fast tests: the RTL tests' small engine, one with 2x2 tiles
 #: (many channel groups and narrow strips) and one with 64-bit beats and
@@ -334,22 +334,8 @@ VIEW_LAYERS = [
 
 
 def view_layer_model(rng, kind, cin, cout, group, kernel, stride, dilation, pads, hw=(9, 10)):
-    weight = rng.integers(-127, 128, (cout, cin // group, *kernel)).astype(np.int8)
-    w_scale = rng.uniform(0.5, 1.5, cout) / 127
-    x_zp, y_zp = (int(v) for v in rng.integers(-20, 20, 2))
-    fan_in = cin // group * kernel[0] * kernel[1]
-    y_scale = 70 * math.sqrt(fan_in) * 0.05 * w_scale.mean() / 8
-    args = ("c", ["x"], "y", (cin, *hw), weight, rng.integers(-300, 300, cout).astype(np.int32),
-            0.05, x_zp, w_scale, y_scale, y_zp)
-    kw = dict(stride=stride, pads=pads, lo=y_zp if rng.random() < 0.5 else -128)
-    if group > 1:
-        layer = GroupedConv(*args, group=group, dilation=dilation, **kw)
-    elif dilation != (1, 1):
-        layer = DilatedConv(*args, dilation=dilation, **kw)
-    else:
-        layer = Conv(*args, **kw)
-    return QuantizedModel("m", [layer], TensorSpec("x", (cin, *hw), np.int8, 0.05, x_zp),
-                          TensorSpec("y", layer.output_shape, np.int8, y_scale, y_zp), "x", "y")
+    return convolution_model(rng, cin, cout, group, kernel, stride, dilation, pads, hw, name="c",
+                             spread=70 / 8)
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=ids)

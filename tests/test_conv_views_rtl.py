@@ -13,7 +13,6 @@ back-pressure the engine's cycles equal the cycle model's prediction.
 ``FPGACNN_VIEW_LAYERS`` (default 60) sets the layers per configuration.
 """
 
-import math
 import os
 import re
 
@@ -24,11 +23,10 @@ from numpy.testing import assert_array_equal
 from fpgacnn.core.errors import MappingError
 from fpgacnn.host.accelerator import Accelerator, open_board
 from fpgacnn.host.compiler import EngineStep, compile_model
-from fpgacnn.host.layers import Conv, DilatedConv, GroupedConv
-from fpgacnn.host.model import QuantizedModel, TensorSpec
 from fpgacnn.host.reference import ReferenceBackend
 
 from limit_layers import CONFIGS
+from random_models import convolution_model
 
 N_LAYERS = int(os.environ.get("FPGACNN_VIEW_LAYERS", "60"))
 SEED = 1500
@@ -70,22 +68,7 @@ def random_view_layer(seed):
     span = [(k - 1) * d + 1 for k, d in zip(kernel, dilation)]
     h, w = (int(span[i] + rng.integers(0, 8)) for i in range(2))
     pads = [int(rng.integers(0, span[i % 2])) if rng.random() < 0.7 else 0 for i in range(4)]
-    weight = rng.integers(-127, 128, (cout, cin // group, *kernel)).astype(np.int8)
-    w_scale = rng.uniform(0.5, 1.5, cout) / 127
-    x_zp, y_zp = (int(v) for v in rng.integers(-20, 20, 2))
-    fan_in = cin // group * kernel[0] * kernel[1]
-    y_scale = 10 * math.sqrt(fan_in) * 0.05 * w_scale.mean()
-    args = ("conv", ["x"], "y", (cin, h, w), weight,
-            rng.integers(-300, 300, cout).astype(np.int32), 0.05, x_zp, w_scale, y_scale, y_zp)
-    kw = dict(stride=stride, pads=tuple(pads), lo=y_zp if rng.random() < 0.5 else -128)
-    if group > 1:
-        layer = GroupedConv(*args, group=group, dilation=dilation, **kw)
-    elif dilation != (1, 1):
-        layer = DilatedConv(*args, dilation=dilation, **kw)
-    else:
-        layer = Conv(*args, **kw)
-    model = QuantizedModel("m", [layer], TensorSpec("x", (cin, h, w), np.int8, 0.05, x_zp),
-                           TensorSpec("y", layer.output_shape, np.int8, y_scale, y_zp), "x", "y")
+    model = convolution_model(rng, cin, cout, group, kernel, stride, dilation, pads, (h, w))
     batch = int(rng.integers(1, 3))
     x = rng.integers(-128, 128, (batch, cin, h, w), dtype=np.int8)
     pauses = (0, 0) if rng.random() < 0.4 else tuple(int(p) for p in rng.integers(1, 4, 2))
