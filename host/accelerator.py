@@ -24,10 +24,12 @@ import time
 import numpy as np
 
 from ..core.config import EngineConfig
-from .compiler import EngineStep, compile_model
+from .compiler import compile_model
 from .engine_driver import EngineDriver, set_weights_owner, weights_owner
 from ..core.errors import InputError
 from .onnx_import import load_onnx
+from .program_image import build_image
+from .program_runner import run_program
 from .reference import ReferenceBackend
 
 __all__ = ["Accelerator", "BACKENDS", "open_board"]
@@ -162,13 +164,14 @@ class Accelerator:
         self.progress = progress
         self.report = None
         self._programs = {}
+        self._images = {}
         self.board = board
         self.driver = None
         if backend != "reference":
             if board is None or batch is not None:
                 # Fail early: a layer over the engine's limits is refused here,
                 # not after minutes of generating and building the engine.
-                self.program(1 if batch is None else batch)
+                self.image(1 if batch is None else batch)
             if board is None:
                 self.board = open_board(backend, self.config, waves=waves, bitfile=bitfile,
                                         port=port, baud=baud, clock_hz=clock_hz,
@@ -198,6 +201,14 @@ class Accelerator:
             self._programs[batch] = compile_model(self.model, self.config, batch=batch)
         return self._programs[batch]
 
+    def image(self, batch):
+        """The program for batches of ``batch`` images as one memory image
+        (:func:`~fpgacnn.host.program_image.build_image`, cached): what
+        :meth:`run_int8` runs, record by record."""
+        if batch not in self._images:
+            self._images[batch] = build_image(self.program(batch))
+        return self._images[batch]
+
     def run(self, x):
         """Run a batch: ``x`` and the result in the model's own graph dtype and shape."""
         self.model.check_input(x)
@@ -213,70 +224,26 @@ class Accelerator:
             self.report = self._report([], len(x8), time.perf_counter() - start)
             return y8
         program = self.program(len(x8))
+        image = self.image(len(x8))
         # A resident program whose weights this board holds (it ran last, to the
         # end) runs warm: no weights streamed. Anything else on the board in
         # between (a run that loads weights) makes the driver forget the owner.
         warm = program.resident and weights_owner(self.board) is program
         if program.resident and not warm:
             set_weights_owner(self.board, None)
-        tensors = {self.model.input_tensor: np.asarray(x8, dtype=np.int8)}
-        layer_reports = []
-        for index, step in enumerate(program.steps, 1):
-            if self.progress:
-                self.progress(f"layer {index}/{len(program.steps)} {step.name} ({step.op})")
-            inputs = [tensors[t] for t in step.inputs]
-            if isinstance(step, EngineStep):
-                y, info = self._run_engine_step(step, inputs[0], warm=warm)
-            else:
-                t0 = time.perf_counter()
-                y = step.layer.evaluate(*inputs)
-                info = {"engine": False, "host_seconds": time.perf_counter() - t0}
-            tensors[step.output] = y
-            layer_reports.append({"name": step.name, "op": step.op, "macs": step.macs, **info})
+        y8, layer_reports = run_program(
+            image, program, self.driver, x8, warm=warm, timeout_of=self._timeout,
+            link_seconds=getattr(self.board, "link_seconds", None), progress=self.progress)
         if program.resident:
             set_weights_owner(self.board, program)
-        y8 = tensors[self.model.output_tensor]
         self.report = self._report(layer_reports, len(x8), time.perf_counter() - start)
         self.report["weights"] = ("resident" if warm else "loaded, now resident"
                                   if program.resident else "streamed")
         return y8
 
-    def _run_engine_step(self, step, x, *, warm=False):
-        """The step's compiled runs, in order: pack the pixels, run, unpack and scatter
-        (``warm``: with the weights resident, :attr:`EngineRun.warm_descriptor`)."""
-        batch = x.shape[0]
-        y = np.empty((batch, *step.output_shape), np.int8)
-        host = board = 0.0
-        cycles = stall_in = stall_out = predicted = 0
-        link_seconds = getattr(self.board, "link_seconds", None)
-        for run in step.runs:
-            t0 = time.perf_counter()
-            data = run.stream(x, warm=warm)
-            descriptor = run.warm_descriptor if warm else run.descriptor
-            run_predicted = run.warm_predicted_cycles if warm else run.predicted_cycles
-            timeout = (run_predicted * _TIMEOUT_FACTOR + _TIMEOUT_EXTRA_CYCLES) / self.clock_hz
-            if link_seconds is not None:  # a slow link (serial) paces the run, not the engine
-                timeout += link_seconds(len(data), run.out_nbytes)
-            t1 = time.perf_counter()
-            result = self.driver.run_layer(descriptor, data, run.out_nbytes,
-                                           timeout=timeout, name=step.name)
-            t2 = time.perf_counter()
-            run.store(y, result.output)
-            t3 = time.perf_counter()
-            host += (t1 - t0) + (t3 - t2)
-            board += t2 - t1
-            cycles += result.busy_cycles
-            stall_in += result.stall_in_cycles
-            stall_out += result.stall_out_cycles
-            predicted += run_predicted
-        peak = self.config.peak_macs_per_cycle
-        return y, {
-            "engine": True, "runs": len(step.runs), "cycles": cycles,
-            "predicted_cycles": predicted,
-            "utilization": step.macs * batch / (cycles * peak) if cycles else 0.0,
-            "stall_in_cycles": stall_in, "stall_out_cycles": stall_out,
-            "host_seconds": host, "board_seconds": board,
-        }
+    def _timeout(self, predicted_cycles):
+        """Seconds of board time before a run of ``predicted_cycles`` counts as hung."""
+        return (predicted_cycles * _TIMEOUT_FACTOR + _TIMEOUT_EXTRA_CYCLES) / self.clock_hz
 
     def _report(self, layers, batch, seconds):
         cycles = sum(l.get("cycles", 0) for l in layers)

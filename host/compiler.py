@@ -40,9 +40,11 @@ Every run is compiled once, for the program's batch, into an
 parameters and weights packed into stream bytes
 (:func:`fpgacnn.host.packing.pack_weights`), its predicted cycles
 (:func:`fpgacnn.host.cycle_model.layer_cycles`), how its input is gathered
-from the layer's input and where its output goes. Running a program is then a
-loop (:meth:`fpgacnn.host.accelerator.Accelerator.run_int8`) that packs only
-the pixels of each run (:func:`fpgacnn.host.packing.pack_pixels`).
+from the layer's input and where its output goes. A program is then laid out
+as one memory image (:mod:`fpgacnn.host.program_image`: every gather and
+scatter written down as a source and a destination pattern) and run record
+by record (:mod:`fpgacnn.host.program_runner`), which packs only the pixels
+of each run (:func:`fpgacnn.host.packing.pack_pixels`).
 """
 
 import dataclasses
@@ -61,7 +63,7 @@ from .cycle_model import layer_cycles
 from .layers import Conv, DilatedConv, Gemm, GroupedConv, MaxPool
 
 __all__ = ["BatchImage", "BatchTranspose", "ChannelColumns", "ColumnSlice", "EngineRun",
-           "EngineStep", "GemmAsConv", "HostStep", "Program", "compile_model", "pack_run"]
+           "EngineStep", "GemmAsConv", "HostStep", "PixelPacking", "Program", "compile_model", "pack_run"]
 
 
 @dataclass(frozen=True)
@@ -155,6 +157,25 @@ class BatchTranspose:
             out[0].reshape(self.c1 - self.c0, -1)[:, :self.b1 - self.b0].T
 
 
+@dataclass(frozen=True)
+class PixelPacking:
+    """How a run's gathered images become the pixel section of its stream:
+    :func:`fpgacnn.host.packing.pack_pixels` with the run's layer geometry
+    (kept as data, so that a network program can write it down)."""
+
+    config: object
+    x_zp: int
+    w_shape: tuple
+    stride: tuple
+    pads: tuple
+    remap: bool
+    name: str
+
+    def __call__(self, x):
+        return packing.pack_pixels(self.config, x, self.x_zp, self.w_shape, stride=self.stride,
+                                   pads=self.pads, remap=self.remap, name=self.name)
+
+
 @dataclass(frozen=True, eq=False)
 class EngineRun:
     """One engine layer run, compiled: an output-channel group over a column
@@ -196,7 +217,7 @@ class EngineRun:
     out_nbytes: int
     in_shape: tuple
     pads: tuple
-    pack_pixels: object = field(repr=False)  # gather(x) -> the pixel section
+    pack_pixels: object = field(repr=False)  # a PixelPacking: gather(x) -> the pixel section
     unpack: object = field(repr=False)       # output bytes -> int8 NCHW of the run's channels
     #: Resident programs (:attr:`Program.resident`): the run once every weight of
     #: the program is in the engine (no weights; the parameters when the previous
@@ -567,9 +588,10 @@ def _compile_runs(config, conv, plans, *, pool, clamp, cycles, pack=True):
             channels=plan.channels, descriptor=MappingProxyType(desc), gather=plan.gather,
             scatter=plan.scatter, weights=weights[plan.channels], predicted_cycles=cycles[key],
             out_nbytes=packing.output_nbytes(config, desc), in_shape=tuple(plan.x_shape),
-            pads=plan.pads, pack_pixels=functools.partial(
-                packing.pack_pixels, config, x_zp=conv.x_zero_point, w_shape=w_shape,
-                stride=conv.stride, pads=plan.pads, remap=geo["remap"], name=conv.name),
+            pads=plan.pads, pack_pixels=PixelPacking(
+                config, x_zp=conv.x_zero_point, w_shape=tuple(int(d) for d in w_shape),
+                stride=tuple(conv.stride), pads=tuple(plan.pads), remap=bool(geo["remap"]),
+                name=conv.name),
             unpack=functools.partial(_unpack, config, desc, c1 - c0)))
     return runs
 

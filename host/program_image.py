@@ -1,0 +1,632 @@
+"""The network program: a compiled model as one relocatable memory image (issue 16).
+
+docs/program.md is the design; this module is its format. :func:`build_image`
+turns a compiled :class:`~fpgacnn.host.compiler.Program` into a
+:class:`ProgramImage`: one byte buffer holding
+
+- a **header** (magic, format version, the engine configuration the program
+  was compiled for, the batch, where every region starts);
+- a **tensor table**: where each tensor of the network lives in the arena;
+- the **records**, one per engine run or host layer, in program order;
+- the **constants**: each channel group's parameters and weights, once, in
+  the engine's stream format;
+- the **arena**: every tensor, the network's input and output included, in
+  the engine's own layout (below), at offsets assigned by liveness (a
+  tensor's bytes are reused once its last reader has run).
+
+Every word of the header, the tensor table and the records is a
+little-endian signed 32-bit integer, and every address is a byte offset
+from the image's start, so the image can be placed anywhere.
+
+**Activation layout.** A tensor of ``(C, H, W)`` per image (a flat ``(C,)``
+tensor is ``(C, 1, 1)``) is stored per image as NHWC, each pixel
+``cp = ceil(C / L) * L`` bytes with ``L = lcm(pin, pout)``; an image takes
+``image_stride`` bytes (rounded up to :data:`ALIGN`), the batch's images
+follow each other. The padding channels are never read as data: a run's
+padding lanes meet zero weights.
+
+**Engine records** are what the engine's address generation and sequencer
+read (docs/program.md): the run's descriptor (:data:`DESCRIPTOR_FIELDS` order),
+its constants (offset and bytes, and the parameter bytes a warm run streams
+alone), a **source pattern** (how the pixel section of its input stream is
+read from a tensor: a channel range, the taps folded into channels, a column
+strip or a column of the zero point, or a batch of feature vectors laid out
+as an image) and a **destination pattern** (where the output stream's pixels
+go: a channel range and a column range, or the feature vectors of a batch
+range). Together with the descriptor's geometry these are exactly the
+gathers and scatters the compiler makes (:mod:`fpgacnn.host.compiler`,
+:mod:`fpgacnn.host.conv_views`), written down as numbers:
+:func:`source_gather` and :func:`dest_scatter` turn them back into those
+functions, and the tests require the stream made from a record to equal the
+compiled run's stream byte for byte.
+
+**Host records** name a layer the engine does not run yet (Add, the pools,
+Flatten, ...); the host runs it from the arena with the reference semantics
+(:mod:`fpgacnn.host.program_runner`).
+"""
+
+from dataclasses import astuple, dataclass, fields
+import math
+
+import numpy as np
+
+from ..core.config import EngineConfig
+from ..core.descriptor import DESCRIPTOR_FIELDS, complete_descriptor
+from ..core.errors import InputError, MappingError
+from . import conv_views
+from .compiler import (BatchImage, BatchTranspose, ChannelColumns, ColumnSlice, EngineStep,
+                       PixelPacking, ZeroPointColumn)
+
+__all__ = ["ALIGN", "FORMAT_MAGIC", "FORMAT_VERSION", "DestPattern", "EngineRecord",
+           "Header", "HostRecord", "ProgramImage", "SourcePattern", "TensorPlace",
+           "build_image", "dest_scatter", "pixel_packing", "source_gather", "tensor_names"]
+
+#: ``b"FCNP"``: the first word of every program image.
+FORMAT_MAGIC = int.from_bytes(b"FCNP", "little")
+#: The image format's version (major, minor); a reader refuses another major.
+FORMAT_VERSION = (1, 0)
+#: Alignment in bytes of every region and of every tensor image (a memory burst).
+ALIGN = 64
+
+#: Record kinds (a record's first word).
+RECORD_ENGINE, RECORD_HOST = 1, 2
+#: Source pattern kinds: pixels of a column strip; one column of the zero point
+#: (a strip wholly in the padding); feature vectors as the pixels of an image (Gemm).
+SOURCE_STRIP, SOURCE_ZERO_COLUMN, SOURCE_BATCH = 0, 1, 2
+#: Destination pattern kinds: channels x columns of a tensor; feature vectors of a batch range.
+DEST_COLUMNS, DEST_BATCH = 0, 1
+
+
+def _words(record):
+    return [int(v) for v in astuple(record)]
+
+
+class _Words:
+    """A frozen dataclass of int32 words, in field order."""
+
+    @classmethod
+    def nwords(cls):
+        return len(fields(cls))
+
+    @classmethod
+    def from_words(cls, words):
+        return cls(*(int(w) for w in words[:cls.nwords()]))
+
+
+@dataclass(frozen=True)
+class TensorPlace(_Words):
+    """Where one tensor lives: ``batch`` images of ``(channels, height, width)``
+    (``flat``: a ``(channels,)`` tensor) from byte ``offset`` of the image."""
+
+    offset: int
+    channels: int
+    height: int
+    width: int
+    cp: int
+    image_stride: int
+    batch: int
+    flat: int
+
+    @property
+    def nbytes(self):
+        return self.batch * self.image_stride
+
+    def nhwc(self, image):
+        """An int8 ``(batch, height, width, cp)`` view of the tensor in ``image`` (uint8)."""
+        return np.ndarray((self.batch, self.height, self.width, self.cp), np.int8,
+                          buffer=image, offset=self.offset,
+                          strides=(self.image_stride, self.width * self.cp, self.cp, 1))
+
+    def view(self, image):
+        """The tensor as the layers see it, a view into ``image``: ``(N, C, H, W)``
+        or, flat, ``(N, C)``."""
+        t = self.nhwc(image)[..., :self.channels]
+        return t[:, 0, 0, :] if self.flat else t.transpose(0, 3, 1, 2)
+
+
+@dataclass(frozen=True)
+class SourcePattern(_Words):
+    """How a run's pixels are read: from the tensor at ``tensor`` (its index in
+    the tensor table), channels ``[c0, c1)``; ``fold``: then the taps of a
+    ``kh x kw`` kernel (stride, dilation, pads, output size) folded into channels
+    (:class:`~fpgacnn.host.conv_views.Im2Col`); then, by ``kind``, columns
+    ``[a, b)`` (strip), one column of ``x_zp`` (zero column), or the images
+    ``[a, b)`` of a flat tensor as a ``rows x cols`` image (batch). The run's
+    own layout (kernel, stride, pads, remap) then packs them
+    (:class:`PixelLayout`)."""
+
+    kind: int
+    tensor: int
+    c0: int
+    c1: int
+    fold: int
+    fold_kh: int
+    fold_kw: int
+    fold_sy: int
+    fold_sx: int
+    fold_dy: int
+    fold_dx: int
+    fold_top: int
+    fold_left: int
+    fold_bottom: int
+    fold_right: int
+    fold_oh: int
+    fold_ow: int
+    a: int
+    b: int
+    rows: int
+    cols: int
+
+
+@dataclass(frozen=True)
+class PixelLayout(_Words):
+    """The run's layer geometry that orders its pixel section
+    (:func:`fpgacnn.host.packing.pack_pixels`)."""
+
+    kh: int
+    kw: int
+    sy: int
+    sx: int
+    top: int
+    left: int
+    bottom: int
+    right: int
+    remap: int
+
+
+@dataclass(frozen=True)
+class DestPattern(_Words):
+    """Where a run's output goes: into the tensor at ``tensor``, channels
+    ``[c0, c1)`` (the run's first ``c1 - c0`` lanes), and columns ``[a, b)``
+    (columns) or images ``[a, b)`` of a flat tensor (batch)."""
+
+    kind: int
+    tensor: int
+    c0: int
+    c1: int
+    a: int
+    b: int
+
+
+@dataclass(frozen=True)
+class EngineRecord:
+    """One engine run. ``step``: the index of its step in the program (for the
+    report); ``warm_load_params``: the warm descriptor's ``load_params`` (a
+    resident program's later inferences run the descriptor with
+    ``load_weights = 0`` and that)."""
+
+    step: int
+    descriptor: dict
+    const_offset: int
+    const_nbytes: int
+    params_nbytes: int
+    out_nbytes: int
+    predicted_cycles: int
+    warm_predicted_cycles: int
+    warm_load_params: int
+    source: SourcePattern
+    layout: PixelLayout
+    dest: DestPattern
+
+    def words(self):
+        desc = complete_descriptor(self.descriptor)
+        head = [RECORD_ENGINE, self.step, self.const_offset, self.const_nbytes,
+                self.params_nbytes, self.out_nbytes, self.predicted_cycles,
+                self.warm_predicted_cycles, self.warm_load_params]
+        return (head + [int(desc[f.name]) for f in DESCRIPTOR_FIELDS]
+                + _words(self.source) + _words(self.layout) + _words(self.dest))
+
+    def warm_descriptor(self):
+        """The descriptor of the run with the program's weights resident."""
+        return dict(self.descriptor, load_weights=0, load_params=self.warm_load_params)
+
+
+@dataclass(frozen=True)
+class HostRecord:
+    """A layer the host runs: the program's step ``step``."""
+
+    step: int
+
+    def words(self):
+        return [RECORD_HOST, self.step]
+
+
+#: Words of every record (engine records are the longest; host records are padded).
+RECORD_WORDS = 9 + len(DESCRIPTOR_FIELDS) + SourcePattern.nwords() + PixelLayout.nwords() \
+    + DestPattern.nwords()
+
+
+def _parse_record(words):
+    kind = int(words[0])
+    if kind == RECORD_HOST:
+        return HostRecord(int(words[1]))
+    if kind != RECORD_ENGINE:
+        raise InputError(f"program image: unknown record kind {kind}")
+    head = [int(w) for w in words[1:9]]
+    i = 9
+    desc = {f.name: int(words[i + j]) for j, f in enumerate(DESCRIPTOR_FIELDS)}
+    i += len(DESCRIPTOR_FIELDS)
+    source = SourcePattern.from_words(words[i:])
+    i += SourcePattern.nwords()
+    layout = PixelLayout.from_words(words[i:])
+    i += PixelLayout.nwords()
+    dest = DestPattern.from_words(words[i:])
+    return EngineRecord(head[0], desc, *head[1:], source, layout, dest)
+
+
+@dataclass(frozen=True)
+class Header(_Words):
+    """The image's first words: what it is, for which engine and where its regions are."""
+
+    magic: int
+    version_major: int
+    version_minor: int
+    pin: int
+    pout: int
+    kmax: int
+    act_width: int
+    weight_width: int
+    acc_width: int
+    mult_width: int
+    max_width: int
+    max_channels: int
+    max_out_channels: int
+    stream_width: int
+    deep_pipeline: int
+    batch: int
+    resident: int
+    records_offset: int
+    records: int
+    record_words: int
+    tensors_offset: int
+    tensors: int
+    constants_offset: int
+    constants_nbytes: int
+    arena_offset: int
+    arena_nbytes: int
+    input_tensor: int
+    output_tensor: int
+    total_nbytes: int
+
+    @property
+    def config(self):
+        return EngineConfig(**{f.name: getattr(self, f.name) for f in fields(EngineConfig)})
+
+
+def _align(n):
+    return -(-n // ALIGN) * ALIGN
+
+
+class ProgramImage:
+    """A program image: the bytes and their decoded header, tensor table and records.
+
+    Parameters
+    ----------
+    data : bytes-like
+        The whole image (:attr:`data` keeps its own copy, writable: the arena
+        is in it).
+
+    Raises
+    ------
+    InputError
+        Not a program image, another major version, or truncated.
+    """
+
+    def __init__(self, data):
+        self.data = np.array(np.frombuffer(bytes(data), np.uint8))
+        if self.data.size < 4 * Header.nwords():
+            raise InputError(f"program image of {self.data.size} bytes is shorter than its header")
+        words = self.data[:4 * Header.nwords()].view("<i4")
+        if int(words[0]) != FORMAT_MAGIC:
+            raise InputError("not a program image (bad magic)")
+        self.header = Header.from_words(words)
+        if self.header.version_major != FORMAT_VERSION[0]:
+            raise InputError(f"program image format {self.header.version_major}."
+                             f"{self.header.version_minor}, this reader takes "
+                             f"{FORMAT_VERSION[0]}.x")
+        h = self.header
+        if h.total_nbytes != self.data.size:
+            raise InputError(f"program image is {self.data.size} bytes, its header says "
+                             f"{h.total_nbytes}")
+        if h.record_words != RECORD_WORDS:
+            raise InputError(f"program image records are {h.record_words} words, "
+                             f"this reader's {RECORD_WORDS}")
+        tw = self._words(h.tensors_offset, h.tensors * TensorPlace.nwords())
+        self.tensors = [TensorPlace.from_words(tw[i * TensorPlace.nwords():])
+                        for i in range(h.tensors)]
+        rw = self._words(h.records_offset, h.records * RECORD_WORDS)
+        self.records = [_parse_record(rw[i * RECORD_WORDS:(i + 1) * RECORD_WORDS])
+                        for i in range(h.records)]
+
+    def _words(self, offset, count):
+        return self.data[offset:offset + 4 * count].view("<i4")
+
+    @property
+    def config(self):
+        """The engine configuration the program was compiled for."""
+        return self.header.config
+
+    @property
+    def nbytes(self):
+        return int(self.data.size)
+
+    def constants(self, record, *, warm=False):
+        """The constants a run streams before its pixels (read-only view)."""
+        n = record.params_nbytes if warm else record.const_nbytes
+        return self.data[record.const_offset:record.const_offset + n]
+
+    @property
+    def input(self):
+        return self.tensors[self.header.input_tensor]
+
+    @property
+    def output(self):
+        return self.tensors[self.header.output_tensor]
+
+
+# -- the patterns as the compiler's gathers and scatters -------------------------------------
+
+
+def source_gather(pattern, x_zp):
+    """The gather a source pattern stands for: a function of the NCHW (or flat)
+    tensor to the run's images."""
+    parts = []
+    if pattern.kind == SOURCE_BATCH:
+        return BatchImage(pattern.a, pattern.b, pattern.rows, pattern.cols)
+    parts.append(conv_views.ChannelSlice(pattern.c0, pattern.c1))
+    if pattern.fold:
+        p = pattern
+        parts.append(conv_views.Im2Col((p.fold_kh, p.fold_kw), (p.fold_sy, p.fold_sx),
+                                       (p.fold_top, p.fold_left, p.fold_bottom, p.fold_right),
+                                       (p.fold_dy, p.fold_dx), x_zp, (p.fold_oh, p.fold_ow)))
+    parts.append(ZeroPointColumn(x_zp) if pattern.kind == SOURCE_ZERO_COLUMN
+                 else ColumnSlice(pattern.a, pattern.b))
+    gather = None
+    for part in parts:
+        gather = conv_views.compose(gather, part)
+    return gather
+
+
+def dest_scatter(pattern):
+    """The scatter a destination pattern stands for: ``scatter(y, out)``."""
+    if pattern.kind == DEST_BATCH:
+        return BatchTranspose(pattern.c0, pattern.c1, pattern.a, pattern.b)
+    return ChannelColumns(pattern.c0, pattern.c1, pattern.a, pattern.b)
+
+
+def pixel_packing(config, layout, x_zp, channels, name):
+    """The pixel packing of a run with ``layout``, ``x_zp`` and ``channels`` input channels."""
+    return PixelPacking(config, x_zp=x_zp, w_shape=(0, channels, layout.kh, layout.kw),
+                        stride=(layout.sy, layout.sx),
+                        pads=(layout.top, layout.left, layout.bottom, layout.right),
+                        remap=bool(layout.remap), name=name)
+
+
+# -- building an image from a compiled program -----------------------------------------------
+
+
+def _gather_parts(gather):
+    """The gather's parts, outermost first (the compiler composes them with ``compose``)."""
+    if isinstance(gather, conv_views._Compose):
+        return _gather_parts(gather.outer) + _gather_parts(gather.inner)
+    return [gather]
+
+
+def _source(run, tensor, channels, name):
+    parts = _gather_parts(run.gather)
+    values = dict(tensor=tensor, c0=0, c1=channels, fold=0, fold_kh=0, fold_kw=0, fold_sy=0,
+                  fold_sx=0, fold_dy=0, fold_dx=0, fold_top=0, fold_left=0, fold_bottom=0,
+                  fold_right=0, fold_oh=0, fold_ow=0, a=0, b=0, rows=0, cols=0)
+    last = parts.pop()
+    if isinstance(last, BatchImage):
+        kind = SOURCE_BATCH
+        values.update(a=last.b0, b=last.b1, rows=last.rows, cols=last.width)
+    elif isinstance(last, ColumnSlice):
+        kind = SOURCE_STRIP
+        values.update(a=last.x0, b=last.x1)
+    elif isinstance(last, ZeroPointColumn):
+        kind = SOURCE_ZERO_COLUMN
+    else:
+        raise MappingError(f"layer {name!r}: the program format has no source pattern for "
+                           f"{type(last).__name__}")
+    for part in parts:
+        if isinstance(part, conv_views.ChannelSlice) and not values["fold"]:
+            values.update(c0=part.c0, c1=part.c1)
+        elif isinstance(part, conv_views.Im2Col) and not values["fold"]:
+            (kh, kw), (sy, sx), (dy, dx) = part.kernel, part.stride, part.dilation
+            top, left, bottom, right = part.pads
+            values.update(fold=1, fold_kh=kh, fold_kw=kw, fold_sy=sy, fold_sx=sx, fold_dy=dy,
+                          fold_dx=dx, fold_top=top, fold_left=left, fold_bottom=bottom,
+                          fold_right=right, fold_oh=part.out_hw[0], fold_ow=part.out_hw[1])
+        else:
+            raise MappingError(f"layer {name!r}: the program format has no source pattern for "
+                               f"{type(part).__name__} here")
+    return SourcePattern(kind=kind, **values)
+
+
+def _layout(packing):
+    (kh, kw), (sy, sx) = packing.w_shape[2:], packing.stride
+    return PixelLayout(kh, kw, sy, sx, *packing.pads, int(packing.remap))
+
+
+def _dest(run, tensor, name):
+    s = run.scatter
+    if isinstance(s, ChannelColumns):
+        return DestPattern(DEST_COLUMNS, tensor, s.c0, s.c1, s.o0, s.o1)
+    if isinstance(s, BatchTranspose):
+        return DestPattern(DEST_BATCH, tensor, s.c0, s.c1, s.b0, s.b1)
+    raise MappingError(f"layer {name!r}: the program format has no destination pattern for "
+                       f"{type(s).__name__}")
+
+
+def tensor_names(program):
+    """The program's tensors in tensor-table order (the input, then each layer's output)."""
+    return list(_shapes(program))
+
+
+def _shapes(program):
+    model = program.model
+    shapes = {model.input_tensor: tuple(model.input.shape)}
+    for layer in model.layers:
+        shapes[layer.output] = tuple(layer.output_shape)
+    return shapes
+
+
+def _lifetimes(program):
+    """Per tensor: the index of the step that writes it (-1: the input) and the last that reads it."""
+    model = program.model
+    first, last = {model.input_tensor: -1}, {}
+    for i, step in enumerate(program.steps):
+        for t in step.inputs:
+            last[t] = i
+        first.setdefault(step.output, i)
+        last.setdefault(step.output, i)
+    last[model.output_tensor] = len(program.steps)
+    return first, last
+
+
+class _Arena:
+    """First-fit placement of tensors in one region, space reused after a tensor's last read."""
+
+    def __init__(self):
+        self.free = []  # (offset, size), sorted
+        self.end = 0
+
+    def take(self, size):
+        for i, (off, n) in enumerate(self.free):
+            if n >= size:
+                self.free[i:i + 1] = [(off + size, n - size)] if n > size else []
+                return off
+        if self.free and self.free[-1][0] + self.free[-1][1] == self.end:
+            off = self.free.pop()[0]  # grow the last free block
+        else:
+            off = self.end
+        self.end = off + size
+        return off
+
+    def give(self, off, size):
+        self.free.append((off, size))
+        self.free.sort()
+        merged = []
+        for o, n in self.free:
+            if merged and merged[-1][0] + merged[-1][1] == o:
+                merged[-1] = (merged[-1][0], merged[-1][1] + n)
+            else:
+                merged.append((o, n))
+        self.free = merged
+
+
+def build_image(program, *, memory_bytes=None):
+    """Lay a compiled program out as one memory image.
+
+    Parameters
+    ----------
+    program : fpgacnn.host.compiler.Program
+    memory_bytes : int, optional
+        The board memory the image may take (a Zynq board's budget for the
+        program); None: no limit.
+
+    Returns
+    -------
+    ProgramImage
+
+    Raises
+    ------
+    MappingError
+        The image would exceed ``memory_bytes`` (the message names the layer
+        whose output no longer fits, or the constants), or a run's gather or
+        scatter has no pattern in the format.
+    """
+    config, model = program.config, program.model
+    lanes = math.lcm(config.pin, config.pout)
+    shapes = _shapes(program)
+    first, last = _lifetimes(program)
+    names = list(shapes)
+    index = {t: i for i, t in enumerate(names)}
+
+    # Constants: each channel group's section once, in the order the runs use them.
+    const_at, constants = {}, []
+    const_nbytes = 0
+    for step in program.steps:
+        for run in getattr(step, "runs", ()):
+            if id(run.weights) not in const_at:
+                const_at[id(run.weights)] = const_nbytes
+                constants.append(run.weights)
+                const_nbytes += _align(run.weights.size)
+
+    nrecords = sum(len(s.runs) if isinstance(s, EngineStep) else 1 for s in program.steps)
+    tensors_offset = _align(4 * Header.nwords())
+    records_offset = tensors_offset + _align(4 * TensorPlace.nwords() * len(names))
+    constants_offset = records_offset + _align(4 * RECORD_WORDS * nrecords)
+    arena_offset = constants_offset + const_nbytes
+    if memory_bytes is not None and arena_offset > memory_bytes:
+        raise MappingError(f"model {model.name!r}: its records and constants take "
+                           f"{arena_offset:,} bytes, over the board memory budget of "
+                           f"{memory_bytes:,} bytes")
+
+    # Tensors, placed in step order; a step's output never shares space with its inputs.
+    arena, places = _Arena(), {}
+
+    def place(t, who):
+        shape = shapes[t]
+        flat = len(shape) == 1
+        c, h, w = (shape[0], 1, 1) if flat else shape
+        cp = -(-c // lanes) * lanes
+        stride = _align(h * w * cp)
+        off = arena.take(program.batch * stride)
+        places[t] = TensorPlace(arena_offset + off, c, h, w, cp, stride, program.batch,
+                                int(flat))
+        if memory_bytes is not None and arena_offset + arena.end > memory_bytes:
+            raise MappingError(
+                f"layer {who!r}: its output {t!r} ({program.batch} x {c}x{h}x{w}) takes the "
+                f"program to {arena_offset + arena.end:,} bytes, over the board memory "
+                f"budget of {memory_bytes:,} bytes")
+
+    place(model.input_tensor, "input")
+    records = []
+    for i, step in enumerate(program.steps):
+        if step.output not in places:
+            place(step.output, step.name)
+        if isinstance(step, EngineStep):
+            src = index[step.inputs[0]]
+            channels = shapes[step.inputs[0]][0]
+            for run in step.runs:
+                warm = run.warm_descriptor
+                records.append(EngineRecord(
+                    step=i, descriptor=dict(run.descriptor),
+                    const_offset=constants_offset + const_at[id(run.weights)],
+                    const_nbytes=int(run.weights.size), params_nbytes=int(run.params_nbytes),
+                    out_nbytes=int(run.out_nbytes), predicted_cycles=int(run.predicted_cycles),
+                    warm_predicted_cycles=int(run.warm_predicted_cycles or 0),
+                    warm_load_params=int(warm["load_params"]) if warm else 0,
+                    source=_source(run, src, channels, step.name),
+                    layout=_layout(run.pack_pixels),
+                    dest=_dest(run, index[step.output], step.name)))
+        else:
+            records.append(HostRecord(i))
+        for t in set(step.inputs):
+            if last.get(t) == i and t != model.output_tensor:
+                p = places[t]
+                arena.give(p.offset - arena_offset, p.nbytes)
+    arena_nbytes = _align(arena.end)
+    total = arena_offset + arena_nbytes
+
+    header = Header(FORMAT_MAGIC, *FORMAT_VERSION, *(getattr(config, f.name)
+                                                     for f in fields(EngineConfig)),
+                    program.batch, int(program.resident), records_offset, nrecords,
+                    RECORD_WORDS, tensors_offset, len(names), constants_offset, const_nbytes,
+                    arena_offset, arena_nbytes, index[model.input_tensor],
+                    index[model.output_tensor], total)
+    data = np.zeros(total, np.uint8)
+    data[:4 * Header.nwords()] = np.array(_words(header), "<i4").view(np.uint8)
+    table = [w for t in names for w in _words(places.get(t) or TensorPlace(0, 0, 0, 0, 0, 0, 0, 0))]
+    data[tensors_offset:tensors_offset + 4 * len(table)] = np.array(table, "<i4").view(np.uint8)
+    rw = []
+    for r in records:
+        w = r.words()
+        rw += w + [0] * (RECORD_WORDS - len(w))
+    data[records_offset:records_offset + 4 * len(rw)] = np.array(rw, "<i4").view(np.uint8)
+    for section in constants:
+        off = constants_offset + const_at[id(section)]
+        data[off:off + section.size] = section
+    return ProgramImage(data)

@@ -1,0 +1,163 @@
+"""Run a program image on a board, record by record (issue 16, docs/program.md).
+
+The host's side of the network program: the network's input is written into
+the image's arena in the engine's layout, then each record runs in order.
+An engine record's input stream is made from the arena by its source pattern
+and its constants, sent to the engine through the
+:class:`~fpgacnn.host.engine_driver.EngineDriver`, and its output stream is
+written back into the arena by its destination pattern; a host record runs
+its layer (the reference semantics) on tensors of the arena. The output is
+read from the arena at the end.
+
+This is how every board runs a network today: the boards with no memory
+master of their own (the UART bridge of the open boards, issue 16 item 6)
+will keep running it so, and on the others it is the reference that the
+engine's own sequencing (item 3) must match record for record.
+"""
+
+import time
+
+import numpy as np
+
+from ..core.errors import InputError
+from . import packing
+from .program_image import (EngineRecord, dest_scatter, pixel_packing, source_gather,
+                            tensor_names)
+
+__all__ = ["StepTotals", "record_stream", "run_program", "store_output"]
+
+
+def record_stream(image, record, *, warm=False, name="layer"):
+    """The input stream of an engine record, made from the image's arena and constants:
+    the constants its descriptor loads (``warm``: the warm descriptor's), then its
+    pixels as its source pattern reads them."""
+    desc = record.warm_descriptor() if warm else record.descriptor
+    x_zp = desc["x_zp"]
+    tensor = image.tensors[record.source.tensor]
+    xs = source_gather(record.source, x_zp)(tensor.view(image.data))
+    pixels = pixel_packing(image.config, record.layout, x_zp, xs.shape[1], name)(xs)
+    if desc["load_weights"] or desc["load_params"]:
+        return np.concatenate((image.constants(record, warm=not desc["load_weights"]), pixels))
+    return pixels
+
+
+def store_output(image, record, raw):
+    """Write an engine record's output stream ``raw`` into the arena by its destination pattern."""
+    desc = record.descriptor
+    out = packing.unpack_output(image.config, raw, desc, record.dest.c1 - record.dest.c0)
+    dest_scatter(record.dest)(image.tensors[record.dest.tensor].view(image.data), out)
+
+
+class StepTotals:
+    """What the runs of one engine step added up to (for the report)."""
+
+    def __init__(self):
+        self.runs = self.cycles = self.stall_in = self.stall_out = self.predicted = 0
+        self.host = self.board = 0.0
+
+    def as_report(self, macs, batch, peak):
+        return {
+            "engine": True, "runs": self.runs, "cycles": self.cycles,
+            "predicted_cycles": self.predicted,
+            "utilization": macs * batch / (self.cycles * peak) if self.cycles else 0.0,
+            "stall_in_cycles": self.stall_in, "stall_out_cycles": self.stall_out,
+            "host_seconds": self.host, "board_seconds": self.board,
+        }
+
+
+def run_program(image, program, driver, x8, *, warm=False, timeout_of, link_seconds=None,
+                progress=None):
+    """Run ``program``'s image on the board behind ``driver``.
+
+    Parameters
+    ----------
+    image : fpgacnn.host.program_image.ProgramImage
+        The program's image (:func:`~fpgacnn.host.program_image.build_image`);
+        its arena is overwritten.
+    program : fpgacnn.host.compiler.Program
+        The compiled program the image was built from (its host layers).
+    driver : fpgacnn.host.engine_driver.EngineDriver
+    x8 : numpy.ndarray of int8
+        The batch of network inputs, ``(batch, *input shape)``.
+    warm : bool
+        The board holds this program's weights: run each record's warm descriptor.
+    timeout_of : callable
+        ``timeout_of(predicted_cycles)``: seconds before a run counts as hung.
+    link_seconds : callable, optional
+        ``link_seconds(nbytes_in, nbytes_out)``: a slow link's transfer time,
+        added to a run's timeout.
+    progress : callable, optional
+        Receives one line per step.
+
+    Returns
+    -------
+    (numpy.ndarray, list of dict)
+        The int8 network output and, per step, what the report says of it
+        (``host_seconds``: the host's work on the step; engine steps add
+        cycles, runs, stalls and the board's time).
+    """
+    config = image.config
+    x8 = np.asarray(x8, dtype=np.int8)
+    data = image.data
+    source = image.input
+    view = source.view(data)
+    if x8.shape != view.shape:
+        raise InputError(f"the program was compiled for input {view.shape}, not {x8.shape} "
+                         f"(compile the program for this batch)")
+    t0 = time.perf_counter()
+    view[...] = x8
+    write_input = time.perf_counter() - t0
+    index = {t: i for i, t in enumerate(tensor_names(program))}
+    totals, reports = {}, []
+    peak = config.peak_macs_per_cycle
+
+    def finish(index):
+        step = program.steps[index]
+        info = totals.pop(index).as_report(step.macs, program.batch, peak)
+        reports.append({"name": step.name, "op": step.op, "macs": step.macs, **info})
+
+    current = None
+    for record in image.records:
+        if current is not None and record.step != current:
+            if current in totals:
+                finish(current)
+        step = program.steps[record.step]
+        if record.step != current and progress:
+            progress(f"layer {record.step + 1}/{len(program.steps)} {step.name} ({step.op})")
+        current = record.step
+        if not isinstance(record, EngineRecord):
+            t0 = time.perf_counter()
+            y = step.layer.evaluate(*(image.tensors[index[t]].view(data) for t in step.inputs))
+            image.tensors[index[step.output]].view(data)[...] = y
+            reports.append({"name": step.name, "op": step.op, "macs": step.macs,
+                            "engine": False, "host_seconds": time.perf_counter() - t0})
+            continue
+        total = totals.setdefault(record.step, StepTotals())
+        t0 = time.perf_counter()
+        desc = record.warm_descriptor() if warm else record.descriptor
+        predicted = record.warm_predicted_cycles if warm else record.predicted_cycles
+        stream = record_stream(image, record, warm=warm, name=step.name)
+        timeout = timeout_of(predicted)
+        if link_seconds is not None:  # a slow link (serial) paces the run, not the engine
+            timeout += link_seconds(len(stream), record.out_nbytes)
+        t1 = time.perf_counter()
+        result = driver.run_layer(desc, stream, record.out_nbytes, timeout=timeout,
+                                  name=step.name)
+        t2 = time.perf_counter()
+        store_output(image, record, result.output)
+        t3 = time.perf_counter()
+        total.runs += 1
+        total.host += (t1 - t0) + (t3 - t2)
+        total.board += t2 - t1
+        total.cycles += result.busy_cycles
+        total.stall_in += result.stall_in_cycles
+        total.stall_out += result.stall_out_cycles
+        total.predicted += predicted
+    if current in totals:
+        finish(current)
+    t0 = time.perf_counter()
+    y8 = np.array(image.output.view(data), copy=True)
+    if reports:  # the input's and the output's copies are host work too
+        reports[0]["host_seconds"] += write_input
+        reports[-1]["host_seconds"] += time.perf_counter() - t0
+    return y8, reports

@@ -1,0 +1,186 @@
+"""The network program's memory image (issue 16, docs/program.md): its records
+are the compiled runs, written down.
+
+Compile-only (no RTL: every ``Accelerator`` test on a simulated board runs
+through the image, record by record, see host/program_runner.py):
+
+- for every engine record of many programs (random CNNs, single convolutions
+  of every mapping, on four engines, batches 1 and 3), the input stream made
+  from the arena by the record's source pattern and constants equals the
+  compiled run's stream byte for byte, cold and warm; its destination pattern
+  writes an output exactly where the run's scatter does;
+- the image reads back as it was written; a wrong magic, version or length
+  is refused;
+- tensors alive at the same time never share bytes, and space is reused;
+- the memory budget is refused at one byte under the image, not at it.
+"""
+
+import numpy as np
+import pytest
+from numpy.testing import assert_array_equal
+
+from fpgacnn.core.config import EngineConfig
+from fpgacnn.core.errors import InputError, MappingError
+from fpgacnn.host.compiler import EngineStep, compile_model
+from fpgacnn.host.program_image import (ALIGN, SOURCE_BATCH, SOURCE_STRIP, SOURCE_ZERO_COLUMN,
+                                        EngineRecord, ProgramImage, build_image, tensor_names)
+from fpgacnn.host.program_runner import record_stream, store_output
+
+from conftest import SMALL_ENGINE
+from limit_layers import CONFIGS
+from random_models import convolution_model, random_cnn
+
+ENGINES = {
+    "k3": SMALL_ENGINE,
+    "k2": CONFIGS["k2"],
+    "default": EngineConfig(),
+    "pynq-z2": EngineConfig(pin=4, pout=4, kmax=3, max_width=256, max_channels=128,
+                            max_out_channels=256, stream_width=64),
+}
+
+#: Single convolutions that reach the engine by every mapping: (cin, cout, group,
+#: kernel, stride, dilation, pads, hw).
+CONVOLUTIONS = [
+    (8, 8, 8, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), (9, 9)),     # depthwise
+    (12, 6, 3, (3, 3), (2, 2), (1, 1), (1, 1, 0, 0), (8, 10)),   # grouped, unaligned slices
+    (3, 5, 1, (7, 7), (2, 2), (1, 1), (3, 3, 3, 3), (15, 13)),   # folded taps (im2col)
+    (2, 4, 1, (10, 4), (2, 1), (1, 1), (4, 1, 5, 2), (14, 9)),   # 10x4, non-square stride
+    (5, 7, 1, (3, 3), (1, 1), (2, 2), (2, 2, 2, 2), (9, 8)),     # dilated past kmax: folded
+    (5, 7, 1, (2, 2), (1, 1), (2, 2), (1, 1, 1, 1), (9, 8)),     # dilated within kmax
+    (30, 20, 10, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), (6, 7)),  # groups of 3 channels
+    (20, 9, 1, (1, 1), (2, 2), (1, 1), (0, 0, 0, 0), (7, 9)),    # 1x1 (the remap)
+    (4, 6, 1, (1, 1), (1, 1), (1, 1), (0, 73, 0, 0), (2, 8)),    # a strip in the padding (k3)
+    (6, 40, 1, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), (6, 40)),   # channel groups, column strips
+]
+
+
+def _models():
+    for seed in range(4):
+        yield f"random_cnn_{seed}", random_cnn(seed)
+    for i, case in enumerate(CONVOLUTIONS):
+        yield f"conv_{i}", convolution_model(np.random.default_rng(i), *case)
+
+
+def _tensors(program, x):
+    """Every tensor of the program for the input ``x`` (the reference semantics)."""
+    values = {program.model.input_tensor: x}
+    for layer in program.model.layers:
+        values[layer.output] = layer.evaluate(*(values[t] for t in layer.inputs))
+    return values
+
+
+def _step_input(values, step):
+    return values[step.inputs[0]]
+
+
+@pytest.mark.parametrize("engine", list(ENGINES))
+@pytest.mark.parametrize("batch", [1, 3])
+def test_records_make_the_compiled_streams_and_scatters(engine, batch):
+    config = ENGINES[engine]
+    checked, seen = 0, set()
+    for name, model in _models():
+        try:
+            program = compile_model(model, config, batch=batch)
+        except MappingError:
+            continue  # a model too big for this engine: refused, nothing to compare
+        image = build_image(program)
+        rng = np.random.default_rng(checked)
+        x = rng.integers(-128, 128, (batch, *model.input.shape), dtype=np.int64).astype(np.int8)
+        values = _tensors(program, x)
+        records = iter(r for r in image.records if isinstance(r, EngineRecord))
+        names = tensor_names(program)
+        for step in program.steps:
+            if not isinstance(step, EngineStep):
+                continue
+            x_step = _step_input(values, step)
+            for run in step.runs:
+                record = next(records)
+                seen.add((step.mapping, record.source.kind, record.source.fold,
+                          record.source.c0 % config.pin != 0, record.layout.remap))
+                assert record.descriptor == dict(run.descriptor, depthwise=run.descriptor.get(
+                    "depthwise", 0))
+                # The arena holds the step's input where the record reads it.
+                image.tensors[record.source.tensor].view(image.data)[...] = x_step
+                assert names[record.source.tensor] == step.inputs[0]
+                assert_array_equal(record_stream(image, record), run.stream(x_step),
+                                   err_msg=f"{name} {step.name} cold")
+                if program.resident:
+                    assert_array_equal(record_stream(image, record, warm=True),
+                                       run.stream(x_step, warm=True),
+                                       err_msg=f"{name} {step.name} warm")
+                # An output stream lands where the run's scatter puts it.
+                raw = rng.integers(0, 256, run.out_nbytes, dtype=np.int64).astype(np.uint8)
+                dest = image.tensors[record.dest.tensor].view(image.data)
+                dest[...] = rng.integers(-128, 128, dest.shape).astype(np.int8)
+                want = np.array(dest, copy=True)
+                run.store(want, raw)
+                store_output(image, record, raw)
+                assert_array_equal(dest, want, err_msg=f"{name} {step.name} scatter")
+                checked += 1
+        assert next(records, None) is None
+    assert checked > 20
+    if engine == "k3":  # every pattern the format has appears
+        kinds = {(s, k, f, u, r) for s, k, f, u, r in seen}
+        assert {m for m, *_ in kinds} >= {"dense", "dilated", "im2col", "gemm", "depthwise/8"}
+        assert any(m.startswith("grouped/") for m, *_ in kinds)
+        assert {k for _, k, *_ in kinds} == {SOURCE_STRIP, SOURCE_ZERO_COLUMN, SOURCE_BATCH}
+        assert any(u for *_, u, _ in kinds), "no channel slice off the lane boundary"
+        assert {r for *_, r in kinds} == {0, 1} and {f for _, _, f, *_ in kinds} == {0, 1}
+
+
+def test_image_reads_back_and_refuses_what_is_not_one():
+    program = compile_model(random_cnn(1), SMALL_ENGINE, batch=2)
+    image = build_image(program)
+    again = ProgramImage(image.data.tobytes())
+    assert again.header == image.header
+    assert again.tensors == image.tensors
+    assert again.records == image.records
+    assert again.config == SMALL_ENGINE
+    assert image.header.batch == 2 and image.header.total_nbytes == image.nbytes
+    bad = image.data.copy()
+    bad[0] ^= 1
+    with pytest.raises(InputError, match="bad magic"):
+        ProgramImage(bad)
+    bad = image.data.copy()
+    bad[4] += 1  # the major version
+    with pytest.raises(InputError, match="format 2.0"):
+        ProgramImage(bad)
+    with pytest.raises(InputError, match="header says"):
+        ProgramImage(image.data[:-1])
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_live_tensors_never_share_bytes_and_space_is_reused(seed):
+    program = compile_model(random_cnn(seed), SMALL_ENGINE, batch=2)
+    image = build_image(program)
+    names = tensor_names(program)
+    place = {t: image.tensors[i] for i, t in enumerate(names) if image.tensors[i].nbytes}
+    last = {program.model.output_tensor: len(program.steps)}
+    born = {program.model.input_tensor: -1}
+    for i, step in enumerate(program.steps):
+        born.setdefault(step.output, i)
+        for t in step.inputs:
+            last[t] = max(last.get(t, i), i)
+    for i in range(len(program.steps)):
+        # Alive during step i: written before or by it, read by it or later.
+        alive = [t for t in place if born[t] <= i <= last.get(t, born[t])]
+        spans = sorted((place[t].offset, place[t].offset + place[t].nbytes, t) for t in alive)
+        for (a0, a1, ta), (b0, b1, tb) in zip(spans, spans[1:]):
+            assert a1 <= b0, f"step {i}: {ta!r} and {tb!r} overlap"
+    for p in place.values():
+        assert p.offset % ALIGN == 0 and p.image_stride % ALIGN == 0
+        assert image.header.arena_offset <= p.offset
+        assert p.offset + p.nbytes <= image.header.arena_offset + image.header.arena_nbytes
+    assert image.header.arena_nbytes < sum(p.nbytes for p in place.values())
+
+
+def test_memory_budget_is_refused_just_over_it_naming_the_layer():
+    program = compile_model(random_cnn(2), SMALL_ENGINE, batch=2)
+    total = build_image(program).nbytes
+    assert build_image(program, memory_bytes=total).nbytes == total
+    with pytest.raises(MappingError, match=r"layer '.*': its output .* over the board memory "
+                                           rf"budget of {total - 1:,} bytes"):
+        build_image(program, memory_bytes=total - 1)
+    constants = build_image(program).header.arena_offset
+    with pytest.raises(MappingError, match="records and constants take"):
+        build_image(program, memory_bytes=constants - 1)
