@@ -337,6 +337,7 @@ class ProgramImage:
         rw = self._words(h.records_offset, h.records * RECORD_WORDS)
         self.records = [_parse_record(rw[i * RECORD_WORDS:(i + 1) * RECORD_WORDS])
                         for i in range(h.records)]
+        self._config = h.config  # built once: the runner asks for it every run
 
     def _words(self, offset, count):
         return self.data[offset:offset + 4 * count].view("<i4")
@@ -344,7 +345,7 @@ class ProgramImage:
     @property
     def config(self):
         """The engine configuration the program was compiled for."""
-        return self.header.config
+        return self._config
 
     @property
     def nbytes(self):

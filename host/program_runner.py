@@ -16,36 +16,91 @@ engine's own sequencing (item 3) must match record for record.
 """
 
 import time
+import weakref
 
 import numpy as np
 
+from ..core.contract import engine_contract
 from ..core.errors import InputError
 from . import packing
-from .program_image import (EngineRecord, dest_scatter, pixel_packing, source_gather,
+from .program_image import (DEST_COLUMNS, EngineRecord, dest_scatter, pixel_packing, source_gather,
                             tensor_names)
 
 __all__ = ["StepTotals", "record_stream", "run_program", "store_output"]
+
+
+class _RecordPlan:
+    """An engine record made ready to run: the views of its tensors in the arena and
+    the functions its patterns stand for, built once per image (they do not change)."""
+
+    def __init__(self, image, record, name):
+        self.record, self.name = record, name
+        self.source = image.tensors[record.source.tensor].view(image.data)
+        self.gathers = {}
+        self.dest = image.tensors[record.dest.tensor].view(image.data)
+        self.scatter = dest_scatter(record.dest)
+        self.channels = record.dest.c1 - record.dest.c0
+        self.warm = record.warm_descriptor()
+        # A column scatter writes the output stream's pixels straight into the
+        # NHWC arena (the NCHW detour of unpack_output would copy them twice).
+        desc = record.descriptor
+        self.direct = None
+        if record.dest.kind == DEST_COLUMNS:
+            oh, ow = engine_contract(image.config).pooled_shape(desc)
+            lanes = int(desc["co_tiles"]) * image.config.pout
+            tensor = image.tensors[record.dest.tensor]
+            rows = min(oh, tensor.height)
+            self.direct = ((int(desc["batch"]), oh, ow, lanes), rows,
+                           tensor.nhwc(image.data)[:, :rows, record.dest.a:record.dest.b,
+                                                   record.dest.c0:record.dest.c1])
+        self.constants = {warm: image.constants(record, warm=warm) for warm in (False, True)}
+
+    def packer(self, image, x_zp):
+        """The run's gather and pixel packing for a descriptor's ``x_zp``."""
+        if x_zp not in self.gathers:
+            gather = source_gather(self.record.source, x_zp)
+            channels = gather(self.source).shape[1]
+            self.gathers[x_zp] = gather, pixel_packing(image.config, self.record.layout, x_zp,
+                                                       channels, self.name)
+        return self.gathers[x_zp]
+
+
+_plans = weakref.WeakKeyDictionary()
+
+
+def _plan(image, record, name):
+    plans = _plans.setdefault(image, {})
+    if id(record) not in plans:
+        plans[id(record)] = _RecordPlan(image, record, name)
+    return plans[id(record)]
 
 
 def record_stream(image, record, *, warm=False, name="layer"):
     """The input stream of an engine record, made from the image's arena and constants:
     the constants its descriptor loads (``warm``: the warm descriptor's), then its
     pixels as its source pattern reads them."""
-    desc = record.warm_descriptor() if warm else record.descriptor
-    x_zp = desc["x_zp"]
-    tensor = image.tensors[record.source.tensor]
-    xs = source_gather(record.source, x_zp)(tensor.view(image.data))
-    pixels = pixel_packing(image.config, record.layout, x_zp, xs.shape[1], name)(xs)
+    plan = _plan(image, record, name)
+    desc = plan.warm if warm else record.descriptor
+    gather, pack = plan.packer(image, desc["x_zp"])
+    pixels = pack(gather(plan.source))
     if desc["load_weights"] or desc["load_params"]:
-        return np.concatenate((image.constants(record, warm=not desc["load_weights"]), pixels))
+        return np.concatenate((plan.constants[not desc["load_weights"]], pixels))
     return pixels
 
 
 def store_output(image, record, raw):
     """Write an engine record's output stream ``raw`` into the arena by its destination pattern."""
-    desc = record.descriptor
-    out = packing.unpack_output(image.config, raw, desc, record.dest.c1 - record.dest.c0)
-    dest_scatter(record.dest)(image.tensors[record.dest.tensor].view(image.data), out)
+    plan = _plan(image, record, "layer")
+    if plan.direct is None:
+        out = packing.unpack_output(image.config, raw, record.descriptor, plan.channels)
+        plan.scatter(plan.dest, out)
+        return
+    (batch, oh, ow, lanes), rows, dest = plan.direct
+    raw = np.asarray(raw, np.uint8).reshape(-1)
+    if raw.size != record.out_nbytes:
+        raise InputError(f"output stream has {raw.size} bytes, expected {record.out_nbytes}")
+    pixels = raw.reshape(batch, -1)[:, :oh * ow * lanes].view(np.int8)
+    dest[...] = pixels.reshape(batch, oh, ow, lanes)[:, :rows, :, :plan.channels]
 
 
 class StepTotals:
@@ -134,7 +189,7 @@ def run_program(image, program, driver, x8, *, warm=False, timeout_of, link_seco
             continue
         total = totals.setdefault(record.step, StepTotals())
         t0 = time.perf_counter()
-        desc = record.warm_descriptor() if warm else record.descriptor
+        desc = _plan(image, record, step.name).warm if warm else record.descriptor
         predicted = record.warm_predicted_cycles if warm else record.predicted_cycles
         stream = record_stream(image, record, warm=warm, name=step.name)
         timeout = timeout_of(predicted)
