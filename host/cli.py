@@ -17,7 +17,7 @@ from ..core.config import ConfigError
 __all__ = ["main"]
 
 #: Subcommand modules, in the order ``fpgacnn --help`` lists them.
-COMMANDS = ("demo", "run", "sim", "quantize", "generate", "boards", "build")
+COMMANDS = ("demo", "run", "compile", "sim", "quantize", "generate", "boards", "build")
 
 
 def build_parser():

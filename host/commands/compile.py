@@ -1,0 +1,108 @@
+"""``fpgacnn compile``: a quantized model -> its network program, checked, without a board.
+
+::
+
+    fpgacnn compile MODEL.onnx [--board NAME | --config ENGINE.toml] [--batch N]
+                    [--clock-mhz MHZ] [--memory-bytes N] [-o PROGRAM.fcnp]
+
+Compiles the model for the engine (the board's sized engine with
+``--board``, as ``fpgacnn build --board`` makes it; ``--config``; or the
+default :class:`~fpgacnn.core.config.EngineConfig`), lays the program out as
+its memory image (docs/program.md, "The image as built") and prints, per
+layer, how it reaches the engine (its mapping and runs) and the cycle model's
+cycles, then the image's size by region and the engine's predicted time.
+A layer the engine cannot run, or an image over ``--memory-bytes``, is one
+error line naming the layer and the limit, in milliseconds: nothing is
+generated, built or simulated. ``-o`` writes the image (checked before
+anything runs).
+"""
+
+from pathlib import Path
+
+from ..compiler import EngineStep, compile_model
+from ..onnx_import import load_onnx
+from ..paths import check_input_file, check_output_file
+from ..program_image import build_image
+from ...core.errors import InputError
+
+__all__ = ["add_parser", "run"]
+
+
+def add_parser(subparsers):
+    p = subparsers.add_parser(
+        "compile", help="compile a quantized ONNX model to a network program (no board needed)",
+        description="Compile a quantized ONNX model for an engine, print how each layer maps "
+                    "and its predicted cycles, and optionally write the program's memory image.")
+    p.add_argument("model", metavar="MODEL.onnx", type=Path,
+                   help="quantized ONNX model (QDQ or QOperator int8)")
+    engine = p.add_mutually_exclusive_group()
+    engine.add_argument("--board", metavar="NAME",
+                        help="compile for the board's sized engine (as `fpgacnn build --board` "
+                             "makes it)")
+    engine.add_argument("--config", metavar="ENGINE.toml", type=Path,
+                        help="engine configuration (default: the default EngineConfig)")
+    p.add_argument("--batch", type=int, default=1, help="images per inference (default: 1)")
+    p.add_argument("--clock-mhz", type=float, default=None,
+                   help="engine clock for the predicted time (default: the board's target "
+                        "clock, else 100)")
+    p.add_argument("--memory-bytes", type=int, default=None,
+                   help="refuse a program image larger than this (the board memory budget)")
+    p.add_argument("-o", "--output", metavar="PROGRAM.fcnp", type=Path,
+                   help="write the program's memory image to this file")
+    return p
+
+
+def _engine(args):
+    from ...core.config import EngineConfig
+    if args.board is not None:
+        from ...boards.board import load_board
+        from ...boards.engine_sizing import size_engine
+        board = load_board(args.board)
+        clock = board.clock.target_mhz if args.clock_mhz is None else args.clock_mhz
+        return size_engine(board).config, clock, f"board {args.board}'s sized engine"
+    if args.config is not None:
+        return (EngineConfig.from_toml(args.config), args.clock_mhz or 100.0,
+                f"engine {args.config}")
+    return EngineConfig(), args.clock_mhz or 100.0, "the default engine"
+
+
+def run(args):
+    check_input_file(args.model, "MODEL", "a quantized ONNX model")
+    check_output_file(args.output, "--output", (".fcnp",))
+    if args.batch < 1:
+        raise InputError(f"--batch must be at least 1, not {args.batch}")
+    if args.memory_bytes is not None and args.memory_bytes < 1:
+        raise InputError(f"--memory-bytes must be positive, not {args.memory_bytes}")
+    config, clock_mhz, which = _engine(args)
+    model = load_onnx(args.model)
+    program = compile_model(model, config, batch=args.batch)
+    image = build_image(program, memory_bytes=args.memory_bytes)
+    print(f"{model.name}: {len(program.steps)} steps for {which} (pin {config.pin}, "
+          f"pout {config.pout}, kmax {config.kmax}), batch {args.batch}")
+    warm = program.resident
+    cycles_total = 0
+    width = max(len(step.name) for step in program.steps)
+    for step in program.steps:
+        if isinstance(step, EngineStep):
+            cycles = sum((r.warm_predicted_cycles if warm else r.predicted_cycles)
+                         for r in step.runs)
+            cycles_total += cycles
+            print(f"  {step.name:<{width}}  {step.op:<16} engine  {step.mapping:<14} "
+                  f"{len(step.runs):>4} runs  {cycles:>10,} cycles")
+        else:
+            print(f"  {step.name:<{width}}  {step.op:<16} host")
+    h = image.header
+    print(f"image: {image.nbytes:,} bytes (records {h.records} x {4 * h.record_words} B, "
+          f"constants {h.constants_nbytes:,} B, arena {h.arena_nbytes:,} B)")
+    state = "weights resident, every inference after the first" if warm else "weights streamed"
+    print(f"engine: {cycles_total:,} cycles per batch ({state}), "
+          f"{cycles_total / (clock_mhz * 1e3):.3f} ms at {clock_mhz:g} MHz; host layers and "
+          f"transfers not counted")
+    if args.output is not None:
+        try:
+            args.output.write_bytes(image.data.tobytes())
+        except OSError as e:
+            raise InputError(f"--output {args.output}: cannot write ({e.strerror or e})") \
+                from None
+        print(f"wrote {args.output}")
+    return 0
