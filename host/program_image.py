@@ -21,7 +21,7 @@ from the image's start, so the image can be placed anywhere.
 **Activation layout.** A tensor of ``(C, H, W)`` per image (a flat ``(C,)``
 tensor is ``(C, 1, 1)``) is stored per image as NHWC, each pixel
 ``cp = ceil(C / L) * L`` bytes with ``L = lcm(pin, pout)``; an image takes
-``image_stride`` bytes (rounded up to :data:`ALIGN`), the batch's images
+``image_stride`` bytes (rounded up to :func:`alignment`), the batch's images
 follow each other. The padding channels are never read as data: a run's
 padding lanes meet zero weights.
 
@@ -59,13 +59,15 @@ from .compiler import (BatchImage, BatchTranspose, ChannelColumns, ColumnSlice, 
 
 __all__ = ["ALIGN", "FORMAT_MAGIC", "FORMAT_VERSION", "DestPattern", "EngineRecord",
            "Header", "HostRecord", "ProgramImage", "SourcePattern", "TensorPlace",
-           "build_image", "dest_scatter", "pixel_packing", "source_gather", "tensor_names"]
+           "alignment", "build_image", "dest_scatter", "pixel_packing", "source_gather", "tensor_names"]
 
 #: ``b"FCNP"``: the first word of every program image.
 FORMAT_MAGIC = int.from_bytes(b"FCNP", "little")
 #: The image format's version (major, minor); a reader refuses another major.
 FORMAT_VERSION = (1, 0)
-#: Alignment in bytes of every region and of every tensor image (a memory burst).
+#: Alignment in bytes of every region and of every tensor image (a memory burst); an
+#: engine whose words (``pin`` or ``pout`` bytes) do not divide it aligns to the
+#: least common multiple (:func:`alignment`), so that every address is a whole word.
 ALIGN = 64
 
 #: Record kinds (a record's first word).
@@ -293,8 +295,13 @@ class Header(_Words):
         return EngineConfig(**{f.name: getattr(self, f.name) for f in fields(EngineConfig)})
 
 
-def _align(n):
-    return -(-n // ALIGN) * ALIGN
+def alignment(config):
+    """Bytes every region and tensor image of an image for ``config`` is aligned to."""
+    return math.lcm(ALIGN, config.pin, config.pout)
+
+
+def _align(n, to=ALIGN):
+    return -(-n // to) * to
 
 
 class ProgramImage:
@@ -540,6 +547,7 @@ def build_image(program, *, memory_bytes=None):
     """
     config, model = program.config, program.model
     lanes = math.lcm(config.pin, config.pout)
+    align = alignment(config)
     shapes = _shapes(program)
     first, last = _lifetimes(program)
     names = list(shapes)
@@ -553,12 +561,12 @@ def build_image(program, *, memory_bytes=None):
             if id(run.weights) not in const_at:
                 const_at[id(run.weights)] = const_nbytes
                 constants.append(run.weights)
-                const_nbytes += _align(run.weights.size)
+                const_nbytes += _align(run.weights.size, align)
 
     nrecords = sum(len(s.runs) if isinstance(s, EngineStep) else 1 for s in program.steps)
-    tensors_offset = _align(4 * Header.nwords())
-    records_offset = tensors_offset + _align(4 * TensorPlace.nwords() * len(names))
-    constants_offset = records_offset + _align(4 * RECORD_WORDS * nrecords)
+    tensors_offset = _align(4 * Header.nwords(), align)
+    records_offset = tensors_offset + _align(4 * TensorPlace.nwords() * len(names), align)
+    constants_offset = records_offset + _align(4 * RECORD_WORDS * nrecords, align)
     arena_offset = constants_offset + const_nbytes
     if memory_bytes is not None and arena_offset > memory_bytes:
         raise MappingError(f"model {model.name!r}: its records and constants take "
@@ -573,7 +581,7 @@ def build_image(program, *, memory_bytes=None):
         flat = len(shape) == 1
         c, h, w = (shape[0], 1, 1) if flat else shape
         cp = -(-c // lanes) * lanes
-        stride = _align(h * w * cp)
+        stride = _align(h * w * cp, align)
         off = arena.take(program.batch * stride)
         places[t] = TensorPlace(arena_offset + off, c, h, w, cp, stride, program.batch,
                                 int(flat))
@@ -609,7 +617,7 @@ def build_image(program, *, memory_bytes=None):
             if last.get(t) == i and t != model.output_tensor:
                 p = places[t]
                 arena.give(p.offset - arena_offset, p.nbytes)
-    arena_nbytes = _align(arena.end)
+    arena_nbytes = _align(arena.end, align)
     total = arena_offset + arena_nbytes
 
     header = Header(FORMAT_MAGIC, *FORMAT_VERSION, *(getattr(config, f.name)

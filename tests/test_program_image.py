@@ -22,8 +22,10 @@ from numpy.testing import assert_array_equal
 from fpgacnn.core.config import EngineConfig
 from fpgacnn.core.errors import InputError, MappingError
 from fpgacnn.host.compiler import EngineStep, compile_model
+from fpgacnn.host.pixel_reader_setup import reader_fields
 from fpgacnn.host.program_image import (ALIGN, SOURCE_BATCH, SOURCE_STRIP, SOURCE_ZERO_COLUMN,
-                                        EngineRecord, ProgramImage, build_image, tensor_names)
+                                        EngineRecord, ProgramImage, alignment, build_image,
+                                        tensor_names)
 from fpgacnn.host.program_runner import record_stream, store_output
 
 from conftest import SMALL_ENGINE
@@ -184,3 +186,22 @@ def test_memory_budget_is_refused_just_over_it_naming_the_layer():
     constants = build_image(program).header.arena_offset
     with pytest.raises(MappingError, match="records and constants take"):
         build_image(program, memory_bytes=constants - 1)
+
+
+def test_words_that_do_not_divide_the_burst_still_align():
+    # pin 12: every region and tensor image on lcm(64, 12) = 192 bytes, so every
+    # address of the arena is a whole input word (the pixel reader counts words).
+    config = EngineConfig(pin=12, pout=4, kmax=3, stream_width=32, max_width=16,
+                          max_channels=24, max_out_channels=16)
+    program = compile_model(random_cnn(0), config, batch=2)
+    image = build_image(program)
+    assert alignment(config) == 192
+    h = image.header
+    for offset in (h.tensors_offset, h.records_offset, h.constants_offset, h.arena_offset,
+                   h.total_nbytes):
+        assert offset % 192 == 0
+    for place in image.tensors:
+        assert place.offset % 192 == 0 and place.image_stride % 192 == 0
+    plain = [r for r in image.records if isinstance(r, EngineRecord) and not r.source.fold
+             and not r.layout.remap and r.source.kind == SOURCE_STRIP]
+    assert plain and all(reader_fields(image, r) is not None for r in plain)

@@ -1,0 +1,81 @@
+"""The pixel reader's fields: how it reads a run's pixel section from memory (issue 16).
+
+Declared once; the gateware (:class:`fpgacnn.hdl.program.pixel_reader.PixelReader`)
+reads them as an Amaranth struct, and the host
+(:func:`fpgacnn.host.pixel_reader_setup.reader_fields`) fills them from a
+program image's engine record. See docs/program.md, "How a program runs".
+
+The reader walks one affine counter nest and emits ``pin``-byte words (a
+*word* below; addresses count words, not bytes)::
+
+    for image in range(images):
+        for row in range(rows):                        # read from memory
+            for col in range(cols):
+                for word in range(words):
+                    read base + image*image_stride + row*row_stride
+                         + col*pixel_stride + word
+        for pixel in range(zp_pixels):                 # synthesized, no memory
+            for word in range(words):
+                x_zp in every lane
+        for word in range(zero_words):                 # synthesized, no memory
+            0
+
+and in the last word of every pixel (read or ``x_zp``) the lanes from
+``last_lanes`` on are 0. That nest is every pixel section the reader takes:
+
+- a column strip: ``rows`` input rows of ``cols`` columns, then the
+  ``zero_point_rows`` of ``x_zp`` (``zp_pixels = zero rows * cols``), then the
+  zero words that end the image on a beat;
+- a column of the zero point: ``rows = 0`` (nothing read), the whole column
+  as ``zp_pixels``;
+- a Gemm batch chunk: one "row" of ``cols`` feature vectors, ``pixel_stride``
+  one tensor image apart, then the chunk image's padding pixels and the beat
+  padding as ``zero_words``.
+"""
+
+from dataclasses import dataclass
+
+from amaranth.hdl import signed, unsigned
+from amaranth.lib import data
+
+__all__ = ["ReaderField", "READER_FIELDS", "reader_layout"]
+
+
+@dataclass(frozen=True)
+class ReaderField:
+    name: str
+    width: int
+    signed: bool
+    doc: str
+
+
+#: In register order. Widths are fixed, as the descriptor's are: addresses and
+#: strides count ``pin``-byte words of a 32-bit byte address space.
+READER_FIELDS = (
+    ReaderField("base", 32, False, "word address of the first word read: image 0, row 0, "
+                "the first column, the first channel word"),
+    ReaderField("image_stride", 32, False, "words from one image's first read word to the "
+                "next image's"),
+    ReaderField("row_stride", 32, False, "words from one row's first read word to the next "
+                "row's"),
+    ReaderField("pixel_stride", 32, False, "words from one pixel's first word to the next "
+                "pixel's in a row (a Gemm chunk: one tensor image)"),
+    ReaderField("images", 16, False, "images of the run (the descriptor's batch), at least 1"),
+    ReaderField("rows", 16, False, "rows read per image; 0: nothing read (a column of the "
+                "zero point)"),
+    ReaderField("cols", 16, False, "pixels read per row, at least 1 when rows is not 0"),
+    ReaderField("words", 16, False, "words per pixel (the run's ci_tiles), at least 1"),
+    ReaderField("last_lanes", 8, False, "lanes of a pixel's last word that are kept, 1..pin; "
+                "the others are 0 (channels past the run's)"),
+    ReaderField("x_zp", 8, True, "the input zero point, the value of the synthesized pixels"),
+    ReaderField("zp_pixels", 32, False, "pixels of x_zp after each image's read rows"),
+    ReaderField("zero_words", 32, False, "zero words ending each image (padding pixels of a "
+                "Gemm chunk, then the padding to a whole beat)"),
+)
+
+
+def reader_layout():
+    """The fields as a :class:`amaranth.lib.data.StructLayout`."""
+    return data.StructLayout({
+        f.name: (signed(f.width) if f.signed else unsigned(f.width)) for f in READER_FIELDS
+    })

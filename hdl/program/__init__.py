@@ -1,0 +1,1 @@
+"""fpgacnn.hdl.program"""

@@ -1,0 +1,297 @@
+"""The pixel reader: a run's pixel section read from memory (issue 16 item 3).
+
+The first piece of the engine's own address generation (docs/program.md,
+"How a program runs"): it makes the pixel section of an engine run's input
+stream (docs/engine.md, "Stream formats") from the program image's arena,
+so the host packs nothing. Its fields
+(:data:`fpgacnn.core.pixel_reader_fields.READER_FIELDS`) are one affine
+counter nest; :func:`fpgacnn.host.pixel_reader_setup.reader_fields` fills them
+from an engine record, for the patterns the nest covers.
+
+Structure::
+
+    fields --> issue (counter nest) --+--> o_addr -----> memory
+                                      |                    |
+                                      v                    v
+                              command FIFO           response FIFO <-- i_data
+                                      |                    |
+                                      +--> word (read / x_zp / 0, lanes masked)
+                                             --> beat packer --> o_stream
+
+Each word of the section is one *command* (read, ``x_zp`` or zero; is it a
+pixel's last word), pushed in order by the counter nest; a read command is
+pushed in the same cycle as its address is taken. The output side pops the
+commands in order and pairs each read command with the next response, so
+responses need no tags. A command stays in its FIFO until its word has left,
+so the commands in flight bound the reads in flight: the response FIFO can
+take every response the moment it arrives, and ``i_data.ready`` stays high
+(the memory is never stalled by the reader; it may stall the reader).
+"""
+
+from amaranth.hdl import Cat, Module, Mux, Signal, unsigned
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.fifo import SyncFIFO, SyncFIFOBuffered
+from amaranth.lib.wiring import In, Out
+
+from ...core.config import require_config
+from ...core.pixel_reader_fields import reader_layout
+
+__all__ = ["ADDRESS_BITS", "PixelReader"]
+
+#: Bits of a memory word address (the fields' addresses are as wide).
+ADDRESS_BITS = 32
+
+#: A command: where a word comes from, and whether it ends a pixel.
+_READ, _ZP, _ZERO = 0, 1, 2
+_COMMAND = data.StructLayout({"kind": 2, "last": 1})
+
+
+class PixelReader(wiring.Component):
+    """Reads the pixel section of a run's input stream from memory.
+
+    Parameters
+    ----------
+    config : EngineConfig
+    outstanding : int
+        Words issued (read, or synthesized) and not yet taken by the packer,
+        at most; this bounds the reads in flight, and sizes both FIFOs. Full
+        rate needs at least the memory's latency plus 3 (Latency); the default
+        covers the simulated board's default latency of 40 cycles
+        (docs/program.md).
+
+    Members
+    -------
+    fields : In(reader_layout())
+        Held stable from ``start`` until ``done``.
+    start : In(1)
+        Pulse: read the section ``fields`` describe (ignored while ``busy``).
+    busy : Out(1)
+        High from the cycle after ``start`` through the cycle of ``done``.
+    done : Out(1)
+        High for one cycle, the cycle after the last beat was taken.
+    o_addr : Out(stream.Signature(unsigned(ADDRESS_BITS)))
+        Read requests: the address of one ``pin``-byte memory word (byte
+        address ``pin * o_addr``). Any back-pressure.
+    i_data : In(stream.Signature(unsigned(8*pin)))
+        The words read, in the order of the requests, little-endian (byte
+        ``pin * addr + k`` in bits ``8k..8k+7``); any latency of at least a
+        cycle, any pauses. ``ready`` is high whenever a response is owed.
+    o_stream : Out(stream.Signature(unsigned(stream_width)))
+        The section, in the engine's ``i_stream`` format: ``stream_bytes /
+        pin`` words to a beat, the first in the low bytes (or, when a word is
+        wider than a beat, ``pin / stream_bytes`` beats to a word, low bytes
+        first). Any back-pressure.
+
+    Latency
+    -------
+    With a memory that takes every request and answers ``L`` cycles after
+    taking it (``L >= 1``), ``o_stream`` always ready and ``outstanding >= L +
+    3``, a section of ``W`` words in ``B`` beats takes ``max(W, B) + L + 4``
+    cycles from the cycle in which ``start`` is high to the cycle in which
+    ``done`` is (``max(W, B) + 3`` when it reads nothing): one word per cycle,
+    or one beat per cycle when a word is wider than a beat, with no bubble
+    between pixels, rows, parts or images. The four cycles are the issue
+    state, the command FIFO, the response FIFO's output register and the
+    packer's register; the output side sees a read's data ``L + 2`` cycles
+    after it issued the read, hence ``outstanding >= L + 3`` for full rate.
+
+    Raises
+    ------
+    TypeError
+        ``config`` is not an EngineConfig, or ``outstanding`` not an integer of
+        at least 2.
+    """
+
+    def __init__(self, config, *, outstanding=64):
+        require_config(config)
+        if isinstance(outstanding, bool) or not isinstance(outstanding, int) or outstanding < 2:
+            raise TypeError(f"outstanding must be an integer of at least 2, not {outstanding!r}")
+        self._config = config
+        self._outstanding = outstanding
+        super().__init__({
+            "fields": In(reader_layout()),
+            "start": In(1),
+            "busy": Out(1),
+            "done": Out(1),
+            "o_addr": Out(stream.Signature(unsigned(ADDRESS_BITS))),
+            "i_data": In(stream.Signature(unsigned(8 * config.pin))),
+            "o_stream": Out(stream.Signature(unsigned(config.stream_width))),
+        })
+
+    def elaborate(self, platform):
+        cfg = self._config
+        pin, word_bits, beat_bits = cfg.pin, 8 * cfg.pin, cfg.stream_width
+        f = self.fields
+        m = Module()
+
+        m.submodules.commands = commands = SyncFIFO(width=_COMMAND.size,
+                                                    depth=self._outstanding)
+        # One more than the commands: the buffered FIFO's write side counts
+        # its inner memory only, so a response still always finds room.
+        m.submodules.responses = responses = SyncFIFOBuffered(width=word_bits,
+                                                              depth=self._outstanding + 1)
+
+        # -- issue: the counter nest, one word per cycle ----------------------------------
+        image, row, col = Signal(16), Signal(16), Signal(16)
+        word = Signal(16)
+        count = Signal(32)  # x_zp pixels or zero words so far
+        addr = Signal(ADDRESS_BITS)
+        pixel_base, row_base, image_base = (Signal(ADDRESS_BITS, name=n) for n in
+                                            ("pixel_base", "row_base", "image_base"))
+        command = Signal(_COMMAND)
+        step = Signal()  # a word is issued this cycle
+        packer_empty = Signal()  # no word waits in the packer for the rest of its beat
+        word_last = word == f.words - 1
+        m.d.comb += [
+            commands.w_data.eq(command),
+            commands.w_en.eq(step),
+            self.o_addr.payload.eq(addr),
+        ]
+
+        def start_image():
+            """Go to the first non-empty part of an image (all images are alike)."""
+            m.d.sync += [word.eq(0), count.eq(0), row.eq(0), col.eq(0)]
+            with m.If((f.rows != 0) & (f.cols != 0)):
+                m.next = "READ"
+            with m.Elif(f.zp_pixels != 0):
+                m.next = "ZP"
+            with m.Elif(f.zero_words != 0):
+                m.next = "ZERO"
+            with m.Else():  # an empty section: nothing to send
+                m.next = "DRAIN"
+
+        def next_image():
+            with m.If(image == f.images - 1):
+                m.next = "DRAIN"
+            with m.Else():
+                following = image_base + f.image_stride
+                m.d.sync += [image.eq(image + 1), image_base.eq(following),
+                             row_base.eq(following), pixel_base.eq(following),
+                             addr.eq(following)]
+                start_image()
+
+        # The parts of an image, each possibly empty, follow each other without a
+        # bubble: the part after the next is chosen when the next one is empty.
+        def after_reads():
+            m.d.sync += [word.eq(0), count.eq(0)]
+            with m.If(f.zp_pixels != 0):
+                m.next = "ZP"
+            with m.Else():
+                after_zp()
+
+        def after_zp():
+            m.d.sync += count.eq(0)
+            with m.If(f.zero_words != 0):
+                m.next = "ZERO"
+            with m.Else():
+                next_image()
+
+        with m.FSM(name="issue"):
+            with m.State("IDLE"):
+                with m.If(self.start):
+                    m.d.sync += [image.eq(0), image_base.eq(f.base), row_base.eq(f.base),
+                                 pixel_base.eq(f.base), addr.eq(f.base), self.busy.eq(1)]
+                    start_image()
+
+            with m.State("READ"):
+                # valid waits for room for the command, never for ready.
+                m.d.comb += [self.o_addr.valid.eq(commands.w_rdy),
+                             step.eq(commands.w_rdy & self.o_addr.ready),
+                             command.kind.eq(_READ), command.last.eq(word_last)]
+                with m.If(step):
+                    with m.If(~word_last):
+                        m.d.sync += [word.eq(word + 1), addr.eq(addr + 1)]
+                    with m.Elif(col != f.cols - 1):
+                        following = pixel_base + f.pixel_stride
+                        m.d.sync += [word.eq(0), col.eq(col + 1), pixel_base.eq(following),
+                                     addr.eq(following)]
+                    with m.Elif(row != f.rows - 1):
+                        following = row_base + f.row_stride
+                        m.d.sync += [word.eq(0), col.eq(0), row.eq(row + 1),
+                                     row_base.eq(following), pixel_base.eq(following),
+                                     addr.eq(following)]
+                    with m.Else():
+                        after_reads()
+
+            with m.State("ZP"):
+                m.d.comb += [step.eq(commands.w_rdy),
+                             command.kind.eq(_ZP), command.last.eq(word_last)]
+                with m.If(step):
+                    with m.If(~word_last):
+                        m.d.sync += word.eq(word + 1)
+                    with m.Elif(count != f.zp_pixels - 1):
+                        m.d.sync += [word.eq(0), count.eq(count + 1)]
+                    with m.Else():
+                        after_zp()
+
+            with m.State("ZERO"):
+                m.d.comb += [step.eq(commands.w_rdy), command.kind.eq(_ZERO)]
+                with m.If(step):
+                    with m.If(count != f.zero_words - 1):
+                        m.d.sync += count.eq(count + 1)
+                    with m.Else():
+                        next_image()
+
+            with m.State("DRAIN"):
+                # Every command is issued; done when the last beat has left.
+                with m.If(~commands.r_rdy & ~self.o_stream.valid & packer_empty):
+                    m.d.comb += self.done.eq(1)
+                    m.d.sync += self.busy.eq(0)
+                    m.next = "IDLE"
+
+        # -- responses: always room (see `outstanding`) ------------------------------------
+        m.d.comb += [
+            responses.w_data.eq(self.i_data.payload),
+            responses.w_en.eq(self.i_data.valid),
+            self.i_data.ready.eq(responses.w_rdy),
+        ]
+
+        # -- output: one word per cycle from the command at the head ----------------------
+        head = Signal(_COMMAND)
+        m.d.comb += head.eq(commands.r_data)
+        head_ready = commands.r_rdy & ((head.kind != _READ) | responses.r_rdy)
+        # Lanes of a pixel's last word past `last_lanes` are channels the run does
+        # not have (the next channel group's, or the tensor's padding): zero.
+        keep = Cat(*(((k < f.last_lanes) | ~head.last).replicate(8) for k in range(pin)))
+        zp_word = Cat(*([f.x_zp] * pin))
+        value = Mux(head.kind == _READ, responses.r_data,
+                    Mux(head.kind == _ZP, zp_word, 0)) & keep
+        take = Signal()  # the packer takes a word this cycle
+        pop = head_ready & take
+        m.d.comb += [commands.r_en.eq(pop), responses.r_en.eq(pop & (head.kind == _READ))]
+
+        # -- the packer: words to beats ---------------------------------------------------
+        o = self.o_stream
+        leaving = o.valid & o.ready
+        out_valid = Signal()
+        m.d.comb += o.valid.eq(out_valid)
+        with m.If(leaving):
+            m.d.sync += out_valid.eq(0)
+        if beat_bits >= word_bits:
+            per_beat = beat_bits // word_bits
+            beat = Signal(beat_bits)
+            filled = Signal(range(per_beat))
+            m.d.comb += [o.payload.eq(beat), take.eq(~out_valid | o.ready)]
+            m.d.comb += packer_empty.eq(filled == 0)
+            with m.If(pop):
+                # Words come in at the top: after `per_beat` of them the first is lowest.
+                m.d.sync += beat.eq(Cat(beat[word_bits:], value) if per_beat > 1 else value)
+                with m.If(filled == per_beat - 1):
+                    m.d.sync += [filled.eq(0), out_valid.eq(1)]
+                with m.Else():
+                    m.d.sync += filled.eq(filled + 1)
+        else:
+            per_word = word_bits // beat_bits
+            held = Signal(word_bits)
+            sent = Signal(range(per_word))
+            last_beat = sent == per_word - 1
+            m.d.comb += [o.payload.eq(held[:beat_bits]),
+                         take.eq(~out_valid | (o.ready & last_beat))]
+            m.d.comb += packer_empty.eq(1)
+            with m.If(leaving):
+                m.d.sync += [held.eq(held[beat_bits:]), sent.eq(sent + 1)]
+                with m.If(~last_beat):
+                    m.d.sync += out_valid.eq(1)
+            with m.If(pop):
+                m.d.sync += [held.eq(value), sent.eq(0), out_valid.eq(1)]
+        return m

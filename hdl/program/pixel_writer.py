@@ -1,0 +1,174 @@
+"""The pixel writer: a run's output stream written into memory (issue 16 item 3).
+
+The other half of the engine's own address generation (docs/program.md, "How
+a program runs"), beside :class:`~fpgacnn.hdl.program.pixel_reader.PixelReader`:
+it takes the engine's output stream (docs/engine.md, "Stream formats") and
+writes each output pixel's channels where the run's destination pattern puts
+them in the program image's arena, so the host unpacks and scatters
+nothing. Its fields (:data:`fpgacnn.core.pixel_writer_fields.WRITER_FIELDS`)
+are one affine counter nest over the stream's units of
+``u = min(pout, stream_bytes)`` bytes;
+:func:`fpgacnn.host.pixel_writer_setup.writer_fields` fills them from an
+engine record.
+
+Structure::
+
+    i_stream --> beat register --> unit k of the beat --+--> write (addr, data, strobes)
+                                                         +--> dropped
+                 counter nest (image, row, col, unit) --/
+
+One unit leaves the beat register per cycle: written when the nest says so
+and ``o_write`` takes it, dropped at once otherwise; the next beat is taken
+in the cycle its predecessor's last unit leaves, so an output stream that
+gives a beat every ``stream_bytes / u`` cycles and a memory that takes a
+write every cycle keep the writer busy every cycle. ``o_write`` is the
+beat register's unit itself (``o_write.ready`` reaches ``i_stream.ready``
+through one AND): a register slice can follow where timing needs it.
+"""
+
+from amaranth.hdl import Const, Module, Mux, Signal, unsigned
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ...core.config import require_config
+from ...core.pixel_writer_fields import writer_layout
+
+__all__ = ["ADDRESS_BITS", "PixelWriter", "write_layout"]
+
+#: Bits of a memory unit address (the fields' addresses are as wide).
+ADDRESS_BITS = 32
+
+
+def write_layout(unit):
+    """A memory write of one ``unit``-byte unit: its address, data (byte ``k`` in bits
+    ``8k..8k+7``) and byte strobes (bit ``k``: write byte ``k``)."""
+    return data.StructLayout({"addr": unsigned(ADDRESS_BITS), "data": unsigned(8 * unit),
+                              "strb": unsigned(unit)})
+
+
+class PixelWriter(wiring.Component):
+    """Writes a run's output stream into memory.
+
+    Parameters
+    ----------
+    config : EngineConfig
+
+    Members
+    -------
+    fields : In(writer_layout())
+        Held stable from ``start`` until ``done``.
+    start : In(1)
+        Pulse: write the output stream ``fields`` describe (ignored while ``busy``).
+    busy : Out(1)
+        From the cycle after ``start`` until the cycle after the last unit left.
+    done : Out(1)
+        High for the one cycle in which the stream's last unit leaves (``busy``
+        is low from the next); every beat of the run has been taken then.
+    i_stream : In(stream.Signature(unsigned(stream_width)))
+        The engine's output stream (``o_stream``), any pauses.
+    o_write : Out(stream.Signature(write_layout(u)))
+        Unit writes, in stream order; any back-pressure.
+
+    Latency
+    -------
+    With ``i_stream`` always valid and ``o_write`` always ready, a stream of
+    ``N`` units (kept or dropped) takes ``N + 1`` cycles from the cycle in
+    which ``start`` is high to the cycle in which ``done`` is (the first
+    beat is taken in the cycle after ``start``).
+    """
+
+    def __init__(self, config):
+        require_config(config)
+        self._config = config
+        self.unit = min(config.pout, config.stream_bytes)
+        super().__init__({
+            "fields": In(writer_layout()),
+            "start": In(1),
+            "busy": Out(1),
+            "done": Out(1),
+            "i_stream": In(stream.Signature(unsigned(config.stream_width))),
+            "o_write": Out(stream.Signature(write_layout(self.unit))),
+        })
+
+    def elaborate(self, platform):
+        cfg, u = self._config, self.unit
+        per_beat = cfg.stream_bytes // u
+        f = self.fields
+        m = Module()
+
+        # -- the beat register and the unit that leaves it ------------------------------
+        beat = Signal(cfg.stream_width)
+        have = Signal()  # beat holds units not yet gone
+        k = Signal(range(max(per_beat, 2)))
+        unit_data = Signal(8 * u)
+        m.d.comb += unit_data.eq(beat.word_select(k, 8 * u) if per_beat > 1 else beat)
+
+        # -- the counter nest ---------------------------------------------------------
+        image, row, col, unit = Signal(16), Signal(16), Signal(16), Signal(16)
+        dropped = Signal(32)
+        addr = Signal(ADDRESS_BITS)
+        pixel_base, row_base, image_base = (Signal(ADDRESS_BITS, name=n) for n in
+                                            ("pixel_base", "row_base", "image_base"))
+        writing = Signal()  # the nest is in an image's rows (else: its dropped tail)
+        keep = writing & (unit < f.kept_units)
+        last_kept = unit == f.kept_units - 1
+        strobes = Signal(u)
+        below = Signal(u)  # the lanes below last_lanes
+        m.d.comb += [below.eq(((Const(1, 1) << f.last_lanes) - 1)[:u]),
+                     strobes.eq(Mux(last_kept, below, (1 << u) - 1))]
+
+        go = Signal()  # a unit leaves this cycle
+        m.d.comb += [
+            self.o_write.payload.addr.eq(addr),
+            self.o_write.payload.data.eq(unit_data),
+            self.o_write.payload.strb.eq(strobes),
+            self.o_write.valid.eq(self.busy & have & keep),
+            go.eq(self.busy & have & (~keep | self.o_write.ready)),
+        ]
+        beat_gone = go & (k == per_beat - 1)
+        m.d.comb += self.i_stream.ready.eq(self.busy & (~have | beat_gone))
+        with m.If(self.i_stream.valid & self.i_stream.ready):
+            m.d.sync += [beat.eq(self.i_stream.payload), have.eq(1), k.eq(0)]
+        with m.Elif(beat_gone):
+            m.d.sync += [have.eq(0), k.eq(0)]
+        with m.Elif(go):
+            m.d.sync += k.eq(k + 1)
+
+        def begin_image(base):
+            m.d.sync += [image_base.eq(base), row_base.eq(base), pixel_base.eq(base),
+                         addr.eq(base), row.eq(0), col.eq(0), unit.eq(0), dropped.eq(0),
+                         writing.eq(1)]
+
+        def end_image():
+            with m.If(image == f.images - 1):
+                m.d.sync += [self.busy.eq(0), writing.eq(0)]
+                m.d.comb += self.done.eq(1)
+            with m.Else():
+                m.d.sync += image.eq(image + 1)
+                begin_image(image_base + f.image_stride)
+
+        with m.If(~self.busy):
+            with m.If(self.start):
+                m.d.sync += [self.busy.eq(1), image.eq(0)]
+                begin_image(f.base)
+        with m.Elif(go & writing):
+            with m.If(unit != f.units - 1):
+                m.d.sync += [unit.eq(unit + 1), addr.eq(addr + 1)]
+            with m.Elif(col != f.cols - 1):
+                following = pixel_base + f.pixel_stride
+                m.d.sync += [unit.eq(0), col.eq(col + 1), pixel_base.eq(following),
+                             addr.eq(following)]
+            with m.Elif(row != f.rows - 1):
+                following = row_base + f.row_stride
+                m.d.sync += [unit.eq(0), col.eq(0), row.eq(row + 1), row_base.eq(following),
+                             pixel_base.eq(following), addr.eq(following)]
+            with m.Elif(f.drop_units != 0):
+                m.d.sync += [writing.eq(0), dropped.eq(0)]
+            with m.Else():
+                end_image()
+        with m.Elif(go):
+            with m.If(dropped != f.drop_units - 1):
+                m.d.sync += dropped.eq(dropped + 1)
+            with m.Else():
+                end_image()
+        return m

@@ -1,0 +1,143 @@
+"""The pixel reader's fields for an engine record of a program image (issue 16 item 3).
+
+The :class:`~fpgacnn.hdl.program.pixel_reader.PixelReader` reads a run's pixel
+section straight from the image's arena; :func:`reader_fields` says how, in
+its fields (:data:`fpgacnn.core.pixel_reader_fields.READER_FIELDS`), for the
+source patterns it takes, and None for the others, which the host still
+gathers (:func:`fpgacnn.host.program_runner.record_stream`).
+
+Examples
+--------
+>>> from fpgacnn.core.config import EngineConfig
+>>> from fpgacnn.host.compiler import compile_model
+>>> from fpgacnn.host.program_image import build_image
+>>> from fpgacnn.host.layers import Conv
+>>> from fpgacnn.host.model import QuantizedModel, TensorSpec
+>>> import numpy as np
+>>> cfg = EngineConfig(pin=4, pout=4, kmax=3, stream_width=32, max_width=16, max_channels=16,
+...                    max_out_channels=16)
+>>> conv = Conv("c", ["x"], "y", (3, 5, 5), np.ones((4, 3, 3, 3), np.int8),
+...             np.zeros(4, np.int32), 0.05, 0, np.full(4, 0.01), 0.5, 0, pads=(1, 1, 1, 1))
+>>> model = QuantizedModel("m", [conv], TensorSpec("x", (3, 5, 5), np.int8, 0.05, 0),
+...                        TensorSpec("y", (4, 5, 5), np.int8, 0.5, 0), "x", "y")
+>>> image = build_image(compile_model(model, cfg))
+>>> f = reader_fields(image, image.records[0])
+>>> f["rows"], f["cols"], f["words"], f["last_lanes"], f["pixel_stride"], f["row_stride"]
+(5, 5, 1, 3, 1, 5)
+"""
+
+import math
+
+from ..core.pixel_reader_fields import READER_FIELDS
+from .packing import zero_point_rows
+from .program_image import SOURCE_BATCH, SOURCE_STRIP, SOURCE_ZERO_COLUMN, EngineRecord
+
+__all__ = ["reader_fields"]
+
+
+def _zero_rows(layout, height):
+    """``pack_pixels``'s rows of ``x_zp`` below an image of ``height`` rows (not remapped)."""
+    out_h = (height + layout.top + layout.bottom - layout.kh) // layout.sy + 1
+    return zero_point_rows(height, out_h, layout.sy, layout.top)
+
+
+def _fits(fields):
+    for f in READER_FIELDS:
+        v = fields[f.name]
+        lo, hi = (-(1 << f.width - 1), (1 << f.width - 1) - 1) if f.signed else \
+            (0, (1 << f.width) - 1)
+        if not lo <= v <= hi:
+            return False
+    return True
+
+
+def reader_fields(image, record):
+    """The pixel reader's fields that read ``record``'s pixel section from ``image``.
+
+    The reader then produces exactly ``record_stream(image, record)`` after
+    the constants, for the arena's contents at the time it runs.
+
+    Parameters
+    ----------
+    image : fpgacnn.host.program_image.ProgramImage
+    record : fpgacnn.host.program_image.EngineRecord
+
+    Returns
+    -------
+    dict or None
+        Values keyed by :data:`~fpgacnn.core.pixel_reader_fields.READER_FIELDS`
+        names; None when the reader does not take the record's pattern, which
+        is when
+
+        - it is a host record;
+        - the source folds taps into channels (``fold``: Im2Col) or the layout
+          is the 1x1 remap (a pixel is not one tensor pixel's channels);
+        - a strip's first channel ``c0`` is not on a word (``pin``-byte)
+          boundary, so a pixel's words are not words of the tensor;
+        - a word read would not start on a word boundary of the image (an
+          engine whose ``pin`` does not divide the image's alignment,
+          :func:`~fpgacnn.host.program_image.alignment`: never, since it is a
+          multiple of ``pin``);
+        - a Gemm chunk has both padding pixels and rows of the zero point
+          (they would come in the other order than the reader's);
+        - the pattern reads nothing (no words), or a value does not fit its field.
+    """
+    if not isinstance(record, EngineRecord):
+        return None
+    source, layout = record.source, record.layout
+    if source.fold or layout.remap:
+        return None
+    config = image.config
+    pin = config.pin
+    tensor = image.tensors[source.tensor]
+    x_zp = int(record.descriptor["x_zp"])
+    fields = dict(base=0, image_stride=0, row_stride=0, pixel_stride=0, rows=0, cols=0,
+                  x_zp=x_zp)
+    if source.kind in (SOURCE_STRIP, SOURCE_ZERO_COLUMN):
+        if tensor.flat or source.c0 % pin:
+            return None
+        lanes = source.c1 - source.c0
+        height = tensor.height
+        if source.kind == SOURCE_STRIP:
+            cols = len(range(tensor.width)[source.a:source.b])  # as ColumnSlice slices
+            fields.update(base=tensor.offset + source.a * tensor.cp + source.c0,
+                          image_stride=tensor.image_stride, row_stride=tensor.width * tensor.cp,
+                          pixel_stride=tensor.cp, rows=height if cols else 0, cols=cols)
+            zp_pixels = _zero_rows(layout, height) * cols
+        else:  # the column is x_zp, its zero-point rows too
+            cols = 1
+            zp_pixels = height + _zero_rows(layout, height)
+        images = tensor.batch
+        extra_pixels = 0
+        pixels = (height + _zero_rows(layout, height)) * cols
+    elif source.kind == SOURCE_BATCH:
+        if not tensor.flat:
+            return None
+        # BatchImage reads every channel of the flat tensor (source_gather gives it no slice).
+        lanes = tensor.channels
+        vectors = len(range(tensor.batch)[source.a:source.b])
+        pixels = source.rows * source.cols
+        extra_pixels = pixels - vectors
+        zp_pixels = _zero_rows(layout, source.rows) * source.cols
+        if extra_pixels and zp_pixels:
+            return None
+        pixels += zp_pixels
+        fields.update(base=tensor.offset + source.a * tensor.image_stride,
+                      pixel_stride=tensor.image_stride, rows=1 if vectors else 0, cols=vectors)
+        images = 1  # the chunk is one image, whatever the program's batch
+    else:
+        return None
+    if lanes < 1 or pixels < 1:
+        return None
+    words = math.ceil(lanes / pin)
+    per_beat = max(1, config.stream_bytes // pin)
+    image_words = pixels * words
+    # Every address is a byte address until here; the reader counts words.
+    byte_values = ("base", "image_stride", "row_stride", "pixel_stride")
+    if any(fields[k] % pin for k in byte_values):
+        return None
+    fields.update({k: fields[k] // pin for k in byte_values})
+    fields.update(images=images, words=words, last_lanes=lanes - (words - 1) * pin,
+                  zp_pixels=zp_pixels,
+                  zero_words=extra_pixels * words + (-image_words) % per_beat)
+    return fields if _fits(fields) else None

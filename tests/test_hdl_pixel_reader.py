@@ -1,0 +1,341 @@
+"""The pixel reader (issue 16 item 3): a run's pixel section read from the program
+image's arena equals the host's (``record_stream`` after the constants) byte for byte.
+
+Amaranth simulator, a memory model holding the whole image (word address ``A``:
+bytes ``pin*A ..``), with a latency, random pauses of requests and responses
+and random back-pressure on ``o_stream``; the records of compiled programs
+(random CNNs, single convolutions, a Gemm chunk with padding pixels) at
+batches 1 and 2, on the two engines of tests/limit_layers.py and on one with
+several words to a beat and one with several beats to a word. The arena is
+first filled with random bytes (so a lane the reader must zero is never zero
+by chance), then each record's input tensor is written in, as
+tests/test_program_image.py does.
+"""
+
+from collections import deque
+from functools import partial
+import gc
+import warnings
+
+import numpy as np
+import pytest
+from numpy.testing import assert_array_equal
+
+from amaranth.hdl import UnusedElaboratable
+from amaranth.sim import Simulator
+
+from fpgacnn.core.config import EngineConfig
+from fpgacnn.core.pixel_reader_fields import READER_FIELDS, reader_layout
+from fpgacnn.hdl.program.pixel_reader import PixelReader
+from fpgacnn.host.compiler import EngineStep, compile_model
+from fpgacnn.host.layers import Gemm
+from fpgacnn.host.model import QuantizedModel, TensorSpec
+from fpgacnn.host.pixel_reader_setup import reader_fields
+from fpgacnn.host.program_image import (SOURCE_BATCH, SOURCE_STRIP, SOURCE_ZERO_COLUMN,
+                                        EngineRecord, HostRecord, build_image)
+from fpgacnn.host.program_runner import record_stream
+
+from conftest import SMALL_ENGINE
+from limit_layers import CONFIGS
+from random_models import convolution_model, random_cnn
+from test_program_image import CONVOLUTIONS, _tensors
+
+#: Engines with one word to a beat (the two of tests/limit_layers.py), four
+#: words to a beat, and a word of four beats.
+ENGINES = {
+    "k3": SMALL_ENGINE,
+    "k2": CONFIGS["k2"],
+    "words-per-beat": EngineConfig(pin=2, pout=2, kmax=3, stream_width=64, max_width=16,
+                                   max_channels=8, max_out_channels=8),
+    "beats-per-word": EngineConfig(pin=16, pout=4, kmax=2, stream_width=32, max_width=8,
+                                   max_channels=32, max_out_channels=8),
+}
+
+
+def gemm_model(rng, features, outputs):
+    """A Gemm of a flat input, ``features`` of them (at most ``pin``: not remapped)."""
+    weight = rng.integers(-127, 128, (outputs, features)).astype(np.int8)
+    w_scale = rng.uniform(0.5, 1.5, outputs) / 127
+    x_zp = int(rng.integers(-20, 20))
+    layer = Gemm("fc", ["x"], "y", (features,), weight,
+                 rng.integers(-300, 300, outputs).astype(np.int32), 0.05, x_zp, w_scale, 0.5, 3)
+    return QuantizedModel("gemm", [layer], TensorSpec("x", (features,), np.int8, 0.05, x_zp),
+                          TensorSpec("y", (outputs,), np.int8, 0.5, 3), "x", "y")
+
+
+#: A 2x2 kernel with two rows of bottom padding: a row of the zero point below
+#: the image (packing.zero_point_rows); channels 3 of 4 lanes.
+ZERO_ROWS = (3, 4, 1, (2, 2), (1, 1), (1, 1), (0, 1, 2, 0), (4, 5))
+
+#: Per engine: the models whose reader records run, (name, model, batch, records at most).
+CASES = {
+    "k3": [("random_cnn_0", lambda: random_cnn(0), 2, 2),
+           ("random_cnn_1", lambda: random_cnn(1), 1, 3),
+           ("random_cnn_2", lambda: random_cnn(2), 1, 3),
+           ("random_cnn_3", lambda: random_cnn(3), 2, 2),
+           ("zero_rows", lambda: convolution_model(np.random.default_rng(0), *ZERO_ROWS), 2, 1),
+           ("zero_column", lambda: convolution_model(np.random.default_rng(8), *CONVOLUTIONS[8]),
+            1, 2),
+           ("strips", lambda: convolution_model(np.random.default_rng(9), *CONVOLUTIONS[9]),
+            2, 2),
+           ("groups", lambda: convolution_model(np.random.default_rng(1), *CONVOLUTIONS[1]),
+            1, 2),
+           ("gemm", lambda: gemm_model(np.random.default_rng(1), 3, 5), 100, 1)],
+    "k2": [("random_cnn_1", lambda: random_cnn(1), 2, 3),
+           ("random_cnn_3", lambda: random_cnn(3), 1, 2),
+           ("zero_column", lambda: convolution_model(np.random.default_rng(8), *CONVOLUTIONS[8]),
+            2, 2),
+           ("gemm", lambda: gemm_model(np.random.default_rng(2), 7, 5), 30, 1)],
+    "words-per-beat": [("conv", lambda: convolution_model(np.random.default_rng(3), 3, 4, 1,
+                                                          (3, 3), (1, 1), (1, 1), (1, 1, 1, 1),
+                                                          (3, 5)), 2, 1)],
+    "beats-per-word": [("conv", lambda: convolution_model(np.random.default_rng(4), 20, 4, 1,
+                                                          (2, 2), (1, 1), (1, 1), (0, 0, 1, 1),
+                                                          (3, 4)), 1, 1)],
+}
+
+
+def pixel_section(image, record):
+    """The host's pixel section of ``record``: its stream after the constants."""
+    desc = record.descriptor
+    stream = record_stream(image, record)
+    if desc["load_weights"] or desc["load_params"]:
+        return stream[len(image.constants(record, warm=not desc["load_weights"])):]
+    return stream
+
+
+def run_reader(config, image, runs, *, latency=3, stall=0.3, backpressure=0.3, seed=0,
+               outstanding=16):
+    """Run the reader over ``runs`` = [(fields, prepare), ...] back to back, on one memory
+    holding ``image.data``; ``prepare()`` (may be None) is called before its run starts
+    (it may write the arena). Returns per run the bytes sent and the cycles from
+    the cycle of ``start`` to the cycle of ``done``."""
+    dut = PixelReader(config, outstanding=outstanding)
+    rng = np.random.default_rng(seed)
+    pin = config.pin
+    layout = reader_layout()
+    results = []
+
+    async def memory(ctx):
+        pending, cycle, presenting = deque(), 0, False
+        offered = None  # a request offered and not yet taken
+        while True:
+            ctx.set(dut.o_addr.ready, int(rng.random() >= stall))
+            # A response once offered stays offered until taken (stream rules).
+            if not presenting and pending and pending[0][0] <= cycle:
+                presenting = rng.random() >= stall
+            ctx.set(dut.i_data.valid, int(presenting))
+            if presenting:
+                ctx.set(dut.i_data.payload, pending[0][1])
+            _, _, a_valid, a_ready, addr, d_ready = await ctx.tick().sample(
+                dut.o_addr.valid, dut.o_addr.ready, dut.o_addr.payload, dut.i_data.ready)
+            # The reader never stalls the memory: a response finds room at once.
+            assert not presenting or d_ready, "i_data.ready low with a response owed"
+            if presenting and d_ready:
+                pending.popleft()
+                presenting = False
+            # Stream rules: a request once offered stays, unchanged, until taken.
+            assert offered is None or (a_valid and addr == offered), "o_addr withdrawn"
+            offered = addr if a_valid and not a_ready else None
+            if a_valid and a_ready:
+                word = image.data[addr * pin:(addr + 1) * pin]
+                assert word.size == pin, f"read past the image at word {addr}"
+                pending.append((cycle + latency, int.from_bytes(word.tobytes(), "little")))
+            cycle += 1
+
+    async def bench(ctx):
+        for fields, prepare in runs:
+            if prepare is not None:
+                prepare()
+            ctx.set(dut.fields, layout.const(fields))
+            ctx.set(dut.start, 1)
+            beats, cycles, offered = [], 0, None
+            while True:
+                ctx.set(dut.o_stream.ready, int(rng.random() >= backpressure))
+                _, _, valid, ready, payload, done, busy = await ctx.tick().sample(
+                    dut.o_stream.valid, dut.o_stream.ready, dut.o_stream.payload, dut.done,
+                    dut.busy)
+                ctx.set(dut.start, 0)
+                assert offered is None or (valid and payload == offered), "o_stream withdrawn"
+                offered = payload if valid and not ready else None
+                assert busy == (cycles > 0), "busy is not high from start to done"
+                if valid and ready:
+                    beats.append(int(payload))
+                if done:
+                    assert offered is None
+                    break
+                cycles += 1
+                assert cycles < 100_000, "the reader hangs"
+            data = b"".join(b.to_bytes(config.stream_bytes, "little") for b in beats)
+            results.append((np.frombuffer(data, np.uint8), cycles))
+            # A gap between runs, as a sequencer would leave.
+            ctx.set(dut.o_stream.ready, 0)
+            await ctx.tick().repeat(2)
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(memory, background=True)
+    sim.add_testbench(bench)
+    sim.run()
+    return results
+
+
+def reader_runs(engine):
+    """Per model of CASES[engine]: (image, [(record, fields, step input), ...])."""
+    config = ENGINES[engine]
+    for name, make, batch, most in CASES[engine]:
+        program = compile_model(make(), config, batch=batch)
+        image = build_image(program)
+        rng = np.random.default_rng(batch)
+        # Random bytes everywhere: tensors' padding channels and other tensors' data.
+        arena = slice(image.header.arena_offset, image.nbytes)
+        image.data[arena] = rng.integers(0, 256, image.data[arena].size).astype(np.uint8)
+        x = rng.integers(-128, 128, (batch, *program.model.input.shape)).astype(np.int8)
+        values = _tensors(program, x)
+        records = iter(r for r in image.records if isinstance(r, EngineRecord))
+        chosen = []
+        for step in program.steps:
+            if not isinstance(step, EngineStep):
+                continue
+            for _ in step.runs:
+                record = next(records)
+                fields = reader_fields(image, record)
+                if fields is not None and len(chosen) < most:
+                    chosen.append((record, fields, values[step.inputs[0]]))
+        assert chosen, f"{engine} {name}: no record for the reader"
+        yield name, image, chosen
+
+
+@pytest.mark.parametrize("engine", list(ENGINES))
+def test_reader_makes_the_hosts_pixel_sections(engine):
+    config = ENGINES[engine]
+    kinds = set()
+    for name, image, chosen in reader_runs(engine):
+        expected = []
+
+        def prepare(record, x):
+            # The arena holds the run's input when it starts (tensors share space).
+            image.tensors[record.source.tensor].view(image.data)[...] = x
+            expected.append(pixel_section(image, record))
+
+        runs = [(fields, partial(prepare, record, x)) for record, fields, x in chosen]
+        results = run_reader(config, image, runs, seed=len(name))
+        for (record, fields, _), want, (got, _) in zip(chosen, expected, results):
+            kinds.add(record.source.kind)
+            assert_array_equal(got, want, err_msg=f"{engine} {name} step {record.step} "
+                                                  f"{fields}")
+    assert SOURCE_STRIP in kinds
+    if engine in ("k3", "k2"):
+        assert kinds == {SOURCE_STRIP, SOURCE_ZERO_COLUMN, SOURCE_BATCH}
+
+
+def test_the_tested_sections_have_every_part():
+    """Among the records the tests run: rows of x_zp below an image (their lanes
+    masked too), a zero column, a Gemm chunk's padding pixels, the padding of an
+    image to a whole beat, masked lanes, several words to a pixel, a batch of 2."""
+    seen = dict.fromkeys(("zp_rows", "masked_zp", "zero_column", "pad_pixels", "beat_padding",
+                          "masked", "words", "images"), False)
+    for engine, config in ENGINES.items():
+        for name, image, chosen in reader_runs(engine):
+            for record, f, _ in chosen:
+                kind, masked = record.source.kind, f["last_lanes"] < config.pin
+                seen["zp_rows"] |= f["rows"] > 0 and f["zp_pixels"] > 0
+                seen["masked_zp"] |= f["zp_pixels"] > 0 and masked
+                seen["zero_column"] |= kind == SOURCE_ZERO_COLUMN and f["rows"] == 0
+                seen["pad_pixels"] |= kind == SOURCE_BATCH and f["zero_words"] > 0
+                seen["beat_padding"] |= kind == SOURCE_STRIP and f["zero_words"] > 0
+                seen["masked"] |= masked
+                seen["words"] |= f["words"] > 1
+                seen["images"] |= f["images"] > 1
+    assert all(seen.values()), seen
+
+
+def throughput_case():
+    config = SMALL_ENGINE
+    program = compile_model(random_cnn(3), config, batch=2)
+    image = build_image(program)
+    record = next(r for r in image.records if isinstance(r, EngineRecord)
+                  and (reader_fields(image, r) or {}).get("words", 0) > 1)
+    return config, image, record, reader_fields(image, record)
+
+
+def expected_cycles(config, fields, nbytes, latency):
+    """PixelReader's Latency section: ``max(W, B) + L + 4`` cycles from ``start`` to
+    ``done``, or ``max(W, B) + 3`` when nothing is read."""
+    words, beats = nbytes // config.pin, nbytes // config.stream_bytes
+    return max(words, beats) + (latency + 4 if fields["rows"] else 3)
+
+
+@pytest.mark.parametrize("engine, latency", [("k3", 1), ("k3", 6), ("k2", 2),
+                                             ("words-per-beat", 3), ("beats-per-word", 3)])
+def test_one_word_per_cycle_without_stalls(engine, latency):
+    """Every section of the engine's cases, with a memory of latency L that never
+    pauses and ``outstanding = L + 3``: one word (or beat) per cycle, and a fixed
+    number of cycles more."""
+    config = ENGINES[engine]
+    for name, image, chosen in reader_runs(engine):
+        for record, fields, x in chosen:
+            image.tensors[record.source.tensor].view(image.data)[...] = x
+            [(got, cycles)] = run_reader(config, image, [(fields, None)], latency=latency,
+                                         stall=0, backpressure=0, outstanding=latency + 3)
+            assert_array_equal(got, pixel_section(image, record))
+            assert cycles == expected_cycles(config, fields, got.size, latency), \
+                f"{engine} {name} step {record.step}"
+
+
+def test_fewer_words_in_flight_than_the_latency_slow_it_down():
+    config, image, record, fields = throughput_case()
+    [(got, cycles)] = run_reader(config, image, [(fields, None)], latency=8, stall=0,
+                                 backpressure=0, outstanding=4)
+    assert_array_equal(got, pixel_section(image, record))
+    assert cycles > 2 * (got.size // config.pin)
+
+
+def _records(model, config, batch=1):
+    image = build_image(compile_model(model, config, batch=batch))
+    return image, image.records
+
+
+def test_fold_remap_unaligned_channels_and_host_layers_are_not_for_the_reader():
+    rng = np.random.default_rng
+    # Folded taps (a 7x7 kernel on a 3x3 engine).
+    image, records = _records(convolution_model(rng(2), *CONVOLUTIONS[2]), SMALL_ENGINE)
+    assert all(r.source.fold for r in records)
+    assert all(reader_fields(image, r) is None for r in records)
+    # The 1x1 remap.
+    image, records = _records(convolution_model(rng(7), *CONVOLUTIONS[7]), SMALL_ENGINE)
+    assert all(r.layout.remap for r in records)
+    assert all(reader_fields(image, r) is None for r in records)
+    # Groups of 6 channels on 4 lanes: every other group starts mid-word.
+    image, records = _records(convolution_model(rng(6), *CONVOLUTIONS[6]), SMALL_ENGINE)
+    unaligned = [r for r in records if r.source.c0 % SMALL_ENGINE.pin]
+    aligned = [r for r in records if not r.source.c0 % SMALL_ENGINE.pin]
+    assert unaligned and aligned
+    assert all(reader_fields(image, r) is None for r in unaligned)
+    assert all(reader_fields(image, r) is not None for r in aligned)
+    # A Gemm run through the remap, and the host layers of a CNN.
+    image, records = _records(random_cnn(1), SMALL_ENGINE)
+    gemm = [r for r in records if isinstance(r, EngineRecord) and r.source.kind == SOURCE_BATCH]
+    assert gemm and all(r.layout.remap for r in gemm)
+    assert all(reader_fields(image, r) is None for r in gemm)
+    host = [r for r in records if isinstance(r, HostRecord)]
+    assert host and all(reader_fields(image, r) is None for r in host)
+
+
+def test_fields_fit_their_widths_and_are_all_given():
+    _, _, _, fields = throughput_case()
+    assert set(fields) == {f.name for f in READER_FIELDS}
+    for f in READER_FIELDS:
+        lo, hi = (-(1 << f.width - 1), 1 << f.width - 1) if f.signed else (0, 1 << f.width)
+        assert lo <= fields[f.name] < hi, f.name
+
+
+@pytest.mark.parametrize("bad", [1, 0, 4.0, True])
+def test_outstanding_is_checked(bad):
+    # The component object exists (unelaborated) even though __init__ raised.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UnusedElaboratable)
+        with pytest.raises(TypeError,
+                           match=rf"^outstanding must be an integer of at least 2, not {bad!r}$"):
+            PixelReader(SMALL_ENGINE, outstanding=bad)
+        gc.collect()

@@ -1,0 +1,156 @@
+"""The pixel writer (issue 16 item 3): a run's output stream written into the
+program image's arena leaves it exactly as the host's ``store_output`` does.
+
+Amaranth simulator, a memory model holding the whole image (unit address
+``A``: bytes ``u*A ..``, byte strobes), random pauses of the output stream
+and random back-pressure on the writes; the records of compiled programs
+(random CNNs with their Gemms, single convolutions of every mapping, strips
+and channel groups) at batches 1 and 2 on engines with one unit to a beat,
+several units to a beat, and an output word of two units. The arena is first
+filled with random bytes, so a byte the writer must leave alone (the next
+channel group's, a padding channel) is checked too, and each output stream is
+random bytes, its padding included.
+"""
+
+import numpy as np
+import pytest
+from numpy.testing import assert_array_equal
+
+from amaranth.sim import Simulator
+
+from fpgacnn.core.config import EngineConfig
+from fpgacnn.core.pixel_writer_fields import writer_layout
+from fpgacnn.hdl.program.pixel_writer import PixelWriter
+from fpgacnn.host.compiler import compile_model
+from fpgacnn.host.program_image import EngineRecord, HostRecord, ProgramImage, build_image
+from fpgacnn.host.program_runner import store_output
+from fpgacnn.host.pixel_writer_setup import unit_bytes, writer_fields
+
+from conftest import SMALL_ENGINE
+from limit_layers import CONFIGS
+from random_models import convolution_model, random_cnn
+from test_program_image import CONVOLUTIONS
+
+ENGINES = {
+    "k3": SMALL_ENGINE,                  # a 4-byte unit, one to a beat
+    "k2": CONFIGS["k2"],                 # pout 4 in 8-byte beats: two units to a beat
+    "wide-out": EngineConfig(pin=4, pout=8, kmax=3, stream_width=32, max_width=16,
+                             max_channels=16, max_out_channels=16),  # a word of two units
+    "one-lane": EngineConfig(pin=1, pout=1, kmax=3, stream_width=32, max_width=16,
+                             max_channels=8, max_out_channels=8, deep_pipeline=0),
+}
+
+
+def write_stream(config, fields, raw, memory, *, seed, pause=0.3, stall=0.3):
+    """Run the writer on the output stream ``raw`` into ``memory`` (bytes, changed in
+    place); returns the cycles from ``start`` to ``done``."""
+    dut = PixelWriter(config)
+    u, beat = dut.unit, config.stream_bytes
+    beats = [int.from_bytes(raw[i:i + beat].tobytes(), "little")
+             for i in range(0, len(raw), beat)]
+    rng = np.random.default_rng(seed)
+    result = {}
+
+    async def bench(ctx):
+        ctx.set(dut.fields, writer_layout().const(fields))
+        ctx.set(dut.start, 1)
+        await ctx.tick()
+        ctx.set(dut.start, 0)
+        sent = cycles = 0
+        while True:
+            cycles += 1
+            assert cycles < 20 * len(beats) * max(1, beat // u) + 100, "the writer hangs"
+            offer = sent < len(beats) and rng.random() >= pause
+            ctx.set(dut.i_stream.valid, int(offer))
+            if offer:
+                ctx.set(dut.i_stream.payload, beats[sent])
+            ctx.set(dut.o_write.ready, int(rng.random() >= stall))
+            if offer and ctx.get(dut.i_stream.ready):
+                sent += 1
+            if ctx.get(dut.o_write.valid) and ctx.get(dut.o_write.ready):
+                w = ctx.get(dut.o_write.payload)
+                data = int(w.data).to_bytes(u, "little")
+                for k in range(u):
+                    if int(w.strb) >> k & 1:
+                        memory[int(w.addr) * u + k] = data[k]
+            done = ctx.get(dut.done)
+            await ctx.tick()
+            if done:
+                break
+        result.update(sent=sent, cycles=cycles)
+        ctx.set(dut.i_stream.valid, 0)
+        await ctx.tick()
+        assert not ctx.get(dut.busy)
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    assert result["sent"] == len(beats), "the run ended before its stream did"
+    return result["cycles"]
+
+
+def _programs(config):
+    for seed in range(3):
+        yield random_cnn(seed)
+    for i, case in enumerate(CONVOLUTIONS):
+        yield convolution_model(np.random.default_rng(i), *case)
+
+
+@pytest.mark.parametrize("engine", list(ENGINES))
+def test_writer_leaves_the_arena_as_the_host_does(engine):
+    config = ENGINES[engine]
+    rng = np.random.default_rng(7)
+    written = skipped = 0
+    for batch in (1, 2):
+        for model in _programs(config):
+            try:
+                image = build_image(compile_model(model, config, batch=batch))
+            except Exception as e:  # a model past this engine's limits: nothing to write
+                assert type(e).__name__ == "MappingError", e
+                continue
+            records = [r for r in image.records if isinstance(r, EngineRecord)]
+            # A few records per program keep the simulator's time down.
+            for record in records[:2] + records[-1:]:
+                fields = writer_fields(image, record)
+                if fields is None:
+                    skipped += 1
+                    continue
+                arena = image.data.copy()
+                start = image.header.arena_offset
+                arena[start:] = rng.integers(0, 256, arena.size - start, dtype=np.int64)
+                raw = rng.integers(0, 256, record.out_nbytes, dtype=np.int64).astype(np.uint8)
+                want = ProgramImage(arena.tobytes())
+                store_output(want, want.records[image.records.index(record)], raw)
+                got = arena.copy()
+                write_stream(config, fields, raw, got, seed=written)
+                assert_array_equal(got, want.data, err_msg=f"{model.name} record "
+                                   f"{image.records.index(record)}")
+                written += 1
+    assert written >= 12 and skipped <= written
+
+
+def test_fields_refuse_what_the_writer_cannot_take():
+    # Groups of 3 channels on 4 lanes: views whose channel ranges start inside a unit.
+    model = convolution_model(np.random.default_rng(0), 30, 30, 10, (3, 3), (1, 1), (1, 1),
+                              (1, 1, 1, 1), (5, 5))
+    image = build_image(compile_model(model, SMALL_ENGINE, batch=1))
+    u = unit_bytes(SMALL_ENGINE)
+    for record in image.records:
+        if isinstance(record, HostRecord):
+            assert writer_fields(image, record) is None
+        elif record.dest.c0 % u:
+            assert writer_fields(image, record) is None
+        else:
+            assert writer_fields(image, record) is not None
+
+
+def test_one_unit_a_cycle_without_stalls():
+    config = ENGINES["k2"]
+    image = build_image(compile_model(random_cnn(1), config, batch=1))
+    record = next(r for r in image.records if isinstance(r, EngineRecord))
+    fields = writer_fields(image, record)
+    raw = np.arange(record.out_nbytes, dtype=np.uint8)
+    memory = image.data.copy()
+    cycles = write_stream(config, fields, raw, memory, seed=0, pause=0, stall=0)
+    assert cycles == record.out_nbytes // unit_bytes(config) + 1
