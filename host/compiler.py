@@ -622,7 +622,7 @@ def _channel_groups(config, layer, ci_tiles):
 
 def _input_tiles(config, cin, remap):
     """Input tiles of a layer of ``cin`` channels (after the 1x1 remap when ``remap``)."""
-    return math.ceil((math.ceil(cin / config.kmax ** 2) if remap else cin) / config.pin)
+    return math.ceil((packing.remap_group(config, cin) if remap else cin) / config.pin)
 
 
 def _strip_inputs(layer, o0, o1):

@@ -32,7 +32,7 @@ from ..core.widths import MAX_SHIFT, MULT_BITS
 from ..core.errors import InputError, MappingError
 
 __all__ = ["map_layer", "pack_layer", "layer_descriptor", "pack_weights", "pack_pixels",
-           "unpack_output", "output_nbytes", "input_nbytes", "use_remap"]
+           "unpack_output", "output_nbytes", "input_nbytes", "remap_group", "use_remap"]
 
 #: The descriptor fields that do not shape a run, at values inside every range.
 _NEUTRAL_FIELDS = dict(x_zp=0, y_zp=0, clamp_lo=-128, clamp_hi=127, load_weights=1)
@@ -97,6 +97,18 @@ def zero_point_rows(in_h, out_h, stride, pad_top):
     return max(0, (out_h - 1) * stride - pad_top - in_h + 1)
 
 
+def remap_group(config, cin):
+    """Channels of a remapped 1x1 layer's pixel per position of its ``kmax x kmax``
+    block: ``ceil(Cin / kmax^2)`` rounded up to whole ``pin``-channel words.
+
+    Rounding up costs nothing (the run's input tiles are ``ceil(g / pin)``
+    either way; the positions past ``Cin`` hold zeros, times weight 0) and puts
+    every position's channels on a word boundary of the layer's input pixel, so
+    the engine's pixel reader fetches them as whole words (docs/program.md).
+    """
+    return math.ceil(cin / config.kmax ** 2 / config.pin) * config.pin
+
+
 def use_remap(config, cin, kernel, remap=None):
     """Whether a layer runs through the 1x1 remap (docs/engine.md).
 
@@ -108,8 +120,7 @@ def use_remap(config, cin, kernel, remap=None):
     if remap is None:
         if not is_1x1 or config.kmax == 1:
             return False
-        g = math.ceil(cin / config.kmax ** 2)
-        return math.ceil(g / config.pin) < math.ceil(cin / config.pin)
+        return remap_group(config, cin) < math.ceil(cin / config.pin) * config.pin
     if remap and not is_1x1:
         raise InputError(f"the 1x1 remap needs a 1x1 kernel, not {kernel[0]}x{kernel[1]}")
     return bool(remap) and config.kmax > 1
@@ -174,7 +185,7 @@ def map_layer(config, x_shape, w_shape, *, stride=1, pads=(0, 0, 0, 0), pool=Fal
     # (a depthwise run pairs tile t with tile t: the 1x1 remap would mix them)
     remapped = False if depthwise else use_remap(config, cin, (kh, kw), remap)
     if remapped:
-        cin = math.ceil(cin / kmax ** 2)
+        cin = remap_group(config, cin)
         h, wd = kmax * out_h, kmax * out_w
         sy = sx = kmax
         pads = (0, 0, 0, 0)
@@ -338,7 +349,7 @@ def _weight_section(config, w, folded, mult, shift, remapped, depthwise=False):
     cout, cin, kh, kw = w.shape
     if remapped:
         # channel (ky*kmax + kx)*g + j of the 1x1 kernel -> tap (ky, kx) of channel j
-        g = math.ceil(cin / kmax ** 2)
+        g = remap_group(config, cin)
         wc = np.zeros((cout, kmax * kmax * g), np.int8)
         wc[:, :cin] = w[:, :, 0, 0]
         w = wc.reshape(cout, kmax, kmax, g).transpose(0, 3, 1, 2)
@@ -400,7 +411,7 @@ def pack_pixels(config, x, x_zp, w_shape, *, stride=1, pads=(0, 0, 0, 0), remap=
         ow = (wd + left + right - kw) // sx + 1
         if any(pads):
             x = np.pad(x, ((0, 0), (0, 0), (top, bottom), (left, right)), constant_values=x_zp)
-        g = math.ceil(cin / kmax ** 2)
+        g = remap_group(config, cin)
         xc = np.zeros((n, kmax * kmax * g, oh, ow), np.int8)
         xc[:, :cin] = x[:, :, ::sy, ::sx][:, :, :oh, :ow]
         # channel (ky*kmax + kx)*g + j of pixel (y, x) -> channel j of pixel (kmax*y+ky, kmax*x+kx),

@@ -10,7 +10,10 @@ Compiles the model for the engine (the board's sized engine with
 default :class:`~fpgacnn.core.config.EngineConfig`), lays the program out as
 its memory image (docs/program.md, "The image as built") and prints, per
 layer, how it reaches the engine (its mapping and runs) and the cycle model's
-cycles, then the image's size by region and the engine's predicted time.
+cycles, how many of its runs the engine's own address generation can read
+and write (``addressed``: the pixel reader and writer take both patterns;
+docs/program.md), then the image's size by region and the engine's
+predicted time.
 A layer the engine cannot run, or an image over ``--memory-bytes``, is one
 error line naming the layer and the limit, in milliseconds: nothing is
 generated, built or simulated. ``-o`` writes the image (checked before
@@ -22,7 +25,9 @@ from pathlib import Path
 from ..compiler import EngineStep, compile_model
 from ..onnx_import import load_onnx
 from ..paths import check_input_file, check_output_file
-from ..program_image import build_image
+from ..pixel_reader_setup import reader_fields
+from ..pixel_writer_setup import writer_fields
+from ..program_image import EngineRecord, build_image
 from ...core.errors import InputError
 
 __all__ = ["add_parser", "run"]
@@ -82,16 +87,28 @@ def run(args):
     warm = program.resident
     cycles_total = 0
     width = max(len(step.name) for step in program.steps)
-    for step in program.steps:
+    # Which runs the engine's own address generation reads and writes (the others
+    # are gathered or scattered by the host).
+    addressed = {}
+    for record in image.records:
+        if isinstance(record, EngineRecord):
+            both = reader_fields(image, record) is not None \
+                and writer_fields(image, record) is not None
+            addressed[record.step] = addressed.get(record.step, 0) + both
+    for index, step in enumerate(program.steps):
         if isinstance(step, EngineStep):
             cycles = sum((r.warm_predicted_cycles if warm else r.predicted_cycles)
                          for r in step.runs)
             cycles_total += cycles
             print(f"  {step.name:<{width}}  {step.op:<16} engine  {step.mapping:<14} "
-                  f"{len(step.runs):>4} runs  {cycles:>10,} cycles")
+                  f"{len(step.runs):>4} runs  {cycles:>10,} cycles  "
+                  f"{addressed[index]}/{len(step.runs)} addressed")
         else:
             print(f"  {step.name:<{width}}  {step.op:<16} host")
     h = image.header
+    runs = sum(len(s.runs) for s in program.steps if isinstance(s, EngineStep))
+    print(f"address generation: {sum(addressed.values())} of {runs} runs read and written "
+          f"by the engine's pixel reader and writer (the others by the host)")
     print(f"image: {image.nbytes:,} bytes (records {h.records} x {4 * h.record_words} B, "
           f"constants {h.constants_nbytes:,} B, arena {h.arena_nbytes:,} B)")
     state = "weights resident, every inference after the first" if warm else "weights streamed"
