@@ -7,7 +7,8 @@ engine or be refused at compile time with a ``MappingError`` that names the
 layer and the limit.
 
 A :class:`LimitCase` is one generated layer: a Conv (maybe with a fused Relu
-and a fused 2x2 MaxPool) or a Gemm, the limit it targets (:data:`TARGETS`),
+and a fused 2x2 MaxPool; grouped or depthwise when ``group > 1``) or a Gemm,
+the limit it targets (:data:`TARGETS`),
 the side of that limit (``under``, ``at``, ``over``) and the outcome the
 engine contract predicts for it (:func:`expected_refusal`: ``None`` for
 bit-exact, else the limits one of which a refusal must name). Over-limit layers that the
@@ -18,6 +19,20 @@ than 65535 rows or images in a run) is expected refused. One exception:
 left padding above ``kmax - 1`` only ever reaches windows of padding, which
 the compiler may stream as a column of the zero point, so such a layer may
 also run -- bit-exact (:attr:`LimitCase.may_run`).
+
+Grouped and depthwise layers (:data:`GROUPED_TARGETS`) reach the engine as
+views (host/conv_views.py): block-diagonal dense convolutions of consecutive
+groups and, where the contract has ``depthwise_runs`` (the deep arrangement,
+``pin == pout``), depthwise runs that pair each output tile with its own
+input tile. Their limits decide how a layer is split into views and runs
+(the channels of one depthwise run, its row, the group against pin and pout,
+all groups as one view against the weight and parameter buffers, the
+program's weight words against the weight buffer when resident); the only
+one no split gets past is a single group's input tiles over
+``max_ci_tiles``. A layer is refused exactly when one of its groups, as a
+dense Conv, is; otherwise it is bit-exact, and two runs or more when no
+mapping fits it in one (:func:`single_run_fits`). On an engine without
+depthwise runs a depthwise layer runs as block-diagonal views.
 
 Every case is a pure function of the configuration name, the base seed and
 its index (and its target and side, which cycle with the index unless
@@ -38,13 +53,14 @@ import numpy as np
 
 from fpgacnn.core.config import EngineConfig
 from fpgacnn.core.contract import ROW_FIELD_MAX, engine_contract
-from fpgacnn.host.layers import Conv, Gemm, MaxPool
+from fpgacnn.host.layers import Conv, Gemm, GroupedConv, MaxPool
 from fpgacnn.host.model import QuantizedModel, TensorSpec
 
 from conftest import SMALL_ENGINE
 
-__all__ = ["CONFIGS", "COMPILE_CONFIGS", "TARGETS", "SIDES", "REFUSAL_PATTERNS", "LimitCase",
-           "limit_case", "limit_cases", "expected_refusal", "single_run_fits", "input_tiles",
+__all__ = ["CONFIGS", "COMPILE_CONFIGS", "TARGETS", "CONV_TARGETS", "GROUPED_TARGETS", "SIDES",
+           "REFUSAL_PATTERNS", "LimitCase", "limit_case", "limit_cases", "expected_refusal",
+           "single_run_fits", "mapping_kinds", "depthwise_run_channels", "input_tiles",
            "build_model", "case_input", "layer_case", "regression_96_case"]
 
 #: Engines the limit cases run on, in Verilator. ``k3`` is tests/conftest.py's
@@ -93,7 +109,27 @@ TARGETS = {
     "kernel": "kernels 1..kmax, kmax + 1, square and not (over: the taps folded into channels)",
     "remap": "1x1 layers through the remap: remapped input tiles vs max_ci_tiles",
     "gemm": "Gemm input features vs max_ci_tiles (remapped), output channels in groups",
+    # Grouped (1 < groups < C) and depthwise (groups == C) layers, as views.
+    "dw_channels": "depthwise channels vs one depthwise run (max_ci_tiles x pin, max_co_tiles "
+                   "x pout, weight words x pout; over: two runs or more)",
+    "dw_row": "depthwise row width vs a line-buffer bank at the input tiles of one run of "
+              "every channel",
+    "dw_resident": "depthwise output tiles (the fewest weight words of any mapping) vs the "
+                   "weight buffer: a resident program, or (over) the weights streamed",
+    "group_window": "grouped / depthwise kernels 1..kmax, kmax + 1, strides 1..kmax and not "
+                    "square (over: the taps folded into channels; no depthwise run)",
+    "group_in": "input channels per group vs pin (n*pin - 1, n*pin, n*pin + 1)",
+    "group_out": "output channels per group vs pout (n*pout - 1, n*pout, n*pout + 1; "
+                 "depthwise with a channel multiplier)",
+    "group_tiles": "one group's input tiles vs max_ci_tiles (over: refused, no view splits "
+                   "a group)",
+    "group_view": "all groups as one block-diagonal view: output tiles vs max_co_tiles_for "
+                  "its input tiles (weight and parameter buffers; over: two runs or more)",
 }
+#: The targets of group-1 layers and Gemm, and those of grouped and depthwise
+#: layers: :func:`limit_cases` cycles through one family at a time.
+GROUPED_TARGETS = tuple(t for t in TARGETS if t.startswith(("dw_", "group_")))
+CONV_TARGETS = tuple(t for t in TARGETS if t not in GROUPED_TARGETS)
 
 #: What a refusal of each limit must say (``re.search`` on the message, after
 #: the ``layer 'NAME': `` that every refusal starts with).
@@ -136,6 +172,10 @@ class LimitCase:
     expect : tuple of str, or None
         ``None``: bit-exact; else the limits the layer breaks (keys of
         :data:`REFUSAL_PATTERNS`), one of which a refusal must name.
+    group : int
+        Groups of a Conv (1: dense; ``cin``: depthwise, maybe with a channel
+        multiplier); ``cin`` and ``cout`` are multiples of it. A grouped
+        layer's MaxPool runs on the host.
     """
 
     config: str
@@ -157,6 +197,7 @@ class LimitCase:
     data: str
     pauses: tuple
     expect: object
+    group: int = 1
 
     @property
     def id(self):
@@ -171,7 +212,9 @@ class LimitCase:
         if self.op == "Gemm":
             shape = f"Gemm {self.cin}->{self.cout}"
         else:
-            shape = (f"Conv {self.cin}x{self.h}x{self.w}->{self.cout} "
+            groups = "" if self.group == 1 else \
+                f"g{self.group}{' (depthwise)' if self.group == self.cin else ''} "
+            shape = (f"Conv {self.cin}x{self.h}x{self.w}->{self.cout} {groups}"
                      f"k{self.kernel[0]}x{self.kernel[1]} s{self.stride[0]}x{self.stride[1]} "
                      f"pads{self.pads}{' +Relu' if self.relu else ''}"
                      f"{' +MaxPool2x2' if self.pool else ''}")
@@ -271,6 +314,77 @@ def mapped_case(config, case):
     return im2col_case(case)
 
 
+def _fits_window(config, case):
+    """Whether the engine's window takes ``case``'s kernel and stride as they are
+    (docs/engine.md): a view keeps them, else it folds its taps into channels."""
+    return max(case.kernel) <= config.kmax and case.stride[0] == case.stride[1]
+
+
+def _one_group(case):
+    """One group of a grouped ``case`` as a dense Conv (no pool: the host pools a
+    grouped layer's output)."""
+    return replace(case, group=1, cin=case.cin // case.group, cout=case.cout // case.group,
+                   pool=False)
+
+
+def _as_view(config, case):
+    """A dense ``case`` as a view (host/conv_views.py) presents it: as it is when the
+    window takes its kernel and stride, else its taps folded into channels -- and
+    no other fallback (a view over the stride or pad range is not folded)."""
+    return case if _fits_window(config, case) else im2col_case(case)
+
+
+def _views_refusal(config, case):
+    """The limits a grouped ``case``'s narrowest views (one group each) break as
+    views present them. Where they differ from :func:`expected_refusal` (a stride
+    over ``kmax``, a top/left pad over ``kmax - 1``, input tiles that only the
+    folded taps fit), the views are refused where a Conv would fold its taps:
+    see test_grouped_layer_past_the_window_folds_its_taps; the generator draws
+    such a layer again."""
+    return _dense_refusal(config, _as_view(config, _one_group(case)))
+
+
+def mapping_kinds(config, case):
+    """How ``case`` may reach the engine: the kinds of ``EngineStep.mapping`` (before
+    ``/``) that the contract allows. A depthwise run needs ``depthwise_runs``, one
+    input and one output channel per group and a window that takes the kernel and
+    stride; everything else grouped runs as block-diagonal views."""
+    if case.op == "Gemm":
+        return {"gemm"}
+    if case.group == 1:
+        return {"dense", "im2col"}
+    kinds = {"grouped"}
+    if (engine_contract(config).depthwise_runs and case.cin == case.group == case.cout
+            and _fits_window(config, case)):
+        kinds.add("depthwise")
+    return kinds
+
+
+def depthwise_run_channels(config):
+    """Most channels of a depthwise layer (a kernel in the window, not 1x1, a short
+    row) that one engine run takes: one depthwise run where the contract has
+    them (its input tiles, its output tiles and its weight words, one per output
+    tile), else one block-diagonal view of every channel (its output tiles vs
+    :meth:`max_co_tiles_for` its input tiles)."""
+    c, pin, pout = engine_contract(config), config.pin, config.pout
+    if c.depthwise_runs:
+        return min(c.max_ci_tiles * pin, c.max_co_tiles * pout, c.weights.words * pout)
+    n = 0
+    while (math.ceil((n + 1) / pin) <= c.max_ci_tiles and math.ceil((n + 1) / pout)
+           <= c.max_co_tiles_for(math.ceil((n + 1) / pin))):
+        n += 1
+    return n
+
+
+def resident_possible(config, case):
+    """Whether the program of ``case`` can keep its weights resident at all: every
+    run's weights take a word per output tile at least (a depthwise run's one per
+    tile, a dense one's one per input tile too), so the layer's output tiles must
+    fit the weight buffer (docs/engine.md, "Resident weights")."""
+    c = engine_contract(config)
+    return c.resident_weights and math.ceil(case.cout / config.pout) <= c.weights.words
+
+
 def expected_refusal(config, case):
     """The limits no tiling of ``case`` can get past on ``config``: a tuple of
     :data:`REFUSAL_PATTERNS` keys (a refusal names one of them), or ``None``.
@@ -283,7 +397,12 @@ def expected_refusal(config, case):
     folded into channels. The refusal names the first mapping the compiler
     tried: the layer as it is when its kernel and stride fit the engine, else
     the folded one.
+
+    A grouped layer is refused exactly when one of its groups, as a dense Conv
+    (unpooled), is: views of one group each are the narrowest split there is.
     """
+    if case.group > 1:
+        return expected_refusal(config, _one_group(case))
     dense = _dense_refusal(config, case)
     if dense is None or case.op == "Gemm":
         return dense
@@ -297,10 +416,35 @@ def expected_refusal(config, case):
 
 def single_run_fits(config, case):
     """Whether ``case`` fits the contract as one run (no tiling): when it does
-    not, a bit-exact result must have come from two runs or more."""
+    not, a bit-exact result must have come from two runs or more.
+
+    A grouped layer's one run is either one block-diagonal view of every group
+    (a dense Conv over all channels, unpooled, as a view presents it) or one
+    depthwise run of every channel."""
     if case.expect is not None and not case.may_run:
         return False
-    case = mapped_case(config, case)
+    if case.group > 1:
+        whole = _as_view(config, replace(case, group=1, pool=False))
+        return (_dense_refusal(config, whole) is None and _one_run(config, whole)) \
+            or _one_depthwise_run(config, case)
+    return _one_run(config, mapped_case(config, case))
+
+
+def _one_depthwise_run(config, case):
+    """Whether one depthwise run takes every channel of ``case`` (whole rows)."""
+    c = engine_contract(config)
+    if "depthwise" not in mapping_kinds(config, case) or \
+            case.cin > depthwise_run_channels(config):
+        return False
+    (kh, kw), (sy, sx), (t, l, b, r) = case.kernel, case.stride, case.pads
+    ow = _out(case.w, kw, sx, l, r)
+    in_w = max(1, min(case.w, (ow - 1) * sx - l + kw))
+    return c.line_words(in_w, math.ceil(case.cin / config.pin)) <= c.line_buffer.words \
+        and ow <= c.max_cols
+
+
+def _one_run(config, case):
+    """Whether the dense (or Gemm) ``case``, as the engine takes it, fits one run."""
     c, k, pout = engine_contract(config), config.kmax, config.pout
     co = math.ceil(case.cout / pout)
     ci = input_tiles(config, case.cin, (1, 1) if case.op == "Gemm" else case.kernel)
@@ -655,7 +799,159 @@ def _gemm(d, side):
     return d.gemm(cin=cin, cout=cout), "refused" if side == "over" else None
 
 
+# -- grouped and depthwise layers ----------------------------------------------
+
+def _grouped(d, groups, cin_g, cout_g, **fixed):
+    """A Conv of ``groups`` groups of ``cin_g`` -> ``cout_g`` channels, its window in
+    the engine's ranges unless ``fixed`` (a pooled one's MaxPool runs on the host)."""
+    return dict(d.conv(cin=groups * cin_g, cout=groups * cout_g, **fixed), group=groups)
+
+
+def _window_kernel(d):
+    """A kernel in the window that does not go through the 1x1 remap (when kmax > 1)."""
+    kernel = d.kernel()
+    while kernel == (1, 1) and d.config.kmax > 1:
+        kernel = d.kernel()
+    return kernel
+
+
+def _dw_channels(d, side):
+    """Depthwise channels at what one run takes: one depthwise run's input tiles,
+    output tiles and weight words (or, without depthwise runs, one block-diagonal
+    view's output tiles at its input tiles)."""
+    most = depthwise_run_channels(d.config)
+    n = _side_value(d, side, most, lo=2)
+    if side == "over" and d.chance(0.25):
+        n = most + d.int(2, most + 1)  # several runs
+    if n < 2 or (side == "under" and n >= most):
+        return None, None
+    return _grouped(d, n, 1, 1, kernel=_window_kernel(d)), None
+
+
+def _dw_row(d, side):
+    """A depthwise row at a line-buffer bank's width at the input tiles of a run of
+    every channel (a depthwise run, or the block-diagonal view of every channel)."""
+    c, pin = d.c, d.config.pin
+    most = depthwise_run_channels(d.config)
+    if most < 2:
+        return None, None
+    n = d.int(2, most)
+    widest = c.widest_row(math.ceil(n / pin))
+    w = _side_value(d, side, widest)
+    if side == "over" and d.chance(0.3):
+        w = widest + d.int(1, widest)  # several strips
+    return _grouped(d, n, 1, 1, kernel=_window_kernel(d), w=w), None
+
+
+def _dw_resident(d, side):
+    """Depthwise output tiles at the weight buffer's words: the fewest weight words
+    any mapping takes (a depthwise run's one per output tile)."""
+    pout = d.config.pout
+    co = _side_value(d, side, d.c.weights.words)
+    n = max(2, d.int((co - 1) * pout + 1, co * pout))
+    return _grouped(d, n, 1, 1), None
+
+
+def _group_window(d, side):
+    """A grouped or depthwise kernel and stride at the window: under and at, views
+    as they are (depthwise runs); over (a kernel over kmax, a stride not square),
+    the taps folded into channels."""
+    k, pin, pout = d.config.kmax, d.config.pin, d.config.pout
+    groups = d.int(2, 4)
+    cin_g, cout_g = (1, 1 if d.chance(0.7) else 2) if d.chance(0.5) else \
+        (d.int(1, pin + 1), d.int(1, pout + 1))
+    if side == "under":
+        if k == 1:
+            return None, None
+        kernel = (d.int(1, k - 1), d.int(1, k - 1))
+        s = d.int(1, max(1, k - 1))
+        return _grouped(d, groups, cin_g, cout_g, kernel=kernel, stride=(s, s)), None
+    if side == "at":
+        kernel = (k, k) if d.chance(0.6) else (k, d.int(1, k)) if d.chance(0.5) \
+            else (d.int(1, k), k)
+        s = k if d.chance(0.5) else d.int(1, k)
+        pads = d.pads() if d.chance(0.5) else (k - 1,) * 4
+        return _grouped(d, groups, cin_g, cout_g, kernel=kernel, stride=(s, s), pads=pads), None
+    if d.chance(0.6):
+        kernel = (k + 1, k + 1) if d.chance(0.6) else (k + 1, d.int(1, k)) if d.chance(0.5) \
+            else (d.int(1, k), k + 1)
+        return _grouped(d, groups, cin_g, cout_g, kernel=kernel), None
+    sy = d.int(1, k)
+    sx = sy + d.int(1, 2) if d.chance(0.5) or sy == 1 else d.int(1, sy - 1)
+    return _grouped(d, groups, cin_g, cout_g, stride=(sy, sx)), None
+
+
+def _group_in(d, side):
+    """Input channels per group at a multiple of pin (a group of exactly pin, one
+    more, one less); refused only where one group's input tiles break max_ci_tiles."""
+    pin, pout = d.config.pin, d.config.pout
+    at = pin * min(1 if d.chance(0.6) else d.int(2, 3), max(1, d.c.max_ci_tiles))
+    cin_g = {"under": at - 1, "at": at, "over": at + 1}[side]
+    if cin_g < 1:
+        return None, None
+    p = _grouped(d, d.int(2, 4), cin_g, d.int(1, pout + 1))
+    return p, "refused" if input_tiles(d.config, cin_g, p["kernel"]) > d.c.max_ci_tiles \
+        else None
+
+
+def _group_out(d, side):
+    """Output channels per group at a multiple of pout (one input channel per group
+    in some: depthwise with a channel multiplier, never a depthwise run)."""
+    pin, pout = d.config.pin, d.config.pout
+    at = pout * (1 if d.chance(0.6) else d.int(2, 3))
+    cout_g = {"under": at - 1, "at": at, "over": at + 1}[side]
+    if cout_g < 1:
+        return None, None
+    cin_g = 1 if d.chance(0.4) else d.int(1, min(2 * pin, d.c.max_ci_tiles * pin))
+    return _grouped(d, d.int(2, 4), cin_g, cout_g), None
+
+
+def _group_tiles(d, side):
+    """One group's input tiles at max_ci_tiles: no view splits a group, so over is refused."""
+    c, k, pin, pout = d.c, d.config.kmax, d.config.pin, d.config.pout
+    m = c.max_ci_tiles
+    t = {"under": max(1, m - 1), "at": m, "over": m + 1}[side]
+    if k > 1 and d.chance(0.3):  # 1x1 through the remap: kmax*kmax*pin channels per tile
+        lo = max(pin + 1, (t - 1) * pin * k * k + 1)
+        cin_g = d.int(lo, max(lo, t * pin * k * k))
+        if not _remapped(d.config, cin_g, (1, 1)):
+            return None, None
+        kernel = (1, 1)
+    else:
+        # A full window: its taps folded into channels take as many tiles.
+        cin_g, kernel = d.cin_in_tiles(t), (k, k)
+    p = _grouped(d, 2 if cin_g > pin else d.int(2, 3), cin_g, d.int(1, pout), kernel=kernel,
+                 pool=False, batch=d.int(1, 2))
+    return p, "refused" if side == "over" else None
+
+
+def _group_view(d, side):
+    """Every group as one block-diagonal view (at least two input channels per
+    group, so no depthwise run): its output tiles at what the weight and the
+    parameter buffers take at its input tiles; over, two runs or more."""
+    c, pin, pout = d.c, d.config.pin, d.config.pout
+    ts = [t for t in range(1, min(c.max_ci_tiles, 8) + 1)
+          if c.max_co_tiles_for(t) >= (2 if side == "under" else 1)]
+    if not ts:
+        return None, None
+    t = ts[d.int(0, len(ts) - 1)]
+    groups = d.int(2, 4)
+    lo, hi = max(2, math.ceil(((t - 1) * pin + 1) / groups)), t * pin // groups
+    co = _side_value(d, side, c.max_co_tiles_for(t))
+    clo, chi = math.ceil(((co - 1) * pout + 1) / groups), co * pout // groups
+    if lo > hi or clo > chi:
+        return None, None
+    return _grouped(d, groups, d.int(lo, hi), d.int(clo, chi), kernel=_window_kernel(d)), None
+
+
+#: Targets at what one run takes: under and at, one run may take the layer;
+#: over, none does (the generator keeps only such layers).
+_ONE_RUN_TARGETS = ("dw_channels", "dw_row", "group_view")
+
 _MAKERS = {
+    "dw_channels": _dw_channels, "dw_row": _dw_row, "dw_resident": _dw_resident,
+    "group_window": _group_window, "group_in": _group_in, "group_out": _group_out,
+    "group_tiles": _group_tiles, "group_view": _group_view,
     "width": _width, "channels": _channels, "pool_strip": _pool_strip, "pool_row": _pool_row,
     "weights": _weights, "params": _params, "out_channels": _out_channels, "rows": _rows,
     "batch": _batch, "gemm_rows": _gemm_rows, "gemm_chunks": _gemm_chunks, "stride": _stride,
@@ -698,9 +994,14 @@ def limit_case(config, seed, index, *, target=None, side=None):
         if expect is not None and expect != (target if target in REFUSAL_PATTERNS
                                              else "channels",):
             continue
+        if case.group > 1 and _views_refusal(cfg, case) != expect:
+            continue
+        case = replace(case, expect=expect)
+        if target in _ONE_RUN_TARGETS and single_run_fits(cfg, case) == (side == "over"):
+            continue
         if _too_big(case):
             continue
-        return replace(case, expect=expect)
+        return case
     return None
 
 
@@ -711,18 +1012,22 @@ def _too_big(case):
             or case.batch * case.cout * case.h * case.w > 4_000_000)
 
 
-def limit_cases(config, count, seed=0, start=0, skip=()):
-    """``count`` cases of ``config`` from index ``start`` on: every target on
-    every side, round robin (leaving out the targets in ``skip`` and the ones
-    the configuration has no layer of)."""
+def limit_cases(config, count, seed=0, start=0, skip=(), targets=None):
+    """``count`` cases of ``config`` from index ``start`` on: every target of
+    ``targets`` (default: all of :data:`TARGETS`; :data:`CONV_TARGETS`,
+    :data:`GROUPED_TARGETS`) on every side, round robin (leaving out the targets
+    in ``skip`` and the ones the configuration has no layer of)."""
+    names = list(targets or TARGETS)
     cases, index = [], start
     while len(cases) < count:
-        names = list(TARGETS)
-        case = None if names[index % len(names)] in skip else limit_case(config, seed, index)
+        target = names[index % len(names)]
+        side = SIDES[(index // len(names)) % len(SIDES)]
+        case = None if target in skip else \
+            limit_case(config, seed, index, target=target, side=side)
         if case is not None:
             cases.append(case)
         index += 1
-        if index - start > 3 * (count + len(SIDES)) * len(TARGETS):
+        if index - start > 3 * (count + len(SIDES)) * len(names):
             raise RuntimeError(f"the generator finds too few layers for {config}")
     return cases
 
@@ -757,11 +1062,12 @@ def regression_96_case(side="exact"):
 # -- models and data ----------------------------------------------------------
 
 def build_model(case):
-    """The one-layer :class:`QuantizedModel` of ``case`` (Conv [+ MaxPool] or Gemm), seeded."""
+    """The one-layer :class:`QuantizedModel` of ``case`` (Conv or GroupedConv [+ MaxPool],
+    or Gemm), seeded."""
     rng = np.random.default_rng(case.layer_seed)
     cin, cout = case.cin, case.cout
     extreme = case.data == "extreme"
-    wshape = (cout, cin) if case.op == "Gemm" else (cout, cin, *case.kernel)
+    wshape = (cout, cin) if case.op == "Gemm" else (cout, cin // case.group, *case.kernel)
     if extreme:
         weight = rng.choice(np.array([-128, 127], np.int8), wshape)
     else:
@@ -782,9 +1088,11 @@ def build_model(case):
         layers, in_shape = [layer], (cin,)
     else:
         in_shape = (cin, case.h, case.w)
-        layer = Conv("conv", ["x"], "conv_out" if case.pool else "y", in_shape, weight, bias,
-                     x_scale, x_zp, w_scale, y_scale, y_zp, stride=case.stride, pads=case.pads,
-                     lo=lo)
+        args = ("conv", ["x"], "conv_out" if case.pool else "y", in_shape, weight, bias,
+                x_scale, x_zp, w_scale, y_scale, y_zp)
+        kw = dict(stride=case.stride, pads=case.pads, lo=lo)
+        layer = Conv(*args, **kw) if case.group == 1 else \
+            GroupedConv(*args, **kw, group=case.group)
         layers = [layer]
         if case.pool:
             layers.append(MaxPool("pool", ["conv_out"], "y", layer.output_shape, (2, 2),

@@ -12,6 +12,11 @@ layer. A compile-only test checks many more layers, on more configurations,
 without a simulator: every run's descriptor against the contract, and the
 whole tiled program through the numpy engine model.
 
+Grouped and depthwise layers (``GROUPED_TARGETS``) go through the same
+checks, plus how they are mapped: block-diagonal views, or depthwise runs
+only where the contract has them; and a resident program's warm inference
+(weights kept at their ``weight_base``) is bit-exact too.
+
 Environment:
 
 - ``FPGACNN_LIMIT_SEED`` (default 0): the base seed of every generated layer;
@@ -34,9 +39,11 @@ from fpgacnn.host.compiler import EngineStep, compile_model
 from fpgacnn.host.reference import ReferenceBackend
 
 from engine_model_helpers import emulate_engine
-from limit_layers import (COMPILE_CONFIGS, CONFIGS, REFUSAL_PATTERNS, SIDES, TARGETS,
-                          build_model, case_input, expected_refusal, layer_case,
-                          limit_case, limit_cases, regression_96_case, single_run_fits)
+from limit_layers import (COMPILE_CONFIGS, CONFIGS, CONV_TARGETS, GROUPED_TARGETS,
+                          REFUSAL_PATTERNS, SIDES, TARGETS, build_model, case_input,
+                          depthwise_run_channels, expected_refusal, layer_case, limit_case,
+                          limit_cases, mapping_kinds, regression_96_case, resident_possible,
+                          single_run_fits)
 
 SEED = int(os.environ.get("FPGACNN_LIMIT_SEED", "0"))
 #: Layers per configuration on the RTL in the default run (every target on
@@ -46,6 +53,10 @@ DEFAULT_LAYERS = 135
 SWEEP_LAYERS = int(os.environ.get("FPGACNN_LIMIT_LAYERS", "2000"))
 #: Layers per configuration of the compile-only check.
 COMPILE_LAYERS = 150
+#: Grouped and depthwise layers per configuration: on the RTL in the default
+#: run (every target on every side once), and in the compile-only check.
+GROUPED_LAYERS = len(GROUPED_TARGETS) * len(SIDES)
+GROUPED_COMPILE_LAYERS = 2 * GROUPED_LAYERS
 
 #: ``(config, seed, index) -> reason`` of default-run layers known to come out
 #: wrong or to raise: xfail(strict), the smallest reproducer in the reason.
@@ -83,8 +94,46 @@ def _check_refusal(case, message, where):
         f"{case.repro()}: the refusal names none of the limits {case.expect}: {message}"
 
 
+def check_program(case, program):
+    """What the contract says of ``case``'s compiled ``program``, without running it.
+
+    The mapping is one the contract allows (:func:`mapping_kinds`); every run's
+    descriptor (and warm descriptor) has no :func:`descriptor_violations`; a
+    layer that no single run fits has two runs or more; and the program keeps
+    its weights resident exactly when the engine can and their words fit the
+    weight buffer together -- never when the layer's output tiles alone do not.
+    """
+    config = COMPILE_CONFIGS[case.config]
+    contract = engine_contract(config)
+    steps = program.steps
+    step = steps[0]
+    assert isinstance(step, EngineStep), f"{case.repro()}: not an engine step: {steps}"
+    # One step, the MaxPool fused; a Conv whose taps are folded into channels
+    # and a grouped layer leave their MaxPool to the host.
+    assert len(steps) == 1 or (len(steps) == 2 and (step.mapping == "im2col" or case.group > 1)), \
+        f"{case.repro()}: {[s.name for s in steps]} ({step.mapping})"
+    kinds = mapping_kinds(config, case)
+    assert step.mapping.split("/")[0] in kinds, \
+        f"{case.repro()}: mapped as {step.mapping}, the contract allows {sorted(kinds)}"
+    for run in step.runs:
+        for desc in (run.descriptor, run.warm_descriptor):
+            violations = [] if desc is None else descriptor_violations(config, desc)
+            assert violations == [], f"{case.repro()}: run {run}: {violations}"
+    if not single_run_fits(config, case):
+        assert len(step.runs) >= 2, f"{case.repro()}: one run past a limit"
+    groups = {id(run.weights): run.descriptor for run in step.runs}
+    words = sum(contract.weight_words(desc) for desc in groups.values())
+    fits = contract.resident_weights and words <= contract.weights.words
+    assert program.resident == fits, \
+        f"{case.repro()}: resident {program.resident}, its weights take {words} words of " \
+        f"{contract.weights.words}"
+    assert resident_possible(config, case) or not program.resident, \
+        f"{case.repro()}: resident, but its output tiles alone exceed the weight buffer"
+
+
 def run_on_rtl(case, board):
-    """Run ``case`` on ``board``; assert it is bit-exact or refused as predicted."""
+    """Run ``case`` on ``board``; assert it is bit-exact or refused as predicted
+    (and a resident grouped program's second, warm inference too)."""
     config = COMPILE_CONFIGS[case.config]
     model, x = build_model(case), case_input(case)
     acc = Accelerator(model, config=config, board=board)
@@ -106,6 +155,16 @@ def run_on_rtl(case, board):
     assert_array_equal(y, want, err_msg=f"WRONG ANSWER: {case.repro()}")
     if not single_run_fits(config, case):  # then the compiler must have tiled it
         assert acc.report["layers"][0]["runs"] >= 2, f"{case.repro()}: one run past a limit"
+    program = acc.program(case.batch)
+    check_program(case, program)
+    if program.resident and case.target in WARM_TARGETS:
+        board.set_backpressure(*case.pauses, seed=case.index + 2)
+        try:
+            y = acc.run_int8(x)
+        finally:
+            board.set_backpressure(0, 0)
+        assert acc.report["weights"] == "resident", f"{case.repro()}: {acc.report['weights']}"
+        assert_array_equal(y, want, err_msg=f"WRONG ANSWER (warm): {case.repro()}")
     return acc
 
 
@@ -121,8 +180,12 @@ def _params(cases):
 #: Gemm batches past the row range take 20,000 to 65,000 images (seconds each on
 #: the simulator): one per configuration below; all of them in the slow sweep.
 SLOW_TARGETS = ("gemm_chunks",)
+#: Targets whose resident programs run a second, warm inference on the RTL.
+WARM_TARGETS = ("dw_resident",)
 RTL_CASES = [case for key in CONFIGS
-             for case in limit_cases(key, DEFAULT_LAYERS, SEED, skip=SLOW_TARGETS)]
+             for case in (limit_cases(key, DEFAULT_LAYERS, SEED, skip=SLOW_TARGETS,
+                                      targets=CONV_TARGETS)
+                          + limit_cases(key, GROUPED_LAYERS, SEED, targets=GROUPED_TARGETS))]
 
 
 @pytest.mark.parametrize("case", _params(RTL_CASES))
@@ -188,11 +251,11 @@ def test_rows_of_bottom_padding_then_the_next_image(key, layer, boards):
 def check_compiled(case):
     """The compiler refuses ``case`` as predicted, or its program is right without the RTL.
 
-    Every compiled run's descriptor must have no :func:`descriptor_violations`,
-    and the program, its runs' streams going through the numpy engine model
-    of tests/engine_model_helpers.py instead of the board, must equal the
-    reference bit for bit: strips, halos, channel groups and Gemm chunks
-    cover the output exactly.
+    The program must pass :func:`check_program`, and, its runs' streams going
+    through the numpy engine model of tests/engine_model_helpers.py instead of
+    the board, must equal the reference bit for bit: strips, halos, channel
+    groups, views and Gemm chunks cover the output exactly. A resident
+    grouped program runs a second time, warm (no weights streamed).
     """
     config = COMPILE_CONFIGS[case.config]
     model = build_model(case)
@@ -205,29 +268,23 @@ def check_compiled(case):
         raise AssertionError(f"{case.repro()}: {type(e).__name__}: {e}") from e
     assert case.expect is None or case.may_run, \
         f"{case.repro()}: compiled, but no tiling fits the {case.expect} limit of the contract"
-    steps = program.steps
-    step = steps[0]
-    assert isinstance(step, EngineStep), f"{case.repro()}: not an engine step: {steps}"
-    # One step, the MaxPool fused; a Conv whose taps are folded into channels
-    # leaves its MaxPool to the host.
-    assert len(steps) == 1 or (step.mapping == "im2col" and len(steps) == 2), \
-        f"{case.repro()}: {[s.name for s in steps]} ({step.mapping})"
-    for run in step.runs:
-        violations = descriptor_violations(config, run.descriptor)
-        assert violations == [], f"{case.repro()}: run {run}: {violations}"
-    if not single_run_fits(config, case):
-        assert len(step.runs) >= 2, f"{case.repro()}: one run past a limit"
+    check_program(case, program)
     if case.batch > 16 or case.batch * case.h * case.w * max(case.cin, case.cout) > 200_000:
         return  # the numpy engine model steps through images one by one
+    steps = program.steps
+    step = steps[0]
     x = case_input(case)
-    y = np.empty((case.batch, *step.output_shape), np.int8)
-    state = {}
-    for run in step.runs:
-        run.store(y, emulate_engine(config, run.descriptor, run.stream(x), state))
-    for host in steps[1:]:
-        y = host.layer.evaluate(y)
-    assert_array_equal(y, ReferenceBackend().run_int8(model, x),
-                       err_msg=f"WRONG ANSWER (engine model): {case.repro()}")
+    want = ReferenceBackend().run_int8(model, x)
+    state = {}  # the engine's weight buffer and parameters, kept between inferences
+    for warm in (False, True) if program.resident and case.group > 1 else (False,):
+        y = np.empty((case.batch, *step.output_shape), np.int8)
+        for run in step.runs:
+            desc = run.warm_descriptor if warm else run.descriptor
+            run.store(y, emulate_engine(config, desc, run.stream(x, warm=warm), state))
+        for host in steps[1:]:
+            y = host.layer.evaluate(y)
+        assert_array_equal(y, want, err_msg=f"WRONG ANSWER (engine model"
+                                            f"{', warm' if warm else ''}): {case.repro()}")
 
 
 def _failures(cases, check, *args):
@@ -247,13 +304,15 @@ def _report(failures, count):
 
 @pytest.mark.parametrize("key", list(COMPILE_CONFIGS))
 def test_compiler_refuses_or_every_run_fits_the_contract(key):
-    _report(_failures(limit_cases(key, COMPILE_LAYERS, SEED + 1), check_compiled), COMPILE_LAYERS)
+    cases = limit_cases(key, COMPILE_LAYERS, SEED + 1, targets=CONV_TARGETS) \
+        + limit_cases(key, GROUPED_COMPILE_LAYERS, SEED + 1, targets=GROUPED_TARGETS)
+    _report(_failures(cases, check_compiled), len(cases))
 
 
 @pytest.mark.parametrize("key", list(COMPILE_CONFIGS))
 def test_generator_covers_every_limit_on_every_side(key):
     """Each target on each side exists (or cannot exist on this engine), as predicted."""
-    cases = limit_cases(key, 3 * len(TARGETS) * len(SIDES), SEED)
+    cases = limit_cases(key, 3 * len(CONV_TARGETS) * len(SIDES), SEED, targets=CONV_TARGETS)
     seen = {(c.target, c.side) for c in cases}
     for case in cases:
         assert expected_refusal(COMPILE_CONFIGS[key], case) == case.expect
@@ -276,6 +335,70 @@ def test_generator_covers_every_limit_on_every_side(key):
             assert not single_run_fits(COMPILE_CONFIGS[key], case), case.repro()
 
 
+@pytest.mark.parametrize("key", list(COMPILE_CONFIGS))
+def test_generator_covers_every_grouped_limit_on_every_side(key):
+    """Each grouped / depthwise target on each side exists (or cannot on this engine)."""
+    config = COMPILE_CONFIGS[key]
+    contract = engine_contract(config)
+    cases = limit_cases(key, 3 * len(GROUPED_TARGETS) * len(SIDES), SEED, targets=GROUPED_TARGETS)
+    seen = {(c.target, c.side) for c in cases}
+    # Only a group under a kernel of kmax needs kmax > 1.
+    absent = {("group_window", "under")} if config.kmax == 1 else set()
+    assert {(t, s) for t in GROUPED_TARGETS for s in SIDES} - absent <= seen, key
+    for case in cases:
+        assert case.group > 1 and case.cin % case.group == 0 == case.cout % case.group, \
+            case.repro()
+        assert expected_refusal(config, case) == case.expect
+        # Only one group's input tiles past max_ci_tiles are refused (a group of
+        # pin + 1 channels is that, where max_ci_tiles is 1).
+        if case.expect is not None:
+            assert case.side == "over" and case.target in ("group_tiles", "group_in"), \
+                case.repro()
+            assert case.expect == ("channels",), case.repro()
+    assert all(c.expect == ("channels",) for c in cases
+               if (c.target, c.side) == ("group_tiles", "over"))
+    for case in cases:
+        fits = single_run_fits(config, case)
+        if case.target in ("dw_channels", "dw_row", "group_view"):
+            assert fits == (case.side != "over"), case.repro()
+        if case.target.startswith("dw_"):
+            assert case.cin == case.group == case.cout, case.repro()
+            assert ("depthwise" in mapping_kinds(config, case)) == contract.depthwise_runs
+        if case.target == "dw_channels":
+            most = depthwise_run_channels(config)
+            assert (case.cin <= most) == (case.side != "over"), case.repro()
+        if case.target == "dw_resident":
+            assert resident_possible(config, case) == (case.side != "over"), case.repro()
+        if case.target == "group_window" and case.side == "over":
+            assert mapping_kinds(config, case) == {"grouped"}, case.repro()
+
+
+#: A grouped Conv whose window the engine cannot take as it is but whose taps,
+#: folded into channels, it can: a dense Conv of one group is folded (im2col),
+#: the views of host/conv_views.py fold only kernels over kmax and strides that
+#: are not square, so these are refused naming the stride, the pad or the
+#: weight buffer. The generator leaves such layers out (limit_layers._views_refusal).
+GROUPED_FOLD_GAP = ("host/conv_views.py dense_view folds only kernels over kmax and non-square "
+                    "strides, and _convolution_step's im2col fallback is for Conv only")
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=GROUPED_FOLD_GAP)
+@pytest.mark.parametrize("layer", [
+    dict(cin=8, cout=8, group=8, h=9, w=9, kernel=(3, 3), stride=(4, 4)),
+    dict(cin=8, cout=8, group=2, h=6, w=6, kernel=(3, 3), pads=(3, 1, 1, 1)),
+    dict(cin=8, cout=8, group=8, h=6, w=6, kernel=(2, 2), pads=(0, 3, 0, 0)),
+    dict(cin=130, cout=2, group=2, h=3, w=4, kernel=(1, 2)),
+], ids=["depthwise-stride-over-kmax", "grouped-pad-top-over", "depthwise-pad-left-over",
+        "group-tiles-that-fold"])
+def test_grouped_layer_past_the_window_folds_its_taps(layer):
+    """A grouped layer is bit-exact wherever one group as a dense Conv is: a stride
+    over kmax, a top or left pad over kmax - 1, a group of 65 channels with a 1x2
+    kernel (17 input tiles as it is, 4 folded) on the k3 engine."""
+    case = layer_case("k3", target="group_window", side="over", **layer)
+    assert case.expect is None, case.repro()
+    check_compiled(case)
+
+
 # -- on demand: thousands of layers --------------------------------------------
 
 @pytest.mark.slow
@@ -284,7 +407,7 @@ def test_limit_sweep_on_rtl(key, boards):
     cases = limit_cases(key, SWEEP_LAYERS, SEED, start=10_000, skip=SLOW_TARGETS)
     # Gemm batches past the row range: one in a hundred (seconds each).
     cases += limit_cases(key, max(1, SWEEP_LAYERS // 100), SEED, start=10_000,
-                         skip=tuple(t for t in TARGETS if t not in SLOW_TARGETS))
+                         targets=SLOW_TARGETS)
     _report(_failures(cases, run_on_rtl, boards(key)), len(cases))
 
 
