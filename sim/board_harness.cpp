@@ -6,6 +6,13 @@
 // accessors for the top's actual names and widths) and loads the result as a
 // shared library through ctypes. The C ABI below is the narrow board
 // interface of DESIGN.md section 4: MMIO read/write, DMA send/receive, wait.
+//
+// A top with the memory port of fpgacnn/core/memory_port.py (the program
+// engine: it fetches its program and data itself) also gets a memory model
+// (HAS_MEMORY_PORT, from board_ports.h): a host buffer as the board's memory
+// behind a read channel with latency and a write channel, both paced by one
+// token bucket of bytes per cycle. On a top without the port the memory
+// functions exist and answer -1 ("no memory port"); nothing else changes.
 
 #include <cstdint>
 #include <cstring>
@@ -14,7 +21,41 @@
 
 #include "board_ports.h"
 
+#if HAS_MEMORY_PORT
+#include <algorithm>
+#include <cmath>
+#include <deque>
+#endif
+
 namespace {
+
+#if HAS_MEMORY_PORT
+// A read taken and not yet answered: its bytes (read when it was taken, so
+// memory order is the order the channels take requests) and the cycle from
+// which the response may be presented.
+struct MemRead {
+    uint64_t due;
+    uint8_t data[READ_BYTES];
+};
+
+// board_mem_stats' values, in this order.
+enum {
+    MEM_READS,          // read requests taken
+    MEM_WRITES,         // write requests taken
+    MEM_BYTES_READ,     // bytes read from the buffer (READ_BYTES per read in range)
+    MEM_BYTES_WRITTEN,  // bytes stored in the buffer (strobe set, write in range)
+    MEM_WAIT_CYCLES,    // cycles in which a request was valid and not offered ready
+    MEM_FIRST_READ,     // board cycle of the first read taken (UINT64_MAX: none)
+    MEM_LAST_READ,
+    MEM_FIRST_WRITE,
+    MEM_LAST_WRITE,
+    MEM_RESPONSE_WAITS, // cycles in which a response was presented and not taken
+    MEM_NSTATS
+};
+
+enum { MEM_OK = 0, MEM_OUTSIDE = 1, MEM_MISALIGNED = 2 };  // board_mem_error's reasons
+enum { MEM_KIND_READ = 1, MEM_KIND_WRITE = 2 };
+#endif
 
 struct Board : VerilatorModel {
     uint64_t cycle = 0;
@@ -39,6 +80,26 @@ struct Board : VerilatorModel {
     // Random back-pressure (input pauses, output not-ready), seeded.
     uint32_t rng = 1;
     uint32_t tx_pause_permille = 0, rx_pause_permille = 0;
+
+#if HAS_MEMORY_PORT
+    // The board's memory: a buffer owned (and kept alive) by the Python side.
+    uint8_t* mem = nullptr;
+    uint64_t mem_len = 0;
+    // Timing: responses `latency` cycles after their request; bandwidth in
+    // bytes per cycle through a token bucket shared by reads and writes.
+    uint32_t latency = 40;
+    double bytes_per_cycle = 8.0, tokens = 0.0, token_cap = 16.0;
+    // Arbitration state: which channel goes first when both want tokens (the
+    // one served last goes second, so neither starves), and which requests
+    // are known to be waiting (valid and not taken last cycle, so valid now:
+    // a valid is held until taken).
+    bool writes_first = false, rd_waiting = false, wr_waiting = false;
+    std::deque<MemRead> reads;
+    // The first error (sticky until cleared).
+    int err_reason = MEM_OK, err_kind = 0;
+    uint32_t err_addr = 0;
+    uint64_t stats[MEM_NSTATS];
+#endif
 };
 
 uint32_t next_random(Board* b) {
@@ -56,6 +117,123 @@ void dump(Board* b) {
     b->dump(b->time);
     b->time += 5;
 }
+
+#if HAS_MEMORY_PORT
+void mem_reset_stats(Board* b) {
+    std::memset(b->stats, 0, sizeof b->stats);
+    b->stats[MEM_FIRST_READ] = b->stats[MEM_LAST_READ] = UINT64_MAX;
+    b->stats[MEM_FIRST_WRITE] = b->stats[MEM_LAST_WRITE] = UINT64_MAX;
+}
+
+// The idle state of the channels (board_new, board_reset): nothing in flight,
+// an empty bucket. The memory's contents, the error and the statistics stay.
+void mem_idle(Board* b) {
+    b->reads.clear();
+    b->tokens = 0.0;
+    b->writes_first = b->rd_waiting = b->wr_waiting = false;
+}
+
+// Check an access of `size` bytes at `addr`; on the first error, remember it.
+bool mem_check(Board* b, int kind, uint32_t addr, uint32_t size) {
+    int reason = MEM_OK;
+    if (addr % size) reason = MEM_MISALIGNED;
+    else if (!b->mem || (uint64_t)addr + size > b->mem_len) reason = MEM_OUTSIDE;
+    if (reason != MEM_OK && b->err_reason == MEM_OK) {
+        b->err_reason = reason;
+        b->err_kind = kind;
+        b->err_addr = addr;
+    }
+    return reason == MEM_OK;
+}
+
+// Which channels may take a request this cycle, from state only (the top's
+// valids are not looked at: its outputs are evaluated after the inputs are
+// set). Tokens are reserved here but spent only by a request taken, so a
+// ready offered and not used costs nothing. A channel known to be waiting is
+// considered first; if it cannot be served, the other gets nothing either,
+// so the tokens build up for it (a small request cannot starve a large one).
+void mem_offer(Board* b, bool* rd, bool* wr) {
+    b->tokens = std::min(b->token_cap, b->tokens + b->bytes_per_cycle);
+    double budget = b->tokens + 1e-9;  // 1e-9: rates such as 0.1 byte/cycle add up inexactly
+    bool rd_first = b->rd_waiting != b->wr_waiting ? b->rd_waiting : !b->writes_first;
+    *rd = *wr = false;
+    for (int k = 0; k < 2; k++) {
+        bool is_rd = (k == 0) == rd_first;
+        double size = is_rd ? READ_BYTES : WRITE_BYTES;
+        if (budget >= size) {
+            *(is_rd ? rd : wr) = true;
+            budget -= size;
+        } else if (is_rd ? b->rd_waiting : b->wr_waiting) {
+            break;
+        }
+    }
+}
+
+// The memory's inputs to the top for this cycle (before the low-phase eval).
+// While the top is held in reset the memory is idle: no ready, no response.
+void mem_drive(Board* b) {
+    Vtop* t = b->top;
+    bool rd = false, wr = false, rsp = false;
+    if (!t->rst) {
+        mem_offer(b, &rd, &wr);
+        rsp = !b->reads.empty() && b->reads.front().due <= b->cycle;
+    }
+    MEM_RD_READY(t) = rd;
+    MEM_WR_READY(t) = wr;
+    MEM_RDATA_VALID(t) = rsp;
+    if (rsp) set_mem_rdata(t, b->reads.front().data);  // held until taken: the front stays
+}
+
+// The handshakes of this cycle, sampled after the low-phase eval.
+void mem_sample(Board* b) {
+    Vtop* t = b->top;
+    if (t->rst) {
+        b->rd_waiting = b->wr_waiting = false;
+        return;
+    }
+    bool rd_valid = MEM_RD_VALID(t), wr_valid = MEM_WR_VALID(t);
+    bool rd_fire = rd_valid && MEM_RD_READY(t), wr_fire = wr_valid && MEM_WR_READY(t);
+    if ((rd_valid && !rd_fire) || (wr_valid && !wr_fire)) b->stats[MEM_WAIT_CYCLES]++;
+    if (MEM_RDATA_VALID(t)) {
+        if (MEM_RDATA_READY(t)) b->reads.pop_front();
+        else b->stats[MEM_RESPONSE_WAITS]++;
+    }
+    // The read goes first: a read and a write taken in one cycle, the read sees the old bytes.
+    if (rd_fire) {
+        uint32_t addr = MEM_RD_ADDR(t);
+        MemRead r;
+        r.due = b->cycle + b->latency;
+        if (mem_check(b, MEM_KIND_READ, addr, READ_BYTES)) {
+            std::memcpy(r.data, b->mem + addr, READ_BYTES);
+            b->stats[MEM_BYTES_READ] += READ_BYTES;
+        } else {
+            std::memset(r.data, 0, READ_BYTES);
+        }
+        b->reads.push_back(r);
+        b->tokens -= READ_BYTES;
+        b->stats[MEM_READS]++;
+        if (b->stats[MEM_FIRST_READ] == UINT64_MAX) b->stats[MEM_FIRST_READ] = b->cycle;
+        b->stats[MEM_LAST_READ] = b->cycle;
+    }
+    if (wr_fire) {
+        uint32_t addr = MEM_WR_ADDR(t);
+        if (mem_check(b, MEM_KIND_WRITE, addr, WRITE_BYTES)) {
+            uint8_t data[WRITE_BYTES], lanes[WRITE_BYTES];
+            get_mem_wr_data(t, data);
+            get_mem_wr_strb(t, lanes);
+            for (int i = 0; i < WRITE_BYTES; i++)
+                if (lanes[i]) { b->mem[addr + i] = data[i]; b->stats[MEM_BYTES_WRITTEN]++; }
+        }
+        b->tokens -= WRITE_BYTES;
+        b->stats[MEM_WRITES]++;
+        if (b->stats[MEM_FIRST_WRITE] == UINT64_MAX) b->stats[MEM_FIRST_WRITE] = b->cycle;
+        b->stats[MEM_LAST_WRITE] = b->cycle;
+    }
+    if (rd_fire != wr_fire) b->writes_first = rd_fire;  // the one served goes second next time
+    b->rd_waiting = rd_valid && !rd_fire;
+    b->wr_waiting = wr_valid && !wr_fire;
+}
+#endif
 
 // One clock cycle. Inputs are set while the clock is low; handshakes are
 // sampled after the low-phase evaluation, exactly as the rising edge sees them.
@@ -83,10 +261,16 @@ void tick(Board* b) {
     AXIL_BREADY(t) = b->axil == Board::AXIL_WRITE && b->aw_done && b->w_done;
     AXIL_ARVALID(t) = b->axil == Board::AXIL_READ && !b->ar_done;
     AXIL_RREADY(t) = b->axil == Board::AXIL_READ && b->ar_done;
+#if HAS_MEMORY_PORT
+    mem_drive(b);
+#endif
 
     t->clk = 0;
     t->eval();
     dump(b);
+#if HAS_MEMORY_PORT
+    mem_sample(b);
+#endif
 
     if (b->axil == Board::AXIL_WRITE) {
         bool aw_fire = AXIL_AWVALID(t) && AXIL_AWREADY(t);
@@ -140,6 +324,10 @@ extern "C" {
 
 void* board_new(const char* wave_path) {
     Board* b = new Board;
+#if HAS_MEMORY_PORT
+    b->token_cap = std::max({2 * b->bytes_per_cycle, (double)READ_BYTES, (double)WRITE_BYTES});
+    mem_reset_stats(b);
+#endif
     b->open_model(wave_path);
     b->top->eval();
     return b;
@@ -160,12 +348,17 @@ void board_set_pauses(void* p, uint32_t tx_permille, uint32_t rx_permille, uint3
     b->rng = seed ? seed : 1;
 }
 
-// Synchronous reset of the whole top, and of the DMA model (it drops any transfer).
+// Synchronous reset of the whole top, and of the DMA model (it drops any
+// transfer) and the memory channels (reads in flight dropped, bucket emptied;
+// the memory's contents, its error and its statistics stay).
 void board_reset(void* p, uint32_t cycles) {
     Board* b = static_cast<Board*>(p);
     b->tx_busy = b->tx_presenting = false;
     b->rx_busy = false;
     b->axil = Board::AXIL_IDLE;
+#if HAS_MEMORY_PORT
+    mem_idle(b);
+#endif
     b->top->rst = 1;
     for (uint32_t i = 0; i < cycles; i++) tick(b);
     b->top->rst = 0;
@@ -255,8 +448,9 @@ void board_dma_abort(void* p) {
 // Benchmark ceiling: clock the model with no host work at all. s_axis holds
 // valid with one constant beat and m_axis is always ready, so an engine
 // started beforehand (descriptor + start by MMIO) stays busy; no DMA model,
-// no AXI-Lite master, no waveform. The DMA channels must be idle; reset the
-// board afterwards (the engine is left mid-run).
+// no AXI-Lite master, no waveform. The memory model is off too (no ready, no
+// response, so no request is taken unseen). The DMA channels must be idle;
+// reset the board afterwards (the engine is left mid-run).
 void board_free_run(void* p, uint64_t cycles) {
     Board* b = static_cast<Board*>(p);
     Vtop* t = b->top;
@@ -268,6 +462,9 @@ void board_free_run(void* p, uint64_t cycles) {
     M_TREADY(t) = 1;
     AXIL_AWVALID(t) = 0; AXIL_WVALID(t) = 0; AXIL_BREADY(t) = 0;
     AXIL_ARVALID(t) = 0; AXIL_RREADY(t) = 0;
+#if HAS_MEMORY_PORT
+    MEM_RD_READY(t) = 0; MEM_WR_READY(t) = 0; MEM_RDATA_VALID(t) = 0;
+#endif
     for (uint64_t i = 0; i < cycles; i++) {
         t->clk = 0;
         t->eval();
@@ -278,6 +475,122 @@ void board_free_run(void* p, uint64_t cycles) {
     b->time += 10 * cycles;
     S_TVALID(t) = 0;
     M_TREADY(t) = 0;
+}
+
+// ---- The memory model (a top with the memory port; -1 from each on any other top).
+
+// 1 if the top has the memory port, 0 if not.
+int board_mem_present(void* p) {
+    (void)p;
+    return HAS_MEMORY_PORT;
+}
+
+// Make `len` bytes at `buf` the board's memory (addresses are offsets into
+// it); NULL detaches. The caller keeps the buffer alive while attached.
+// Returns 0, or -1 without a memory port.
+int board_mem_attach(void* p, uint8_t* buf, uint64_t len) {
+#if HAS_MEMORY_PORT
+    Board* b = static_cast<Board*>(p);
+    b->mem = buf;
+    b->mem_len = buf ? len : 0;
+    return 0;
+#else
+    (void)p; (void)buf; (void)len;
+    return -1;
+#endif
+}
+
+// Latency (cycles from a read taken to its response, >= 1) and bandwidth
+// (bytes per cycle shared by reads and writes, > 0; the bucket holds up to
+// max(2 * bytes_per_cycle, READ_BYTES, WRITE_BYTES)). Returns 0, -2 for a
+// value out of range (nothing changed), -1 without a memory port.
+int board_mem_timing(void* p, uint32_t latency, double bytes_per_cycle) {
+#if HAS_MEMORY_PORT
+    Board* b = static_cast<Board*>(p);
+    if (latency < 1 || !(bytes_per_cycle > 0) || !std::isfinite(bytes_per_cycle)) return -2;
+    b->latency = latency;
+    b->bytes_per_cycle = bytes_per_cycle;
+    b->token_cap = std::max({2 * bytes_per_cycle, (double)READ_BYTES, (double)WRITE_BYTES});
+    b->tokens = std::min(b->tokens, b->token_cap);
+    return 0;
+#else
+    (void)p; (void)latency; (void)bytes_per_cycle;
+    return -1;
+#endif
+}
+
+// The first memory error since the last clear: returns 0 (none), 1 (bytes
+// outside the attached buffer, or none attached) or 2 (address not a
+// multiple of the access size), with *kind = 1 (read) or 2 (write) and
+// *addr the request's address; -1 without a memory port. Such a read
+// answers zeros, such a write is dropped.
+int board_mem_error(void* p, int* kind, uint32_t* addr) {
+#if HAS_MEMORY_PORT
+    Board* b = static_cast<Board*>(p);
+    *kind = b->err_kind;
+    *addr = b->err_addr;
+    return b->err_reason;
+#else
+    (void)p; *kind = 0; *addr = 0;
+    return -1;
+#endif
+}
+
+// Forget the memory error. Returns 0, or -1 without a memory port.
+int board_mem_clear_error(void* p) {
+#if HAS_MEMORY_PORT
+    Board* b = static_cast<Board*>(p);
+    b->err_reason = MEM_OK;
+    b->err_kind = 0;
+    b->err_addr = 0;
+    return 0;
+#else
+    (void)p;
+    return -1;
+#endif
+}
+
+// Copy the first min(n, 10) statistics into out: reads, writes, bytes read,
+// bytes written, wait cycles, first read cycle, last read cycle, first write
+// cycle, last write cycle (UINT64_MAX for a cycle not yet seen), response
+// wait cycles (see MEM_* above). Returns how many there are (10), or -1
+// without a memory port.
+int board_mem_stats(void* p, uint64_t* out, uint32_t n) {
+#if HAS_MEMORY_PORT
+    Board* b = static_cast<Board*>(p);
+    for (uint32_t i = 0; i < n && i < MEM_NSTATS; i++) out[i] = b->stats[i];
+    return MEM_NSTATS;
+#else
+    (void)p; (void)out; (void)n;
+    return -1;
+#endif
+}
+
+// Zero the statistics. Returns 0, or -1 without a memory port.
+int board_mem_reset_stats(void* p) {
+#if HAS_MEMORY_PORT
+    mem_reset_stats(static_cast<Board*>(p));
+    return 0;
+#else
+    (void)p;
+    return -1;
+#endif
+}
+
+// Clock until the top's irq is high (0) or `max_cycles` pass (1); -1 without
+// a memory port (a top without one has no irq either).
+int board_wait_irq(void* p, uint64_t max_cycles) {
+#if HAS_MEMORY_PORT
+    Board* b = static_cast<Board*>(p);
+    for (uint64_t i = 0; i < max_cycles; i++) {
+        if (MEM_IRQ(b->top)) return 0;
+        tick(b);
+    }
+    return MEM_IRQ(b->top) ? 0 : 1;
+#else
+    (void)p; (void)max_cycles;
+    return -1;
+#endif
 }
 
 }  // extern "C"

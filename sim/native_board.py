@@ -8,6 +8,12 @@ top with an AXI4-Lite slave ``s_axil`` and AXI4-Stream ports ``s_axis`` /
 (``board_harness.cpp``), so the streams never wait on Python once per beat;
 Python only starts transfers and waits for them.
 
+A top that also has the memory port of :mod:`fpgacnn.core.memory_port` (the
+program engine) gets a memory model in the same harness: a numpy array as
+the board's memory, reads with a latency, writes with byte strobes, one
+bandwidth for both (docs/program.md, "The simulated board's memory model"),
+and :meth:`SimulatedBoard.wait_irq`.
+
 Builds are cached by a hash of everything that goes into them (Verilog,
 harness, port map, Verilator version, flags), so a second run with the same
 configuration does not recompile. :func:`build_harness_library` is the same
@@ -28,6 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from ..core.errors import BackendError
+from ..core.memory_port import MEMORY_PORTS
 from .verilator_tool import verilator_env, verilator_version
 
 __all__ = ["SimulatedBoard", "build_board_library", "build_harness_library", "TopPorts",
@@ -69,10 +76,11 @@ class TopPorts:
         match = re.search(rf"^module\s+{re.escape(top)}\s*\(.*?^endmodule", verilog, re.M | re.S)
         if not match:
             raise BackendError(f"the Verilog has no module named {top!r}")
-        self.widths = {}
+        self.widths, self.directions = {}, {}
         for direction, msb, lsb, name in _PORT_DECL.findall(match.group(0)):
             width = int(msb) - int(lsb) + 1 if msb else 1
             self.widths[name.lstrip("\\")] = width
+            self.directions[name.lstrip("\\")] = direction
         for name, width in _REQUIRED.items():
             if name not in self.widths:
                 raise BackendError(f"engine top {top!r} has no port {name!r}; the simulated board "
@@ -85,6 +93,42 @@ class TopPorts:
             raise BackendError(
                 f"s_axis__tdata ({self.stream_width} bits) and m_axis__tdata "
                 f"({self.widths['m_axis__tdata']} bits) must be equal whole bytes")
+        self.read_bytes = self.write_bytes = 0
+        self.has_memory = self._check_memory_ports(top)
+
+    def _check_memory_ports(self, top):
+        """True if the top has the memory port of core/memory_port.py (all of it).
+
+        Sets ``read_bytes`` (R) and ``write_bytes`` (W). Part of the port is an
+        error, not a top without memory: the board would leave the rest unconnected.
+        """
+        present = [name for name in MEMORY_PORTS if name in self.widths]
+        if not present:
+            return False
+        missing = [name for name in MEMORY_PORTS if name not in self.widths]
+        if missing:
+            raise BackendError(f"engine top {top!r} has memory ports but not "
+                               + ", ".join(repr(n) for n in missing))
+        for name, (direction, _) in MEMORY_PORTS.items():
+            if self.directions[name] != direction + "put":
+                raise BackendError(f"engine top port {name!r} is an {self.directions[name]}, "
+                                   f"expected an {direction}put")
+        rdata, wdata = self.widths["mem_rdata__data"], self.widths["mem_wr__data"]
+        if rdata % 8 or not 1 <= rdata // 8 <= 64:
+            raise BackendError(f"engine top port 'mem_rdata__data' is {rdata} bits wide, "
+                               f"expected 8*R bits with R from 1 to 64 bytes")
+        w = wdata // 8
+        if wdata % 8 or w < 4 or w & (w - 1):
+            raise BackendError(f"engine top port 'mem_wr__data' is {wdata} bits wide, "
+                               f"expected 8*W bits with W a power of two of at least 4")
+        sizes = {"R": rdata, "W": wdata, "Wstrb": w}
+        for name, (_, width) in MEMORY_PORTS.items():
+            want = sizes.get(width, width)
+            if self.widths[name] != want:
+                raise BackendError(f"engine top port {name!r} is {self.widths[name]} bits wide, "
+                                   f"expected {want}")
+        self.read_bytes, self.write_bytes = rdata // 8, w
+        return True
 
     @property
     def beat_bytes(self):
@@ -117,29 +161,58 @@ class TopPorts:
             keep = f"    t->{m('s_axis__tkeep')} = {(1 << self.widths['s_axis__tkeep']) - 1}ULL;\n"
         lines.append(self._data_accessor("set_s_tdata", "s_axis__tdata", write=True, extra=keep))
         lines.append(self._data_accessor("get_m_tdata", "m_axis__tdata", write=False))
+        lines += self._memory_header()
         return "\n".join(lines) + "\n"
 
+    def _memory_header(self):
+        """The memory port's part of ``board_ports.h`` (only the flag on a top without one)."""
+        lines = [f"#define HAS_MEMORY_PORT {int(self.has_memory)}",
+                 f"#define READ_BYTES {self.read_bytes}", f"#define WRITE_BYTES {self.write_bytes}"]
+        if not self.has_memory:
+            return lines
+        for macro, port in [
+            ("MEM_RD_ADDR", "mem_rd__addr"), ("MEM_RD_VALID", "mem_rd__valid"),
+            ("MEM_RD_READY", "mem_rd__ready"), ("MEM_RDATA_VALID", "mem_rdata__valid"),
+            ("MEM_RDATA_READY", "mem_rdata__ready"), ("MEM_WR_ADDR", "mem_wr__addr"),
+            ("MEM_WR_VALID", "mem_wr__valid"), ("MEM_WR_READY", "mem_wr__ready"), ("MEM_IRQ", "irq"),
+        ]:
+            lines.append(f"#define {macro}(t) ((t)->{_mangle(port)})")
+        lines.append(self._data_accessor("set_mem_rdata", "mem_rdata__data", write=True))
+        lines.append(self._data_accessor("get_mem_wr_data", "mem_wr__data", write=False))
+        # The strobe as one byte (0 or 1) per lane, so the harness need not know its C type.
+        name, w = _mangle("mem_wr__strb"), self.write_bytes
+        if w <= 64:
+            body = (f"    uint64_t v = t->{name};\n"
+                    f"    for (int i = 0; i < {w}; i++) lanes[i] = (v >> i) & 1;\n")
+        else:
+            body = f"    for (int i = 0; i < {w}; i++) lanes[i] = (t->{name}[i / 32] >> (i % 32)) & 1;\n"
+        lines.append(f"static inline void get_mem_wr_strb(Vtop* t, uint8_t* lanes) {{\n{body}}}")
+        return lines
+
     def _data_accessor(self, fn, port, *, write, extra=""):
-        name, nbytes = _mangle(port), self.beat_bytes
-        if self.stream_width <= 64:
+        """A C function copying bytes to (``write``) or from a data port of whole bytes.
+
+        Byte k is bits 8k..8k+7. Verilator keeps a port of up to 64 bits in an
+        integer and a wider one in a VlWide of 32-bit words, least significant
+        first (the last word partly used when the width is not a multiple of 32).
+        """
+        name, nbytes = _mangle(port), self.widths[port] // 8
+        if nbytes <= 8:
             if write:
                 body = (f"    uint64_t v = 0;\n    for (int i = {nbytes} - 1; i >= 0; i--) v = (v << 8) | beat[i];\n"
                         f"    t->{name} = v;\n")
             else:
                 body = (f"    uint64_t v = t->{name};\n"
                         f"    for (int i = 0; i < {nbytes}; i++) {{ beat[i] = v & 0xff; v >>= 8; }}\n")
-        else:  # VlWide: 32-bit words, least significant first
-            if write:
-                body = (f"    for (int w = 0; w < {nbytes // 4}; w++)\n"
-                        f"        t->{name}[w] = beat[4*w] | (beat[4*w+1] << 8) | (beat[4*w+2] << 16) "
-                        f"| ((uint32_t)beat[4*w+3] << 24);\n")
-            else:
-                body = (f"    for (int w = 0; w < {nbytes // 4}; w++) {{\n"
-                        f"        uint32_t v = t->{name}[w];\n"
-                        f"        for (int i = 0; i < 4; i++) beat[4*w+i] = (v >> (8*i)) & 0xff;\n    }}\n")
-        const = "" if write else ""
+        elif write:
+            body = (f"    for (int w = 0; w < {(nbytes + 3) // 4}; w++) {{\n"
+                    f"        uint32_t v = 0;\n"
+                    f"        for (int i = 3; i >= 0; i--) v = (v << 8) | (4*w+i < {nbytes} ? beat[4*w+i] : 0);\n"
+                    f"        t->{name}[w] = v;\n    }}\n")
+        else:
+            body = f"    for (int i = 0; i < {nbytes}; i++) beat[i] = (t->{name}[i / 4] >> (8 * (i % 4))) & 0xff;\n"
         arg = "const uint8_t* beat" if write else "uint8_t* beat"
-        return f"static inline void {fn}(Vtop* t, {arg}) {{\n{extra}{body}}}{const}"
+        return f"static inline void {fn}(Vtop* t, {arg}) {{\n{extra}{body}}}"
 
 
 def _cache_root():
@@ -319,7 +392,22 @@ BOARD_ABI = {
     "board_dma_wait": ([_vp, _u64], _int),
     "board_dma_abort": ([_vp], None),
     "board_free_run": ([_vp, _u64], None),
+    # The memory model (board_harness.cpp; each answers -1 on a top without the memory port).
+    "board_mem_present": ([_vp], _int),
+    "board_mem_attach": ([_vp, _vp, _u64], _int),
+    "board_mem_timing": ([_vp, _u32, ctypes.c_double], _int),
+    "board_mem_error": ([_vp, ctypes.POINTER(_int), ctypes.POINTER(_u32)], _int),
+    "board_mem_clear_error": ([_vp], _int),
+    "board_mem_stats": ([_vp, ctypes.POINTER(_u64), _u32], _int),
+    "board_mem_reset_stats": ([_vp], _int),
+    "board_wait_irq": ([_vp, _u64], _int),
 }
+
+#: board_mem_stats' values, in its order (cycles are UINT64_MAX until seen).
+MEMORY_STATS = ("reads", "writes", "bytes_read", "bytes_written", "wait_cycles",
+                "first_read_cycle", "last_read_cycle", "first_write_cycle", "last_write_cycle",
+                "response_wait_cycles")
+_NEVER = 2**64 - 1
 
 _LOADED = {}
 
@@ -348,7 +436,8 @@ class SimulatedBoard:
     ----------
     verilog : str
         Verilog of the top (ports ``clk``, ``rst``, ``s_axil__*``, ``s_axis__*``,
-        ``m_axis__*``).
+        ``m_axis__*``; optionally the memory port ``mem_rd__*``, ``mem_rdata__*``,
+        ``mem_wr__*`` and ``irq``, all of it).
     top : str
         Top module name.
     waves : path-like, optional
@@ -367,10 +456,14 @@ class SimulatedBoard:
         path = build_board_library(verilog, top=top, trace=trace,
                                    cache_dir=cache_dir, progress=progress)
         self._lib = load_library(path, BOARD_ABI)
-        self.beat_bytes = TopPorts(verilog, top).beat_bytes
+        ports = TopPorts(verilog, top)
+        self.beat_bytes = ports.beat_bytes
+        #: Bytes of one memory read (R) and write (W); 0 on a top without the memory port.
+        self.read_bytes, self.write_bytes = ports.read_bytes, ports.write_bytes
         self.clock_hz = float(clock_hz)
         self._handle = self._lib.board_new(os.fsencode(waves) if waves is not None else None)
         self._pinned = []  # buffers the C++ DMA model points into
+        self._memory = None  # the buffer the C++ memory model points into (kept over resets)
         self.reset()
 
     # -- lifetime -------------------------------------------------------------
@@ -381,6 +474,7 @@ class SimulatedBoard:
             self._lib.board_free(self._handle)
             self._handle = None
             self._pinned = []
+            self._memory = None
 
     def __enter__(self):
         return self
@@ -501,3 +595,176 @@ class SimulatedBoard:
         if any(self.dma_busy()):
             raise BackendError("free_run needs idle DMA channels; dma_abort() or reset() first")
         self._lib.board_free_run(self._h(), int(cycles))
+
+    # -- the memory model (a top with the memory port of core/memory_port.py) ---
+
+    @property
+    def has_memory(self):
+        """True if the top has the memory port, so the board gives it a memory."""
+        return bool(self._lib.board_mem_present(self._h()))
+
+    def _mem_h(self):
+        h = self._h()
+        if not self._lib.board_mem_present(h):
+            raise BackendError("this engine top has no memory port")
+        return h
+
+    def attach_memory(self, buf):
+        """Make ``buf`` the board's memory: address ``a`` is ``buf.reshape(-1)[a]``.
+
+        The board reads and writes the array in place and keeps a reference to
+        it until another is attached or the board is closed (a reset keeps it).
+
+        Parameters
+        ----------
+        buf : numpy.ndarray or None
+            A C-contiguous, writeable ``uint8`` array; None detaches the memory
+            (every access is then an error).
+
+        Raises
+        ------
+        BackendError
+            If the top has no memory port, or ``buf`` is not such an array.
+        """
+        h = self._mem_h()
+        if buf is None:
+            self._lib.board_mem_attach(h, None, 0)
+            self._memory = None
+            return
+        if not (isinstance(buf, np.ndarray) and buf.dtype == np.uint8 and buf.flags.c_contiguous
+                and buf.flags.writeable):
+            raise BackendError("the board's memory must be a C-contiguous, writeable uint8 array")
+        self._lib.board_mem_attach(h, buf.ctypes.data, buf.nbytes)
+        self._memory = buf
+
+    def set_memory_timing(self, latency=40, bytes_per_cycle=8.0):
+        """Set the memory's latency and bandwidth (defaults: a Zynq-7000 HP port at 100 MHz).
+
+        Parameters
+        ----------
+        latency : int
+            Cycles from the cycle a read is taken to the first cycle its
+            response can be presented, at least 1.
+        bytes_per_cycle : float
+            Bandwidth shared by reads and writes, above 0: a read takes R bytes
+            of it, a write W (whatever its strobe), and up to
+            ``max(2 * bytes_per_cycle, R, W)`` bytes of unused bandwidth are kept.
+
+        Raises
+        ------
+        BackendError
+            If the top has no memory port or a value is out of range.
+        """
+        h = self._mem_h()
+        if isinstance(latency, bool) or not isinstance(latency, (int, np.integer)) \
+                or not 1 <= latency < 2**32:
+            raise BackendError(f"memory latency must be a whole number of cycles of at least 1, "
+                               f"not {latency!r}")
+        if isinstance(bytes_per_cycle, bool) or not isinstance(bytes_per_cycle, (int, float, np.number)) \
+                or not 0 < float(bytes_per_cycle) < float("inf"):
+            raise BackendError(f"memory bandwidth must be a positive number of bytes per cycle, "
+                               f"not {bytes_per_cycle!r}")
+        if self._lib.board_mem_timing(h, int(latency), float(bytes_per_cycle)):
+            raise BackendError(f"the memory model refused latency {latency} and "
+                               f"bandwidth {bytes_per_cycle} bytes per cycle")
+
+    def memory_error(self):
+        """The first memory error since :meth:`clear_memory_error`, or None.
+
+        A read or write outside the attached buffer (or with none attached),
+        or at an address not a multiple of its size, is an error: such a read
+        answers zeros and such a write is dropped, so the buffer's other bytes
+        are never touched.
+
+        Returns
+        -------
+        str or None
+            One line naming the read or write and its address.
+
+        Raises
+        ------
+        BackendError
+            If the top has no memory port.
+        """
+        kind, addr = ctypes.c_int(), ctypes.c_uint32()
+        reason = self._lib.board_mem_error(self._mem_h(), ctypes.byref(kind), ctypes.byref(addr))
+        if not reason:
+            return None
+        what, size = ("read", self.read_bytes) if kind.value == 1 else ("write", self.write_bytes)
+        where = f"memory {what} of {size} bytes at 0x{addr.value:08x}"
+        if reason == 2:
+            return f"{where} is not at a multiple of {size}"
+        if self._memory is None:
+            return f"{where} with no memory attached"
+        return f"{where} is outside the {self._memory.nbytes}-byte memory"
+
+    def clear_memory_error(self):
+        """Forget the memory error (see :meth:`memory_error`).
+
+        Raises
+        ------
+        BackendError
+            If the top has no memory port.
+        """
+        self._lib.board_mem_clear_error(self._mem_h())
+
+    def memory_stats(self):
+        """What the memory has done since :meth:`reset_memory_stats` (or the board was made).
+
+        Returns
+        -------
+        dict
+            ``reads``, ``writes``: requests taken; ``bytes_read``: bytes read
+            from the buffer (R per read inside it); ``bytes_written``: bytes
+            stored (strobe set, write inside it); ``wait_cycles``: cycles in
+            which a request was valid and not taken (waiting for bandwidth);
+            ``first_read_cycle``, ``last_read_cycle``, ``first_write_cycle``,
+            ``last_write_cycle``: board cycles (:attr:`cycles` counts them) in
+            which requests were taken, None before the first;
+            ``response_wait_cycles``: cycles in which a read response was
+            presented and the top did not take it.
+
+        Raises
+        ------
+        BackendError
+            If the top has no memory port.
+        """
+        out = (_u64 * len(MEMORY_STATS))()
+        self._lib.board_mem_stats(self._mem_h(), out, len(MEMORY_STATS))
+        stats = dict(zip(MEMORY_STATS, out))
+        for name in MEMORY_STATS:
+            if name.endswith("_cycle") and stats[name] == _NEVER:
+                stats[name] = None
+        return stats
+
+    def reset_memory_stats(self):
+        """Zero :meth:`memory_stats`.
+
+        Raises
+        ------
+        BackendError
+            If the top has no memory port.
+        """
+        self._lib.board_mem_reset_stats(self._mem_h())
+
+    def wait_irq(self, timeout):
+        """Run until the top raises ``irq``.
+
+        Parameters
+        ----------
+        timeout : float
+            Seconds of simulated time at ``clock_hz`` (as :meth:`dma_wait`).
+
+        Returns
+        -------
+        bool
+            True when ``irq`` is high (at once if it already is), False if
+            ``timeout`` passed first.
+
+        Raises
+        ------
+        BackendError
+            If the top has no memory port (and so no irq).
+        """
+        cycles = max(1, int(timeout * self.clock_hz))
+        return self._lib.board_wait_irq(self._mem_h(), cycles) == 0
