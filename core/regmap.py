@@ -169,6 +169,9 @@ class RegisterMapBuilder:
         Register width in bits.
     addr_width : int
         Byte-address width of the bus; the map must fit.
+    origin : int
+        Byte address of the first register (a map that shares the bus with
+        another, such as the program sequencer's at 0x800).
 
     Examples
     --------
@@ -179,11 +182,11 @@ class RegisterMapBuilder:
     1
     """
 
-    def __init__(self, *, data_width=DATA_WIDTH, addr_width=ADDR_WIDTH):
+    def __init__(self, *, data_width=DATA_WIDTH, addr_width=ADDR_WIDTH, origin=0):
         self._data_width = data_width
         self._addr_width = addr_width
         self._registers = []
-        self._next = 0
+        self._next = origin
         self._group = None
 
     def begin_group(self, name, *, align=_BLOCK_ALIGN):

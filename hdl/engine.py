@@ -10,7 +10,7 @@ from amaranth.hdl import (ClockDomain, ClockSignal, Const, DomainRenamer, Module
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from .bus.axi_lite import AXI4LiteSignature, AXI4LiteSlave
+from .bus.axi_lite import AXI4LiteSignature, AXI4LiteSlave, RegisterBusSignature
 from .bus.axi_stream import AXI4StreamSignature
 from ..core.config import require_config
 from .datapath.conv_core import ConvCore
@@ -42,11 +42,18 @@ class ConvEngine(wiring.Component):
     Parameters
     ----------
     config : EngineConfig
+    register_bus : bool
+        Take the registers on a register bus (``bus``) instead of AXI4-Lite.
 
     Members
     -------
     s_axil : In(AXI4LiteSignature(ADDR_WIDTH, 32))
         Control and status registers (:func:`fpgacnn.core.regmap.build_regmap`).
+    bus : In(RegisterBusSignature(ADDR_WIDTH - 2, 32))
+        With ``register_bus``, in place of ``s_axil``: the same registers on
+        the one-cycle register bus, for a top that holds the engine beside
+        its own initiator (the program sequencer,
+        :class:`~fpgacnn.hdl.program.program_engine.ProgramEngine`).
     s_axis : In(AXI4StreamSignature(config.stream_width))
         Layer input (parameters, weights, pixels); ``tlast`` is ignored, the
         descriptor says how much input a run takes.
@@ -66,12 +73,17 @@ class ConvEngine(wiring.Component):
         If ``config`` is not an EngineConfig.
     """
 
-    def __init__(self, config):
+    def __init__(self, config, *, register_bus=False):
         require_config(config)
+        if not isinstance(register_bus, bool):
+            raise TypeError(f"register_bus must be True or False, not {register_bus!r}")
         self._config = config
         self._regmap = build_regmap(config)
+        self._register_bus = register_bus
+        control = (RegisterBusSignature(ADDR_WIDTH - 2, 32) if register_bus
+                   else AXI4LiteSignature(ADDR_WIDTH, 32))
         super().__init__({
-            "s_axil": In(AXI4LiteSignature(ADDR_WIDTH, 32)),
+            "bus" if register_bus else "s_axil": In(control),
             "s_axis": In(AXI4StreamSignature(config.stream_width)),
             "m_axis": Out(AXI4StreamSignature(config.stream_width)),
         })
@@ -111,14 +123,18 @@ class ConvEngine(wiring.Component):
     def elaborate(self, platform):
         m = Module()
 
-        m.submodules.axil = axil = AXI4LiteSlave(addr_width=ADDR_WIDTH)
+        if self._register_bus:
+            host = self.bus
+        else:
+            m.submodules.axil = axil = AXI4LiteSlave(addr_width=ADDR_WIDTH)
+            wiring.connect(m, wiring.flipped(self.s_axil), axil.axi)
+            host = axil.bus
         m.submodules.csr = csr = CSRBank(self._regmap)
-        wiring.connect(m, wiring.flipped(self.s_axil), axil.axi)
         # The register bus, but for its write strobe: descriptor writes are
         # ignored while busy (below).
-        for name, member in axil.bus.signature.members.items():
+        for name, member in RegisterBusSignature(ADDR_WIDTH - 2, 32).members.items():
             if name != "w_stb":
-                ours, theirs = getattr(axil.bus, name), getattr(csr.bus, name)
+                ours, theirs = getattr(host, name), getattr(csr.bus, name)
                 m.d.comb += (theirs.eq(ours) if member.flow == Out else ours.eq(theirs))
 
         # The core's reset is a register: the domain's reset (its init value
@@ -161,10 +177,10 @@ class ConvEngine(wiring.Component):
             m.d.comb += check.desc[f.name].eq(self._desc_register(csr, f))
         desc_write = Signal()
         m.d.comb += [
-            desc_write.eq(axil.bus.w_stb & self._in_desc_block(axil.bus.w_addr)),
+            desc_write.eq(host.w_stb & self._in_desc_block(host.w_addr)),
             check.written.eq(desc_write & csr.bus.w_stb),
             check.ci_tiles_written.eq(
-                csr.bus.w_stb & (axil.bus.w_addr == self._regmap["desc_ci_tiles"].address >> 2)),
+                csr.bus.w_stb & (host.w_addr == self._regmap["desc_ci_tiles"].address >> 2)),
         ]
 
         start_q = Signal()
@@ -176,7 +192,7 @@ class ConvEngine(wiring.Component):
         # The descriptor registers do not change while busy: a write is
         # ignored, and refuses the next start (`stale`) rather than let it
         # run a descriptor the host did not mean.
-        m.d.comb += csr.bus.w_stb.eq(axil.bus.w_stb & ~(desc_write & busy))
+        m.d.comb += csr.bus.w_stb.eq(host.w_stb & ~(desc_write & busy))
         m.d.sync += desc_write_q.eq(desc_write)
 
         want = (csr.control.start & ~core.busy & ~start_q) | pending

@@ -12,11 +12,13 @@ from ..core.config import require_config
 from ..core.contract import PARAM_RECORD_BYTES, engine_contract
 from ..core.regmap import build_regmap
 
-__all__ = ["TOP_NAME", "UART_TOP_NAME", "engine_verilog", "uart_top_verilog",
+__all__ = ["TOP_NAME", "PROGRAM_TOP_NAME", "UART_TOP_NAME", "engine_verilog", "uart_top_verilog",
            "config_summary", "write_engine"]
 
 #: Verilog module name of the generated top.
 TOP_NAME = "fpgacnn_engine"
+#: Verilog module name of the engine with its program sequencer and memory port.
+PROGRAM_TOP_NAME = "fpgacnn_program_engine"
 #: Verilog module name of the engine behind the UART bridge (open boards, serial-link simulation).
 UART_TOP_NAME = "fpgacnn_uart_top"
 

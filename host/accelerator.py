@@ -31,6 +31,8 @@ from .onnx_import import load_onnx
 from .program_image import build_image
 from .program_runner import run_program
 from .reference import ReferenceBackend
+from .sequencer_runner import SequencerDriver, run_sequenced
+from .sequencer_table import SequencerProgram
 
 __all__ = ["Accelerator", "BACKENDS", "open_board"]
 
@@ -42,7 +44,7 @@ _TIMEOUT_FACTOR, _TIMEOUT_EXTRA_CYCLES = 4, 200_000
 
 
 def open_board(backend, config, *, waves=None, bitfile=None, port=None, baud=None,
-               clock_hz=100e6, progress=None):
+               clock_hz=100e6, sequencer=False, progress=None):
     """The board of an engine backend.
 
     Parameters
@@ -65,13 +67,23 @@ def open_board(backend, config, *, waves=None, bitfile=None, port=None, baud=Non
         pyserial-like port.
     baud : int, optional
         ``serial`` on a device: the bitstream's baud rate (default 3,000,000).
+    sequencer : bool
+        ``sim`` only: simulate the engine with its program sequencer and a
+        memory model (:class:`~fpgacnn.hdl.program.program_engine.ProgramEngine`),
+        which runs a network from board memory with no host work between
+        the records it takes.
     """
+    if sequencer and backend != "sim":
+        raise InputError(f"the program sequencer is simulated on the sim backend only, not "
+                         f"{backend!r}")
     if backend == "sim":
-        from ..hdl.verilog import TOP_NAME
+        from ..hdl.verilog import PROGRAM_TOP_NAME, TOP_NAME
         from ..sim.native_board import SimulatedBoard
         from ..sim.verilator import cached_engine_verilog
-        verilog = cached_engine_verilog(config, name=TOP_NAME, progress=progress)
-        return SimulatedBoard(verilog, top=TOP_NAME, waves=waves, clock_hz=clock_hz,
+        name = PROGRAM_TOP_NAME if sequencer else TOP_NAME
+        verilog = cached_engine_verilog(config, name=name, sequencer=sequencer,
+                                        progress=progress)
+        return SimulatedBoard(verilog, top=name, waves=waves, clock_hz=clock_hz,
                               progress=progress)
     if backend == "pynq":
         from .pynq_board import PynqBoard
@@ -129,6 +141,11 @@ class Accelerator:
     batch : int, optional
         The batch size :meth:`run` will be given, if known: the model is
         compiled for it in the constructor.
+    sequencer : bool or None
+        Run the network on the engine's own program sequencer (docs/program.md):
+        the host writes the input, starts the sequencer and runs only the
+        records it stops at. ``None``: when the board has one. ``True`` on
+        ``sim`` opens the board with the sequencer.
     waves, bitfile, port, baud, progress
         See :func:`open_board`. ``progress`` receives one-line messages.
 
@@ -151,7 +168,8 @@ class Accelerator:
     """
 
     def __init__(self, model, *, backend="sim", config=None, board=None, clock_hz=100e6,
-                 batch=None, waves=None, bitfile=None, port=None, baud=None, progress=None):
+                 batch=None, waves=None, bitfile=None, port=None, baud=None, sequencer=None,
+                 progress=None):
         if backend not in BACKENDS:
             raise InputError(f"unknown backend {backend!r} (choose from {', '.join(BACKENDS)})")
         if batch is not None and (isinstance(batch, bool) or not isinstance(batch, int)
@@ -165,8 +183,10 @@ class Accelerator:
         self.report = None
         self._programs = {}
         self._images = {}
+        self._sequenced = {}
         self.board = board
         self.driver = None
+        self.sequencer = None
         if backend != "reference":
             if board is None or batch is not None:
                 # Fail early: a layer over the engine's limits is refused here,
@@ -175,9 +195,11 @@ class Accelerator:
             if board is None:
                 self.board = open_board(backend, self.config, waves=waves, bitfile=bitfile,
                                         port=port, baud=baud, clock_hz=clock_hz,
-                                        progress=progress)
+                                        sequencer=bool(sequencer), progress=progress)
             try:
                 self.driver = EngineDriver(self.board, expected=self.config)
+                if sequencer or (sequencer is None and getattr(self.board, "has_memory", False)):
+                    self.sequencer = SequencerDriver(self.board, self.config)
             except BaseException:
                 if board is None:  # ours: do not leave a port or a model open
                     self.close()
@@ -225,6 +247,8 @@ class Accelerator:
             return y8
         program = self.program(len(x8))
         image = self.image(len(x8))
+        if self.sequencer is not None:
+            return self._run_sequenced(program, x8, start)
         # A resident program whose weights this board holds (it ran last, to the
         # end) runs warm: no weights streamed. Anything else on the board in
         # between (a run that loads weights) makes the driver forget the owner.
@@ -241,12 +265,40 @@ class Accelerator:
                                   if program.resident else "streamed")
         return y8
 
+    def sequenced(self, batch):
+        """The program for ``batch`` images in board memory with its run tables
+        (:class:`~fpgacnn.host.sequencer_table.SequencerProgram`, cached)."""
+        if batch not in self._sequenced:
+            allocate = getattr(self.board, "allocate", None)
+            self._sequenced[batch] = SequencerProgram(self.image(batch), allocate=allocate)
+        return self._sequenced[batch]
+
+    def _run_sequenced(self, program, x8, start):
+        sequenced = self.sequenced(len(x8))
+        warm = program.resident and weights_owner(self.board) is program
+        if program.resident and not warm:
+            set_weights_owner(self.board, None)
+        y8, layer_reports, totals = run_sequenced(
+            sequenced, program, self.driver, self.sequencer, x8, warm=warm,
+            timeout_of=self._timeout, progress=self.progress)
+        if program.resident:
+            set_weights_owner(self.board, program)
+        self.report = self._report(layer_reports, len(x8), time.perf_counter() - start,
+                                   sequencer=totals)
+        self.report["weights"] = ("resident" if warm else "loaded, now resident"
+                                  if program.resident else "streamed")
+        return y8
+
     def _timeout(self, predicted_cycles):
         """Seconds of board time before a run of ``predicted_cycles`` counts as hung."""
         return (predicted_cycles * _TIMEOUT_FACTOR + _TIMEOUT_EXTRA_CYCLES) / self.clock_hz
 
-    def _report(self, layers, batch, seconds):
+    def _report(self, layers, batch, seconds, *, sequencer=None):
         cycles = sum(l.get("cycles", 0) for l in layers)
+        if sequencer is not None:
+            # The sequencer's own cycles (record fetches, descriptor writes,
+            # counters, memory waits between runs) are engine time too.
+            cycles += sequencer["sequencer_cycles"] - sequencer["sequenced_busy_cycles"]
         report = {
             "backend": self.backend,
             "model": self.model.name,
@@ -275,4 +327,6 @@ class Accelerator:
                 # The engine alone (no host work).
                 "projected_images_per_second": batch * self.clock_hz / cycles if cycles else None,
             })
+            if sequencer is not None:
+                report["sequencer"] = dict(sequencer)
         return report

@@ -264,3 +264,38 @@ def conv_cycles(config, x_shape, w_shape, *, stride=1, pads=(0, 0, 0, 0), pool=F
                     name=name)
     desc = dict(geo, load_weights=int(bool(load_weights)))
     return layer_cycles(config, desc, macs=geo["macs"])
+
+
+def sequenced_run_cycles(config, predicted, desc, latency):
+    """Busy cycles of a run that the program sequencer makes from board memory.
+
+    The run as :func:`layer_cycles` predicts it (``predicted``, with its input
+    always valid), plus the pixel reader's latency once per section it
+    streams (the constants, when the descriptor loads any, and the pixels:
+    ``latency + 4`` cycles each, :class:`~fpgacnn.hdl.program.pixel_reader.PixelReader`),
+    plus the cycle between the two sections (the sequencer sets the reader's
+    fields for the pixels, then starts it). It holds while the memory's
+    bandwidth never holds a read back.
+
+    Parameters
+    ----------
+    config : EngineConfig
+    predicted : int
+        :func:`layer_cycles`' count of the run.
+    desc : mapping
+        The run's descriptor.
+    latency : int
+        The memory's read latency in cycles.
+
+    Raises
+    ------
+    ValueError
+        On an engine whose input word (``pin`` bytes) is narrower than a
+        beat: the reader gives one word per cycle there, less than the
+        engine takes, which this does not model yet.
+    """
+    if config.pin < config.stream_bytes:
+        raise ValueError(f"the sequenced-run model needs pin ({config.pin}) >= the beat's "
+                         f"{config.stream_bytes} bytes")
+    sections = 2 if desc.get("load_weights", 0) or desc.get("load_params", 0) else 1
+    return int(predicted) + sections * (int(latency) + 4) + sections - 1

@@ -320,7 +320,28 @@ class ProgramImage:
     """
 
     def __init__(self, data):
-        self.data = np.array(np.frombuffer(bytes(data), np.uint8))
+        self._load(np.array(np.frombuffer(bytes(data), np.uint8)))
+
+    @classmethod
+    def over(cls, buffer):
+        """The image in ``buffer`` itself, not a copy: a contiguous uint8 array
+        (board memory that the host and the engine share, as the sequencer's
+        :class:`~fpgacnn.host.sequencer_table.SequencerProgram` holds it).
+
+        Raises
+        ------
+        InputError
+            As the constructor.
+        """
+        if not (isinstance(buffer, np.ndarray) and buffer.dtype == np.uint8
+                and buffer.ndim == 1 and buffer.flags.c_contiguous):
+            raise InputError("a program image's buffer must be a contiguous 1-D uint8 array")
+        image = cls.__new__(cls)
+        image._load(buffer)
+        return image
+
+    def _load(self, data):
+        self.data = data
         if self.data.size < 4 * Header.nwords():
             raise InputError(f"program image of {self.data.size} bytes is shorter than its header")
         words = self.data[:4 * Header.nwords()].view("<i4")

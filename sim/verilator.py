@@ -328,9 +328,13 @@ def generator_sources(roots=("hdl.engine", "hdl.verilog")):
     return [seen[name] for name in sorted(seen)]
 
 
-def _hdl_sources_digest():
+#: The modules a ProgramEngine's Verilog is generated from (beside the engine's own).
+PROGRAM_ROOTS = ("hdl.engine", "hdl.verilog", "hdl.program.program_engine")
+
+
+def _hdl_sources_digest(roots=("hdl.engine", "hdl.verilog")):
     h = hashlib.sha256()
-    for path in generator_sources():
+    for path in generator_sources(roots):
         h.update(str(path.relative_to(_package_root())).encode() + b"\0")
         h.update(path.read_bytes())
     return h.hexdigest()
@@ -344,18 +348,23 @@ def engine_build_key(config, *, waves=False):
     return f"engine-{digest}{'-waves' if waves else ''}"
 
 
-def engine_verilog_key(config, *, name):
-    """Cache key of an engine's Verilog text: configuration, module name, generator
-    sources (:func:`generator_sources`) and the Amaranth version."""
+def engine_verilog_key(config, *, name, sequencer=False):
+    """Cache key of an engine's Verilog text: configuration, module name, the top
+    (with or without the sequencer), generator sources (:func:`generator_sources`)
+    and the Amaranth version."""
     import amaranth
-    doc = {"config": config.as_dict(), "name": name, "hdl": _hdl_sources_digest(),
+    doc = {"config": config.as_dict(), "name": name,
+           "hdl": _hdl_sources_digest(PROGRAM_ROOTS) if sequencer else _hdl_sources_digest(),
            "amaranth": amaranth.__version__}
+    if sequencer:
+        doc["top"] = "ProgramEngine"
     digest = hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:20]
     return f"{name}-{digest}"
 
 
-def cached_engine_verilog(config, *, name=None, progress=None):
-    """:func:`fpgacnn.hdl.verilog.engine_verilog` of ``config``, kept on disk.
+def cached_engine_verilog(config, *, name=None, sequencer=False, progress=None):
+    """:func:`fpgacnn.hdl.verilog.engine_verilog` of ``config``, kept on disk
+    (``sequencer``: :func:`~fpgacnn.hdl.verilog.program_engine_verilog`'s).
 
     Elaborating the engine takes seconds; the text depends only on the
     configuration, the module name, the generator sources and Amaranth, so
@@ -378,9 +387,10 @@ def cached_engine_verilog(config, *, name=None, progress=None):
     """
     from ..hdl import verilog as hdl_verilog
     require_config(config)
-    name = hdl_verilog.TOP_NAME if name is None else name
+    if name is None:
+        name = hdl_verilog.PROGRAM_TOP_NAME if sequencer else hdl_verilog.TOP_NAME
     folder = verilog_cache_dir()
-    path = folder / f"{engine_verilog_key(config, name=name)}.v"
+    path = folder / f"{engine_verilog_key(config, name=name, sequencer=sequencer)}.v"
     try:
         text = path.read_text()
     except (OSError, UnicodeDecodeError):
@@ -393,7 +403,11 @@ def cached_engine_verilog(config, *, name=None, progress=None):
         progress(f"generating the engine's Verilog (pin={config.pin}, pout={config.pout}, "
                  f"kmax={config.kmax}: {config.peak_macs_per_cycle} MACs/cycle); "
                  f"cached for the next run")
-    text = hdl_verilog.engine_verilog(config, name=name)
+    if sequencer:
+        from ..hdl.program.program_engine import program_engine_verilog as make
+    else:
+        make = hdl_verilog.engine_verilog
+    text = make(config, name=name)
     tmp = None
     try:
         folder.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,79 @@
+"""The program engine's memory port, declared once (issue 16, docs/program.md).
+
+A top that sequences a network program itself (:class:`fpgacnn.hdl.program.
+program_engine.ProgramEngine`) reads and writes board memory through two
+channels, and everything that talks to them reads this declaration: the
+gateware builds its ports from :func:`memory_port_widths`, the simulated
+board's C++ memory model (``sim/board_harness.cpp``) is generated for the
+same names, and the host lays out the program for the same word sizes.
+
+Read channel (requests out, responses in, both valid/ready streams)::
+
+    mem_rd__addr   out  32          byte address of a read of R bytes, a multiple of R
+    mem_rd__valid  out  1
+    mem_rd__ready  in   1
+    mem_rdata__data   in   8*R      the R bytes, byte k in bits 8k..8k+7
+    mem_rdata__valid  in   1        responses come in the order of the requests
+    mem_rdata__ready  out  1
+
+Write channel (no response: a write taken is done)::
+
+    mem_wr__addr   out  32          byte address of a write of W bytes, a multiple of W
+    mem_wr__data   out  8*W
+    mem_wr__strb   out  W           bit k: write byte k
+    mem_wr__valid  out  1
+    mem_wr__ready  in   1
+
+and ``irq`` (out, 1): the sequencer has stopped (done, stopped for the
+host, or error) and not been started again.
+
+``R`` is the engine's input word, ``pin`` bytes (what the pixel reader
+reads); ``W`` is the larger of the pixel writer's unit
+(``min(pout, stream_bytes)``, a power of two) and 4 (a 32-bit counter), so
+also a power of two. Addresses are byte addresses of a 32-bit space: on the
+simulated board, offsets into the buffer attached as the board's memory; on
+a Zynq board, physical addresses.
+"""
+
+from .config import require_config
+
+__all__ = ["ADDRESS_BITS", "MEMORY_PORTS", "read_bytes", "write_bytes", "memory_port_widths"]
+
+#: Bits of a memory byte address.
+ADDRESS_BITS = 32
+
+#: Every port of the memory interface: name -> (direction from the top, width key).
+#: Width keys: an int, ``"R"`` / ``"W"`` (bytes: 8 bits each) or ``"Wstrb"`` (W bits).
+MEMORY_PORTS = {
+    "mem_rd__addr": ("out", ADDRESS_BITS),
+    "mem_rd__valid": ("out", 1),
+    "mem_rd__ready": ("in", 1),
+    "mem_rdata__data": ("in", "R"),
+    "mem_rdata__valid": ("in", 1),
+    "mem_rdata__ready": ("out", 1),
+    "mem_wr__addr": ("out", ADDRESS_BITS),
+    "mem_wr__data": ("out", "W"),
+    "mem_wr__strb": ("out", "Wstrb"),
+    "mem_wr__valid": ("out", 1),
+    "mem_wr__ready": ("in", 1),
+    "irq": ("out", 1),
+}
+
+
+def read_bytes(config):
+    """R: bytes of one memory read, the engine's input word (``pin``)."""
+    require_config(config)
+    return config.pin
+
+
+def write_bytes(config):
+    """W: bytes of one memory write: the writer's unit or a 32-bit word, the larger."""
+    require_config(config)
+    return max(min(config.pout, config.stream_bytes), 4)
+
+
+def memory_port_widths(config):
+    """Each port of :data:`MEMORY_PORTS` with its width in bits for ``config``."""
+    r, w = read_bytes(config), write_bytes(config)
+    sizes = {"R": 8 * r, "W": 8 * w, "Wstrb": w}
+    return {name: sizes.get(width, width) for name, (_, width) in MEMORY_PORTS.items()}

@@ -1,0 +1,143 @@
+"""The program sequencer's registers and its run table, declared once (issue 16).
+
+The sequencer (:class:`fpgacnn.hdl.program.sequencer.Sequencer`, inside the
+:class:`~fpgacnn.hdl.program.program_engine.ProgramEngine` top) runs a network
+program's engine runs one after another from board memory: for each record of
+its **run table** it writes the run's descriptor into the engine's registers,
+starts it, streams its constants and pixels from memory (the pixel reader),
+writes its output into memory (the pixel writer) and stores its performance
+counters; at a record the engine cannot run by itself it stops, and the host
+runs that record and starts the sequencer again at the next one
+(docs/program.md, "How a program runs").
+
+Both sides read this module: the gateware decodes the registers of
+:func:`build_sequencer_regmap` and the record words of :data:`RECORD_FIELDS`;
+the host (:mod:`fpgacnn.host.sequencer_table`) writes the records and drives
+the registers.
+
+Registers (byte addresses from :data:`SEQUENCER_BASE`, beside the engine's own
+below it, on the same AXI4-Lite port)::
+
+    seq_magic     b"FCSQ"                                          (const)
+    seq_layout    record_bytes: bytes of one run-table record       (const)
+    seq_memory    byte address of the program image in the memory  (rw)
+                  space, added to every address the sequencer, the
+                  reader and the writer use (the image is relocatable)
+    seq_table     word address (pin-byte words) of the run table's record 0   (rw)
+    seq_range     first (16): the record to start at, count (16)    (rw)
+    seq_control   start, abort (write 1 to pulse)
+    seq_status    busy, done, host, error, index (16)               (ro)
+    seq_cycles    cycles from the last start to its stop            (ro)
+
+``done``: every record of the range ran. ``host``: the sequencer stopped
+before record ``index``, which the host runs (a host layer, or a run whose
+patterns the reader or writer does not take). ``error``: the engine refused
+record ``index``'s descriptor (the engine's own ``status.error_fields`` say
+why; the engine's registers are the host's again once the sequencer stops).
+While ``busy``, the engine's registers belong to the sequencer: the host's
+writes below :data:`SEQUENCER_BASE` are dropped and its reads return 0.
+"""
+
+from dataclasses import dataclass
+import math
+
+from .config import require_config
+from .descriptor import DESCRIPTOR_FIELDS
+from .pixel_reader_fields import READER_FIELDS
+from .pixel_writer_fields import WRITER_FIELDS
+from .regmap import RegisterMapBuilder
+
+__all__ = ["SEQUENCER_BASE", "SEQUENCER_MAGIC", "RECORD_FIELDS", "RECORD_ENGINE", "RECORD_HOST",
+           "COUNTER_WORDS", "RecordField", "record_bytes", "record_word", "build_sequencer_regmap"]
+
+#: Byte address of the sequencer's first register: the upper half of the 4 KiB window.
+SEQUENCER_BASE = 0x800
+#: ``b"FCSQ"`` as a little-endian word: a top with a sequencer answers it at SEQUENCER_BASE.
+SEQUENCER_MAGIC = int.from_bytes(b"FCSQ", "little")
+
+#: A run-table record's operation (its first word).
+RECORD_ENGINE, RECORD_HOST = 1, 2
+
+#: Words the sequencer stores per engine run at its record's ``counters``
+#: address: the engine's busy, stall-on-input and stall-on-output cycles.
+COUNTER_WORDS = 3
+
+
+@dataclass(frozen=True)
+class RecordField:
+    """A field of a run-table record: ``count`` 32-bit words from word ``offset``."""
+
+    name: str
+    offset: int
+    count: int
+    doc: str
+
+
+def _fields():
+    spec = [("op", 1, "RECORD_ENGINE, or RECORD_HOST: stop; the host runs this record")]
+    spec += [(f"desc_{f.name}", 1, f"the desc_{f.name} register's word") for f in DESCRIPTOR_FIELDS]
+    spec += [("const_base", 1, "word address (pin-byte words) of the constants the run "
+                               "streams first"),
+             ("const_words", 1, "pin-byte words of constants (0: none)")]
+    spec += [(f"reader_{f.name}", 1, f"the pixel reader's {f.name}") for f in READER_FIELDS]
+    spec += [(f"writer_{f.name}", 1, f"the pixel writer's {f.name}") for f in WRITER_FIELDS]
+    spec += [("counters", 1, f"byte address of the run's {COUNTER_WORDS} counter words")]
+    out, offset = [], 0
+    for name, count, doc in spec:
+        out.append(RecordField(name, offset, count, doc))
+        offset += count
+    return tuple(out)
+
+
+#: The words of a run-table record, in order (every field one little-endian
+#: 32-bit word; a signed value in two's complement).
+RECORD_FIELDS = _fields()
+_BY_NAME = {f.name: f for f in RECORD_FIELDS}
+
+
+def record_word(name):
+    """The word offset of record field ``name``."""
+    return _BY_NAME[name].offset
+
+
+def record_bytes(config):
+    """Bytes of one record for ``config``: the fields, padded to whole memory reads
+    (``pin`` bytes) of whole 32-bit words."""
+    require_config(config)
+    unit = math.lcm(4, config.pin)
+    return -(-4 * len(RECORD_FIELDS) // unit) * unit
+
+
+def build_sequencer_regmap(config):
+    """The sequencer's registers for an engine of ``config`` (module docstring).
+
+    Returns
+    -------
+    RegisterMap
+    """
+    b = RegisterMapBuilder(origin=SEQUENCER_BASE)
+    b.begin_group("seq")
+    b.add("seq_magic", "const", [("value", 32)], value=SEQUENCER_MAGIC, doc='b"FCSQ"')
+    b.add("seq_layout", "const", [("record_bytes", 16)], value=record_bytes(config),
+          doc="bytes of one run-table record")
+    b.add("seq_memory", "rw", [("value", 32)],
+          doc="byte address of the program image, added to every memory address")
+    b.add("seq_table", "rw", [("value", 32)],
+          doc="word address (pin-byte words) of the run table's record 0")
+    b.add("seq_range", "rw", [("first", 16, False, "the record to start at"),
+                              ("count", 16, False, "records to run from first")],
+          doc="the records a start runs")
+    b.add("seq_control", "pulse", [
+        ("start", 1, False, "run the range (ignored while busy)"),
+        ("abort", 1, False, "stop at once: the engine is soft-reset, reads in flight drained"),
+    ], doc="write 1 to pulse")
+    b.add("seq_status", "ro", [
+        ("busy", 1, False, "a start was taken and the sequencer has not stopped"),
+        ("done", 1, False, "every record of the range ran"),
+        ("host", 1, False, "stopped before record index: the host runs it"),
+        ("error", 1, False, "the engine refused record index's descriptor"),
+        ("index", 16, False, "the record the sequencer is at, or stopped at"),
+    ], doc="sequencer status")
+    b.add("seq_cycles", "ro", [("value", 32)], doc="cycles from the last start to its stop")
+    return b.build(config=config)
+

@@ -1,0 +1,247 @@
+"""ProgramEngine: the engine that runs a network program from board memory (issue 16).
+
+The top for boards with memory (the simulated board; the Zynq boards next):
+the :class:`~fpgacnn.hdl.engine.ConvEngine` unchanged, behind the
+:class:`~fpgacnn.hdl.program.sequencer.Sequencer`, the
+:class:`~fpgacnn.hdl.program.pixel_reader.PixelReader` and the
+:class:`~fpgacnn.hdl.program.pixel_writer.PixelWriter`::
+
+    s_axil --> AXI4-Lite slave --+--> sequencer registers (0x800 up)
+                                 +--> engine registers  <--+-- sequencer (while it owns them)
+    s_axis --+------------------------> engine --+--------------> m_axis
+             |   (host runs: idle)               |
+    memory --+--> pixel reader --> (program) ----+--> pixel writer --> memory
+             +--> record fetch --> sequencer --> counters ---------> memory
+
+While the sequencer is idle the top is the ConvEngine as the host knows it
+(the same registers, ID ROM and streams: per-run mode, and the runs the host
+does for a program). While it owns the engine, the engine's streams are the
+reader's and the writer's and the DMA ports are held off (``s_axis.tready``
+and ``m_axis.tvalid`` low).
+
+The memory interface is :mod:`fpgacnn.core.memory_port`'s: reads of ``pin``
+bytes at byte addresses, writes of ``W`` bytes with strobes.
+"""
+
+from amaranth.back import verilog
+from amaranth.hdl import Module, Mux, ResetInserter, Signal
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from ...core.config import require_config
+from ...core.memory_port import ADDRESS_BITS, read_bytes, write_bytes
+from ...core.regmap import ADDR_WIDTH
+from ...core.sequencer import SEQUENCER_BASE, build_sequencer_regmap
+from ..bus.axi_lite import AXI4LiteSignature, AXI4LiteSlave
+from ..bus.axi_stream import AXI4StreamSignature
+from ..bus.csr_bank import CSRBank
+from ..engine import ConvEngine
+from ..verilog import PROGRAM_TOP_NAME
+from .pixel_reader import PixelReader
+from .pixel_writer import PixelWriter
+from .sequencer import Sequencer
+
+__all__ = ["ProgramEngine", "program_engine_verilog"]
+
+
+def _request(width):
+    return wiring.Signature({"addr": Out(ADDRESS_BITS), "valid": Out(1), "ready": In(1)})
+
+
+def _response(width):
+    return wiring.Signature({"data": Out(width), "valid": Out(1), "ready": In(1)})
+
+
+def _write(nbytes):
+    return wiring.Signature({"addr": Out(ADDRESS_BITS), "data": Out(8 * nbytes),
+                             "strb": Out(nbytes), "valid": Out(1), "ready": In(1)})
+
+
+class ProgramEngine(wiring.Component):
+    """The convolution engine with its own program sequencer and memory port.
+
+    Parameters
+    ----------
+    config : EngineConfig
+    outstanding : int
+        Memory reads the pixel reader keeps in flight, at most (its
+        ``outstanding``): full rate needs the memory's latency plus 3.
+
+    Members
+    -------
+    s_axil : In(AXI4LiteSignature(ADDR_WIDTH, 32))
+        The engine's registers (:func:`fpgacnn.core.regmap.build_regmap`) and
+        the sequencer's (:func:`fpgacnn.core.sequencer.build_sequencer_regmap`).
+    s_axis, m_axis
+        The engine's streams for runs the host makes (as ConvEngine's).
+    mem_rd : Out(request)
+        Read requests (every address is ``seq_memory`` plus an offset into
+        the program image): ``addr``, ``valid``, ``ready``.
+    mem_rdata : In(response)
+        Read responses in request order: ``data`` (``pin`` bytes), ``valid``,
+        ``ready``.
+    mem_wr : Out(write)
+        Writes: ``addr``, ``data``, ``strb`` (``W`` bytes), ``valid``, ``ready``.
+    irq : Out(1)
+        The sequencer stopped since its last start.
+    """
+
+    def __init__(self, config, *, outstanding=64):
+        require_config(config)
+        self._config = config
+        self._outstanding = outstanding
+        self._seq_regmap = build_sequencer_regmap(config)
+        super().__init__({
+            "s_axil": In(AXI4LiteSignature(ADDR_WIDTH, 32)),
+            "s_axis": In(AXI4StreamSignature(config.stream_width)),
+            "m_axis": Out(AXI4StreamSignature(config.stream_width)),
+            "mem_rd": Out(_request(ADDRESS_BITS)),
+            "mem_rdata": In(_response(8 * read_bytes(config))),
+            "mem_wr": Out(_write(write_bytes(config))),
+            "irq": Out(1),
+        })
+
+    @property
+    def config(self):
+        return self._config
+
+    def elaborate(self, platform):
+        cfg = self._config
+        m = Module()
+        m.submodules.axil = axil = AXI4LiteSlave(addr_width=ADDR_WIDTH)
+        m.submodules.engine = engine = ConvEngine(cfg, register_bus=True)
+        m.submodules.seq_csr = csr = CSRBank(self._seq_regmap)
+        m.submodules.sequencer = seq = Sequencer(cfg)
+        reader_core = PixelReader(cfg, outstanding=self._outstanding)
+        writer_core = PixelWriter(cfg)
+        # An abort clears the reader and the writer with the engine's soft reset.
+        m.submodules.reader = ResetInserter(seq.clear)(reader_core)
+        m.submodules.writer = ResetInserter(seq.clear)(writer_core)
+        reader, writer = reader_core, writer_core
+        wiring.connect(m, wiring.flipped(self.s_axil), axil.axi)
+
+        # -- registers: the sequencer's above SEQUENCER_BASE, the engine's below ----------
+        host = axil.bus
+        upper = SEQUENCER_BASE >> 2
+        w_seq, r_seq = host.w_addr >= upper, host.r_addr >= upper
+        m.d.comb += [
+            csr.bus.w_stb.eq(host.w_stb & w_seq), csr.bus.w_addr.eq(host.w_addr),
+            csr.bus.w_data.eq(host.w_data), csr.bus.w_strb.eq(host.w_strb),
+            csr.bus.r_stb.eq(host.r_stb & r_seq), csr.bus.r_addr.eq(host.r_addr),
+        ]
+        with m.If(seq.owns):
+            m.d.comb += [
+                engine.bus.w_stb.eq(seq.engine.w_stb), engine.bus.w_addr.eq(seq.engine.w_addr),
+                engine.bus.w_data.eq(seq.engine.w_data), engine.bus.w_strb.eq(seq.engine.w_strb),
+                engine.bus.r_stb.eq(seq.engine.r_stb), engine.bus.r_addr.eq(seq.engine.r_addr),
+            ]
+        with m.Else():
+            m.d.comb += [
+                engine.bus.w_stb.eq(host.w_stb & ~w_seq), engine.bus.w_addr.eq(host.w_addr),
+                engine.bus.w_data.eq(host.w_data), engine.bus.w_strb.eq(host.w_strb),
+                engine.bus.r_stb.eq(host.r_stb & ~r_seq), engine.bus.r_addr.eq(host.r_addr),
+            ]
+        m.d.comb += [
+            seq.engine.r_data.eq(engine.bus.r_data),
+            # The host reads the engine only while it is the host's (else 0).
+            host.r_data.eq(Mux(r_seq, csr.bus.r_data, Mux(seq.owns, 0, engine.bus.r_data))),
+        ]
+        m.d.comb += [
+            seq.table.eq(csr.seq_table.value),
+            seq.first.eq(csr.seq_range.first), seq.count.eq(csr.seq_range.count),
+            seq.start.eq(csr.seq_control.start), seq.abort.eq(csr.seq_control.abort),
+            csr.seq_status.busy.eq(seq.busy), csr.seq_status.done.eq(seq.done),
+            csr.seq_status.host.eq(seq.host), csr.seq_status.error.eq(seq.error),
+            csr.seq_status.index.eq(seq.index), csr.seq_cycles.value.eq(seq.cycles),
+            self.irq.eq(seq.stopped),
+        ]
+
+        # -- the reader and the writer ------------------------------------------------
+        m.d.comb += [
+            reader.fields.eq(seq.reader_fields), reader.start.eq(seq.reader_start),
+            seq.reader_done.eq(reader.done),
+            writer.fields.eq(seq.writer_fields), writer.start.eq(seq.writer_start),
+            seq.writer_done.eq(writer.done),
+        ]
+
+        # -- streams: the host's DMA, or the program's reader and writer --------------------
+        with m.If(seq.owns):
+            m.d.comb += [
+                engine.s_axis.tdata.eq(reader.o_stream.payload),
+                engine.s_axis.tvalid.eq(reader.o_stream.valid),
+                reader.o_stream.ready.eq(engine.s_axis.tready),
+                writer.i_stream.payload.eq(engine.m_axis.tdata),
+                writer.i_stream.valid.eq(engine.m_axis.tvalid),
+                engine.m_axis.tready.eq(writer.i_stream.ready),
+            ]
+        with m.Else():
+            m.d.comb += [
+                engine.s_axis.tdata.eq(self.s_axis.tdata),
+                engine.s_axis.tvalid.eq(self.s_axis.tvalid),
+                engine.s_axis.tlast.eq(self.s_axis.tlast),
+                self.s_axis.tready.eq(engine.s_axis.tready),
+                self.m_axis.tdata.eq(engine.m_axis.tdata),
+                self.m_axis.tlast.eq(engine.m_axis.tlast),
+                self.m_axis.tvalid.eq(engine.m_axis.tvalid),
+                engine.m_axis.tready.eq(self.m_axis.tready),
+            ]
+
+        # -- memory reads: the record fetch or the pixel reader, word addresses to bytes ----
+        pin = cfg.pin
+        image = csr.seq_memory.value  # every address is an offset into the image
+        inflight = Signal(range(2 * self._outstanding + 8))
+        req_fire = self.mem_rd.valid & self.mem_rd.ready
+        rsp_fire = self.mem_rdata.valid & self.mem_rdata.ready
+        m.d.sync += inflight.eq(inflight + req_fire - rsp_fire)
+        m.d.comb += seq.drained.eq((inflight == 0) & ~req_fire)
+        with m.If(seq.fetching):
+            m.d.comb += [
+                self.mem_rd.addr.eq(image + seq.fetch_addr.payload * pin),
+                self.mem_rd.valid.eq(seq.fetch_addr.valid & ~seq.clear),
+                seq.fetch_addr.ready.eq(self.mem_rd.ready & ~seq.clear),
+                seq.fetch_data.payload.eq(self.mem_rdata.data),
+                seq.fetch_data.valid.eq(self.mem_rdata.valid),
+                self.mem_rdata.ready.eq(seq.fetch_data.ready),
+            ]
+        with m.Else():
+            m.d.comb += [
+                self.mem_rd.addr.eq(image + reader.o_addr.payload * pin),
+                self.mem_rd.valid.eq(reader.o_addr.valid),
+                reader.o_addr.ready.eq(self.mem_rd.ready),
+                reader.i_data.payload.eq(self.mem_rdata.data),
+                reader.i_data.valid.eq(self.mem_rdata.valid),
+                self.mem_rdata.ready.eq(reader.i_data.ready),
+            ]
+
+        # -- memory writes: the pixel writer's units or the counter words, as W bytes ------
+        wb = write_bytes(cfg)
+        u = writer_core.unit
+        unit_byte = Signal(ADDRESS_BITS)
+        m.d.comb += unit_byte.eq(writer.o_write.payload.addr * u)
+        with m.If(writer.o_write.valid):
+            lane = unit_byte % wb if u < wb else 0
+            m.d.comb += [
+                self.mem_wr.addr.eq(image + unit_byte - lane),
+                self.mem_wr.data.eq(writer.o_write.payload.data << (8 * lane)),
+                self.mem_wr.strb.eq(writer.o_write.payload.strb << lane),
+                self.mem_wr.valid.eq(1),
+                writer.o_write.ready.eq(self.mem_wr.ready),
+            ]
+        with m.Else():
+            addr = seq.counter_write.payload.addr
+            lane = addr % wb if wb > 4 else 0
+            m.d.comb += [
+                self.mem_wr.addr.eq(image + addr - lane),
+                self.mem_wr.data.eq(seq.counter_write.payload.data << (8 * lane)),
+                self.mem_wr.strb.eq(0xF << lane),
+                self.mem_wr.valid.eq(seq.counter_write.valid),
+                seq.counter_write.ready.eq(self.mem_wr.ready),
+            ]
+        return m
+
+
+def program_engine_verilog(config, *, name=PROGRAM_TOP_NAME):
+    """Verilog text of :class:`ProgramEngine` for ``config`` (source locations left
+    out, as :func:`fpgacnn.hdl.verilog.engine_verilog` does)."""
+    require_config(config)
+    return verilog.convert(ProgramEngine(config), name=name, emit_src=False)

@@ -1,0 +1,317 @@
+"""The program sequencer: a network program's engine runs, one after another (issue 16).
+
+It walks a range of the run table (:data:`fpgacnn.core.sequencer.RECORD_FIELDS`)
+in board memory. For each record::
+
+    FETCH    read the record's words (pin-byte memory words) into a register
+    DESC     write the run's descriptor registers on the engine's register bus,
+    START    then control.start: the engine's descriptor check judges the run
+    ACCEPT   read status: refused -> stop (error); taken -> stream
+    STREAM   the pixel reader streams the constants, then the pixels, into the
+             engine while the pixel writer writes its output into memory
+    FINISH   read status until the engine is done
+    COUNT    read the engine's three performance counters ...
+    STORE    ... and write them to the record's counters address
+    NEXT     the next record, or stop (done)
+
+A record whose op is RECORD_HOST stops the sequencer before it (status
+``host``, ``index``): the host runs it and starts the sequencer at the next
+record. Writing the descriptor through the engine's own registers means the
+check that refuses a bad run from the host refuses it from a program too.
+
+The sequencer drives the reader's and the writer's ``fields`` from the
+fetched record and pulses their ``start``; the top
+(:class:`~fpgacnn.hdl.program.program_engine.ProgramEngine`) connects their
+memory sides and the streams.
+"""
+
+from amaranth.hdl import Array, Cat, Const, Module, Signal, unsigned
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ...core.config import require_config
+from ...core.descriptor import DESCRIPTOR_FIELDS
+from ...core.pixel_reader_fields import READER_FIELDS, reader_layout
+from ...core.pixel_writer_fields import WRITER_FIELDS, writer_layout
+from ...core.regmap import ADDR_WIDTH, build_regmap
+from ...core.sequencer import (COUNTER_WORDS, RECORD_ENGINE, RECORD_FIELDS, RECORD_HOST,
+                               record_bytes, record_word)
+from ..bus.axi_lite import RegisterBusSignature
+
+__all__ = ["Sequencer", "counter_write_layout"]
+
+
+def counter_write_layout():
+    """A counter word's write: its byte address and its 32 bits."""
+    return data.StructLayout({"addr": unsigned(32), "data": unsigned(32)})
+
+
+class Sequencer(wiring.Component):
+    """Runs the records ``[first, first + count)`` of a run table on the engine.
+
+    Parameters
+    ----------
+    config : EngineConfig
+
+    Members
+    -------
+    table, first, count : In
+        The run table's word address (pin-byte words), the first record and
+        how many; sampled at ``start``.
+    start, abort : In(1)
+        Pulses. ``start`` is ignored while ``busy``; ``abort`` stops at once
+        (the engine soft-reset, the reader and writer cleared with ``clear``,
+        reads in flight waited for with ``drained``).
+    busy, done, host, error : Out(1)
+        As ``seq_status`` (:mod:`fpgacnn.core.sequencer`); ``done``, ``host``
+        and ``error`` hold until the next start.
+    owns : Out(1)
+        The sequencer drives the engine's registers and streams (running or
+        aborting).
+    stopped : Out(1)
+        Stopped since the last start (the interrupt).
+    index : Out(16)
+        The record it is at, or stopped at.
+    cycles : Out(32)
+        Cycles from the last start to its stop.
+    engine : Out(RegisterBusSignature(ADDR_WIDTH - 2, 32))
+        The engine's register bus.
+    fetch_addr : Out(stream.Signature(unsigned(32)))
+        Word addresses of the record's memory reads.
+    fetch_data : In(stream.Signature(unsigned(8 * pin)))
+        Their responses, in order.
+    fetching : Out(1)
+        The memory read port is the fetcher's (else the pixel reader's).
+    reader_fields, writer_fields : Out
+        The current run's pixel reader fields (the constants' while they
+        stream) and pixel writer fields.
+    reader_start, writer_start : Out(1)
+    reader_done, writer_done : In(1)
+    counter_write : Out(stream.Signature(counter_write_layout()))
+        The run's counter words.
+    clear : Out(1)
+        Resets the reader and the writer (abort).
+    drained : In(1)
+        No memory read is in flight.
+    """
+
+    def __init__(self, config):
+        require_config(config)
+        self._config = config
+        super().__init__({
+            "table": In(32), "first": In(16), "count": In(16),
+            "start": In(1), "abort": In(1),
+            "busy": Out(1), "done": Out(1), "host": Out(1), "error": Out(1),
+            "owns": Out(1), "stopped": Out(1), "index": Out(16), "cycles": Out(32),
+            "engine": Out(RegisterBusSignature(ADDR_WIDTH - 2, 32)),
+            "fetch_addr": Out(stream.Signature(unsigned(32))),
+            "fetch_data": In(stream.Signature(unsigned(8 * config.pin))),
+            "fetching": Out(1),
+            "reader_fields": Out(reader_layout()), "reader_start": Out(1), "reader_done": In(1),
+            "writer_fields": Out(writer_layout()), "writer_start": Out(1), "writer_done": In(1),
+            "counter_write": Out(stream.Signature(counter_write_layout())),
+            "clear": Out(1), "drained": In(1),
+        })
+
+    def elaborate(self, platform):
+        cfg = self._config
+        regs = build_regmap(cfg)
+        pin = cfg.pin
+        nwords = record_bytes(cfg) // pin  # memory words of a record
+        m = Module()
+
+        # The record, shifted in a memory word at a time: its first byte ends lowest.
+        rec = Signal(8 * record_bytes(cfg))
+
+        def word(name, k=0):
+            i = record_word(name) + k
+            return rec[32 * i:32 * i + 32]
+
+        def reg_word(name):
+            return regs[name].address >> 2
+
+        def field(reg, name):
+            f = regs[reg].field(name)
+            return slice(f.offset, f.offset + f.width)
+
+        # -- fields of the reader (constants or pixels) and of the writer ----------------
+        pixels_phase = Signal()
+        for f in READER_FIELDS:
+            target = self.reader_fields[f.name]
+            value = word(f"reader_{f.name}")[:f.width]
+            constant = {"base": word("const_base"), "images": 1, "rows": 1, "cols": 1,
+                        "words": word("const_words")[:16], "last_lanes": pin}.get(f.name, 0)
+            with m.If(pixels_phase):
+                m.d.comb += target.eq(value)
+            with m.Else():
+                m.d.comb += target.eq(constant)
+        for f in WRITER_FIELDS:
+            m.d.comb += self.writer_fields[f.name].eq(word(f"writer_{f.name}")[:f.width])
+
+        # -- state ----------------------------------------------------------------------
+        rec_base = Signal(32)
+        remaining = Signal(16)
+        issued = Signal(range(nwords + 1))
+        received = Signal(range(nwords + 1))
+        j = Signal(range(max(len(DESCRIPTOR_FIELDS), COUNTER_WORDS) + 1))
+        kick = Signal()  # start the reader next cycle (its fields settle first)
+        reader_finished, writer_finished = Signal(), Signal()
+        counters = Array(Signal(32, name=f"counter{i}") for i in range(COUNTER_WORDS))
+        desc_words = Array(word(f"desc_{f.name}") for f in DESCRIPTOR_FIELDS)
+        desc_addrs = Array(Const(reg_word(f"desc_{f.name}"), ADDR_WIDTH - 2)
+                           for f in DESCRIPTOR_FIELDS)
+        perf_addrs = Array(Const(reg_word(n), ADDR_WIDTH - 2) for n in
+                           ("perf_busy_cycles", "perf_stall_in_cycles", "perf_stall_out_cycles"))
+        status = self.engine.r_data
+        st_busy, st_done = status[field("status", "busy")], status[field("status", "done")]
+        st_error = status[field("status", "error")]
+        st_pending = status[field("status", "pending")]
+
+        m.d.comb += self.reader_start.eq(kick)
+        m.d.sync += kick.eq(0)
+        with m.If(self.busy):
+            m.d.sync += self.cycles.eq(self.cycles + 1)
+
+        def stop(flag=None):
+            m.d.sync += [self.busy.eq(0), self.stopped.eq(1)]
+            if flag is not None:
+                m.d.sync += flag.eq(1)
+            m.next = "IDLE"
+
+        def fetch_next(base):
+            m.d.sync += [rec_base.eq(base), issued.eq(0), received.eq(0)]
+            m.next = "FETCH"
+
+        def abortable():
+            # Last in a running state: an abort wins over what the state does.
+            with m.If(self.abort):
+                m.next = "ABORT"
+
+        m.d.comb += self.owns.eq(self.busy)
+        with m.FSM(name="sequencer") as fsm:
+            with m.State("IDLE"):
+                with m.If(self.start):
+                    m.d.sync += [self.busy.eq(1), self.stopped.eq(0), self.done.eq(0),
+                                 self.host.eq(0), self.error.eq(0), self.cycles.eq(0),
+                                 self.index.eq(self.first), remaining.eq(self.count)]
+                    with m.If(self.count == 0):
+                        m.d.sync += [self.busy.eq(0), self.stopped.eq(1), self.done.eq(1)]
+                    with m.Else():
+                        fetch_next(self.table + self.first * nwords)
+
+            with m.State("FETCH"):
+                m.d.comb += [
+                    self.fetching.eq(1),
+                    self.fetch_addr.payload.eq(rec_base + issued),
+                    self.fetch_addr.valid.eq(issued != nwords),
+                    self.fetch_data.ready.eq(1),
+                ]
+                with m.If(self.fetch_addr.valid & self.fetch_addr.ready):
+                    m.d.sync += issued.eq(issued + 1)
+                with m.If(self.fetch_data.valid):
+                    m.d.sync += [rec.eq(Cat(rec[8 * pin:], self.fetch_data.payload)),
+                                 received.eq(received + 1)]
+                    with m.If(received == nwords - 1):
+                        m.next = "DECODE"
+                abortable()
+
+            with m.State("DECODE"):
+                op = word("op")
+                with m.If(op == RECORD_ENGINE):
+                    m.d.sync += j.eq(0)
+                    m.next = "DESC"
+                with m.Elif(op == RECORD_HOST):
+                    stop(self.host)
+                with m.Else():
+                    stop(self.error)
+                abortable()
+
+            with m.State("DESC"):
+                m.d.comb += [self.engine.w_stb.eq(1), self.engine.w_strb.eq(0xF),
+                             self.engine.w_addr.eq(desc_addrs[j]),
+                             self.engine.w_data.eq(desc_words[j])]
+                m.d.sync += j.eq(j + 1)
+                with m.If(j == len(DESCRIPTOR_FIELDS) - 1):
+                    m.next = "START"
+                abortable()
+
+            with m.State("START"):
+                m.d.comb += [self.engine.w_stb.eq(1), self.engine.w_strb.eq(0xF),
+                             self.engine.w_addr.eq(reg_word("control")),
+                             self.engine.w_data.eq(regs.encode("control", start=1))]
+                m.next = "ACCEPT"
+                abortable()
+
+            with m.State("ACCEPT"):
+                m.d.comb += [self.engine.r_stb.eq(1), self.engine.r_addr.eq(reg_word("status"))]
+                with m.If(st_error):
+                    stop(self.error)
+                with m.Elif(st_busy & ~st_pending):
+                    has_constants = word("const_words") != 0
+                    m.d.sync += [pixels_phase.eq(~has_constants), kick.eq(1),
+                                 reader_finished.eq(0), writer_finished.eq(0)]
+                    m.d.comb += self.writer_start.eq(1)
+                    m.next = "STREAM"
+                abortable()
+
+            with m.State("STREAM"):
+                with m.If(self.reader_done):
+                    with m.If(pixels_phase):
+                        m.d.sync += reader_finished.eq(1)
+                    with m.Else():
+                        m.d.sync += [pixels_phase.eq(1), kick.eq(1)]
+                with m.If(self.writer_done):
+                    m.d.sync += writer_finished.eq(1)
+                with m.If(reader_finished & writer_finished):
+                    m.next = "FINISH"
+                abortable()
+
+            with m.State("FINISH"):
+                m.d.comb += [self.engine.r_stb.eq(1), self.engine.r_addr.eq(reg_word("status"))]
+                with m.If(st_done & ~st_busy):
+                    m.d.sync += j.eq(0)
+                    m.next = "COUNT"
+                abortable()
+
+            with m.State("COUNT"):
+                m.d.comb += [self.engine.r_stb.eq(1), self.engine.r_addr.eq(perf_addrs[j])]
+                m.d.sync += [counters[j].eq(self.engine.r_data), j.eq(j + 1)]
+                with m.If(j == COUNTER_WORDS - 1):
+                    m.d.sync += j.eq(0)
+                    m.next = "STORE"
+                abortable()
+
+            with m.State("STORE"):
+                m.d.comb += [self.counter_write.valid.eq(1),
+                             self.counter_write.payload.addr.eq(word("counters") + 4 * j),
+                             self.counter_write.payload.data.eq(counters[j])]
+                with m.If(self.counter_write.ready):
+                    m.d.sync += j.eq(j + 1)
+                    with m.If(j == COUNTER_WORDS - 1):
+                        m.next = "NEXT"
+                abortable()
+
+            with m.State("NEXT"):
+                with m.If(remaining == 1):
+                    stop(self.done)
+                with m.Else():
+                    m.d.sync += [self.index.eq(self.index + 1), remaining.eq(remaining - 1)]
+                    fetch_next(rec_base + nwords)
+                abortable()
+
+            with m.State("ABORT"):
+                # The engine back to idle; then wait for the reads in flight.
+                m.d.comb += [self.engine.w_stb.eq(1), self.engine.w_strb.eq(0xF),
+                             self.engine.w_addr.eq(reg_word("control")),
+                             self.engine.w_data.eq(regs.encode("control", soft_reset=1)),
+                             self.clear.eq(1), self.fetch_data.ready.eq(1), self.fetching.eq(1)]
+                m.next = "DRAIN"
+
+            with m.State("DRAIN"):
+                m.d.comb += [self.clear.eq(1), self.fetch_data.ready.eq(1), self.fetching.eq(1)]
+                with m.If(self.drained):
+                    stop()
+
+        with m.If(fsm.ongoing("ABORT") | fsm.ongoing("DRAIN")):
+            m.d.comb += self.owns.eq(1)
+        return m

@@ -1,0 +1,246 @@
+"""Run a network program on the engine's own sequencer (issue 16, docs/program.md).
+
+The host's side of a board whose engine sequences the program itself
+(:class:`~fpgacnn.hdl.program.program_engine.ProgramEngine`): it writes the
+network's input into the arena in board memory, starts the sequencer on the
+longest range of records it runs by itself, waits for its interrupt, runs
+the one record the sequencer stopped before (a host layer, or a run whose
+patterns the pixel reader or writer does not take: the per-run path of
+:mod:`fpgacnn.host.program_runner`, from the same arena) and starts it again
+at the next one. Per-run counters come back from memory, so the report keeps
+its per-layer cycles; the sequencer's own cycle count (fetches, descriptor
+writes, memory stalls) is the engine time the report adds up.
+"""
+
+import time
+
+import numpy as np
+
+from ..core.errors import BackendError, InputError
+from ..core.sequencer import SEQUENCER_MAGIC, build_sequencer_regmap, record_bytes
+from .program_image import EngineRecord, tensor_names
+from .program_runner import StepTotals, record_stream, store_output
+
+__all__ = ["SequencerDriver", "run_sequenced"]
+
+
+class SequencerDriver:
+    """The sequencer's registers on a board (``mmio_read`` / ``mmio_write``, ``wait_irq``).
+
+    Parameters
+    ----------
+    board
+        A board with a memory port (``has_memory``) whose top answers the
+        sequencer's magic.
+    config : EngineConfig
+
+    Raises
+    ------
+    BackendError
+        The board has no memory, or its top no sequencer, or a run table of
+        another layout.
+    """
+
+    def __init__(self, board, config):
+        self.board = board
+        self.regs = build_sequencer_regmap(config)
+        if not getattr(board, "has_memory", False):
+            raise BackendError("this board has no memory port: its engine cannot sequence a "
+                               "program (the host runs it record by record)")
+        magic = board.mmio_read(self.regs.address("seq_magic"))
+        if magic != SEQUENCER_MAGIC:
+            raise BackendError(f"the engine top has no program sequencer (0x{magic:08x} at "
+                               f"0x{self.regs.address('seq_magic'):03x})")
+        layout = self.read("seq_layout")["record_bytes"]
+        if layout != record_bytes(config):
+            raise BackendError(f"the sequencer's run-table records are {layout} bytes, this "
+                               f"host's {record_bytes(config)}")
+        self.attached = None
+
+    def write(self, name, value=None, **fields):
+        self.board.mmio_write(self.regs.address(name), self.regs.encode(name, value, **fields))
+
+    def read(self, name):
+        return self.regs.decode(name, self.board.mmio_read(self.regs.address(name)))
+
+    def attach(self, program):
+        """Make ``program``'s buffer the board's memory (once per program)."""
+        if self.attached is not program:
+            self.board.attach_memory(program.memory)
+            self.write("seq_memory", 0)  # the simulated board's addresses are buffer offsets
+            self.attached = program
+
+
+def _run_host_record(image, program, record, driver, index, warm, timeout_of, data):
+    """Run ``record`` on the host (its layer) or through the per-run path.
+
+    Returns the run's :class:`~fpgacnn.host.engine_driver.LayerRun` (None for a
+    host layer), the host's seconds and the board's seconds."""
+    step = program.steps[record.step]
+    t0 = time.perf_counter()
+    if not isinstance(record, EngineRecord):
+        y = step.layer.evaluate(*(image.tensors[index[t]].view(data) for t in step.inputs))
+        image.tensors[index[step.output]].view(data)[...] = y
+        return None, time.perf_counter() - t0, 0.0
+    desc = record.warm_descriptor() if warm else record.descriptor
+    predicted = record.warm_predicted_cycles if warm else record.predicted_cycles
+    stream = record_stream(image, record, warm=warm, name=step.name)
+    t1 = time.perf_counter()
+    result = driver.run_layer(desc, stream, record.out_nbytes, timeout=timeout_of(predicted),
+                              name=step.name)
+    t2 = time.perf_counter()
+    store_output(image, record, result.output)
+    return result, (t1 - t0) + (time.perf_counter() - t2), t2 - t1
+
+
+def run_sequenced(sequenced, program, driver, seq_driver, x8, *, warm=False, timeout_of,
+                  progress=None):
+    """Run ``program`` from its :class:`~fpgacnn.host.sequencer_table.SequencerProgram`.
+
+    Parameters
+    ----------
+    sequenced : SequencerProgram
+    program : fpgacnn.host.compiler.Program
+    driver : fpgacnn.host.engine_driver.EngineDriver
+        For the records the host runs on the engine run by run.
+    seq_driver : SequencerDriver
+    x8 : numpy.ndarray of int8
+        ``(batch, *input shape)``.
+    warm : bool
+        The board holds the program's weights: the warm run table.
+    timeout_of : callable
+        ``timeout_of(predicted_cycles)``: seconds before a run counts as hung.
+    progress : callable, optional
+
+    Returns
+    -------
+    (numpy.ndarray, list of dict, dict)
+        The int8 output, per step what the report says (as
+        :func:`~fpgacnn.host.program_runner.run_program`), and the sequencer's
+        totals: ``sequencer_cycles`` (its starts to its stops, all of them),
+        ``sequencer_runs`` (records it ran), ``sequencer_starts``,
+        ``sequenced_busy_cycles`` (the engine's busy cycles of those runs).
+
+    Raises
+    ------
+    BackendError
+        The engine refused a record (the layer named), the sequencer did not
+        stop in time (aborted), or a memory access fell outside the program.
+    """
+    image = sequenced.image
+    config = image.config
+    data = image.data
+    board = seq_driver.board
+    x8 = np.asarray(x8, dtype=np.int8)
+    view = image.input.view(data)
+    if x8.shape != view.shape:
+        raise InputError(f"the program was compiled for input {view.shape}, not {x8.shape} "
+                         f"(compile the program for this batch)")
+    t_start = time.perf_counter()
+    seq_driver.attach(sequenced)
+    view[...] = x8
+    sequenced.clear_counters()
+    seq_driver.write("seq_table", sequenced.table_words[warm])
+    index = {t: i for i, t in enumerate(tensor_names(program))}
+    records, flags = image.records, sequenced.on_engine[warm]
+    peak = config.peak_macs_per_cycle
+    totals, host_reports = {}, {}
+    seq = dict(sequencer_cycles=0, sequencer_runs=0, sequencer_starts=0,
+               sequenced_busy_cycles=0)
+    host_seconds = time.perf_counter() - t_start
+
+    i, n = 0, len(records)
+    while i < n:
+        record = records[i]
+        step = program.steps[record.step]
+        if not flags[i]:
+            result, host, on_board = _run_host_record(image, program, record, driver, index,
+                                                      warm, timeout_of, data)
+            if result is None:
+                host_reports.setdefault(record.step, 0.0)
+                host_reports[record.step] += host
+            else:
+                total = totals.setdefault(record.step, StepTotals())
+                total.runs += 1
+                total.host += host
+                total.board += on_board
+                total.cycles += result.busy_cycles
+                total.stall_in += result.stall_in_cycles
+                total.stall_out += result.stall_out_cycles
+                total.predicted += (record.warm_predicted_cycles if warm
+                                    else record.predicted_cycles)
+            i += 1
+            continue
+        j, predicted = i, 0
+        while j < n and flags[j]:
+            predicted += records[j].warm_predicted_cycles if warm else records[j].predicted_cycles
+            j += 1
+        if progress:
+            progress(f"records {i + 1}-{j} of {n} on the sequencer")
+        t0 = time.perf_counter()
+        seq_driver.write("seq_range", first=i, count=j - i)
+        seq_driver.write("seq_control", start=1)
+        # Per record: the fetch, 20 register writes and the counters, besides the run.
+        timeout = timeout_of(predicted + 200 * (j - i))
+        t_wait = time.perf_counter()
+        stopped = board.wait_irq(timeout)
+        waited = time.perf_counter() - t_wait  # the board's time, not the host's work
+        if not stopped:
+            seq_driver.write("seq_control", abort=1)
+            board.wait_irq(timeout)
+            at = seq_driver.read("seq_status")["index"]
+            name = program.steps[records[min(at, n - 1)].step].name
+            raise BackendError(f"layer {name!r}: the sequencer did not stop within {timeout:g} s "
+                               f"(at record {at}); aborted")
+        status = seq_driver.read("seq_status")
+        seq["sequencer_cycles"] += seq_driver.read("seq_cycles")["value"]
+        seq["sequencer_starts"] += 1
+        host_seconds += time.perf_counter() - t0 - waited
+        fault = board.memory_error()
+        if fault is not None:
+            board.clear_memory_error()
+            first, last = (program.steps[records[k].step].name for k in (i, j - 1))
+            raise BackendError(f"layers {first!r} to {last!r} (records {i}-{j - 1}): the "
+                               f"sequencer's memory access failed: {fault}")
+        at = status["index"]
+        if status["error"]:
+            bad = records[at]
+            name = program.steps[bad.step].name
+            desc = sequenced.descriptor(at, warm=warm)  # what the engine was given
+            engine_status = driver._read("status")
+            raise driver._refusal(desc, name, engine_status)
+        if not status["done"]:
+            raise BackendError(f"the sequencer stopped at record {at} of {i}-{j - 1} without "
+                               f"finishing (status {status})")
+        for k in range(i, j):
+            busy, stall_in, stall_out = sequenced.counter_words(k)
+            total = totals.setdefault(records[k].step, StepTotals())
+            total.runs += 1
+            total.cycles += busy
+            total.stall_in += stall_in
+            total.stall_out += stall_out
+            total.predicted += (records[k].warm_predicted_cycles if warm
+                                else records[k].predicted_cycles)
+            seq["sequencer_runs"] += 1
+            seq["sequenced_busy_cycles"] += busy
+        i = j
+
+    t0 = time.perf_counter()
+    y8 = np.array(image.output.view(data), copy=True)
+    host_seconds += time.perf_counter() - t0
+
+    reports, seen = [], set()
+    for record in records:
+        if record.step in seen:
+            continue
+        seen.add(record.step)
+        step = program.steps[record.step]
+        if record.step in totals:
+            info = totals[record.step].as_report(step.macs, program.batch, peak)
+        else:
+            info = {"engine": False, "host_seconds": host_reports.get(record.step, 0.0)}
+        reports.append({"name": step.name, "op": step.op, "macs": step.macs, **info})
+    if reports:
+        # What the host did around the sequencer (input, output, starting and waiting).
+        reports[0]["host_seconds"] += host_seconds
+    return y8, reports, seq

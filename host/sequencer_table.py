@@ -1,0 +1,177 @@
+"""A program image laid out for the engine's own sequencer (issue 16, docs/program.md).
+
+:class:`SequencerProgram` puts a :class:`~fpgacnn.host.program_image.ProgramImage`
+into one board-memory buffer and adds what the sequencer
+(:mod:`fpgacnn.core.sequencer`) reads and writes there::
+
+    | program image (header, tensors, records, constants, arena) | run table, cold |
+    | run table, warm | counters: COUNTER_WORDS words per record |
+
+Each run table has one record per image record, in the same order: an
+engine record whose source the pixel reader takes
+(:func:`~fpgacnn.host.pixel_reader_setup.reader_fields`) and whose
+destination the pixel writer takes
+(:func:`~fpgacnn.host.pixel_writer_setup.writer_fields`) becomes a record the
+sequencer runs (op RECORD_ENGINE): its descriptor's register words, its
+constants and both halves' fields. Every other record (a host layer, or a
+pattern neither half takes) becomes RECORD_HOST: the sequencer stops there
+and the host runs it from the same arena
+(:mod:`fpgacnn.host.sequencer_runner`). The warm table is the same program
+with the weights resident (each run's warm descriptor, the parameters alone
+as constants).
+
+Every address in the tables is an offset from the buffer's start: the
+sequencer adds ``seq_memory``, the buffer's address on the board.
+"""
+
+import numpy as np
+
+from ..core.descriptor import DESCRIPTOR_FIELDS, complete_descriptor
+from ..core.pixel_reader_fields import READER_FIELDS
+from ..core.pixel_writer_fields import WRITER_FIELDS
+from ..core.regmap import build_regmap
+from ..core.sequencer import (COUNTER_WORDS, RECORD_ENGINE, RECORD_FIELDS, RECORD_HOST,
+                              record_bytes, record_word)
+from .pixel_reader_setup import reader_fields
+from .pixel_writer_setup import writer_fields
+from .program_image import EngineRecord, ProgramImage, alignment
+
+__all__ = ["SequencerProgram", "hardware_record"]
+
+#: The most constant words one reader section streams (its ``words`` field).
+_MAX_CONST_WORDS = (1 << 16) - 1
+
+
+def _align(n, to):
+    return -(-n // to) * to
+
+
+def hardware_record(image, record, *, warm, counters):
+    """The run-table words of one image ``record`` (module docstring).
+
+    Parameters
+    ----------
+    image : ProgramImage
+    record : EngineRecord or HostRecord
+    warm : bool
+        The record of the warm table (the program's weights resident).
+    counters : int
+        Byte offset of the record's counter words.
+
+    Returns
+    -------
+    (list of int, bool)
+        The record's 32-bit words (as unsigned values) and whether the
+        sequencer runs it (else: RECORD_HOST).
+    """
+    words = [0] * len(RECORD_FIELDS)
+    words[record_word("op")] = RECORD_HOST
+    if not isinstance(record, EngineRecord):
+        return words, False
+    config = image.config
+    reader, writer = reader_fields(image, record), writer_fields(image, record)
+    desc = complete_descriptor(record.warm_descriptor() if warm else record.descriptor)
+    if desc["load_weights"]:
+        const_nbytes = record.const_nbytes
+    elif desc["load_params"]:
+        const_nbytes = record.params_nbytes
+    else:
+        const_nbytes = 0
+    pin = config.pin
+    if (reader is None or writer is None or const_nbytes % pin or record.const_offset % pin
+            or const_nbytes // pin > _MAX_CONST_WORDS):
+        return words, False
+    regs = build_regmap(config)
+    words[record_word("op")] = RECORD_ENGINE
+    for f in DESCRIPTOR_FIELDS:
+        words[record_word(f"desc_{f.name}")] = regs.encode(f"desc_{f.name}", int(desc[f.name]))
+    words[record_word("const_base")] = record.const_offset // pin
+    words[record_word("const_words")] = const_nbytes // pin
+    for f in READER_FIELDS:
+        words[record_word(f"reader_{f.name}")] = int(reader[f.name]) & 0xFFFF_FFFF
+    for f in WRITER_FIELDS:
+        words[record_word(f"writer_{f.name}")] = int(writer[f.name])
+    words[record_word("counters")] = counters
+    return words, True
+
+
+class SequencerProgram:
+    """A program image and its run tables in one board-memory buffer.
+
+    Parameters
+    ----------
+    image : ProgramImage
+        The program (its bytes are copied into the buffer; the
+        :attr:`image` here is a new ProgramImage over the buffer's bytes, so
+        the host and the engine work on the same arena).
+    allocate : callable, optional
+        ``allocate(nbytes)``: the board's memory buffer (a contiguous uint8
+        array; ``board.allocate``). Default: a numpy array.
+
+    Attributes
+    ----------
+    memory : numpy.ndarray of uint8
+        The whole buffer.
+    image : ProgramImage
+        The program, its ``data`` a view of ``memory``.
+    table_words : dict
+        ``{False: cold, True: warm}``: the word address (``pin``-byte words)
+        of each run table's record 0.
+    on_engine : dict
+        ``{warm: list of bool}``: per record, whether the sequencer runs it.
+    counters : int
+        Byte offset of the counters region (record ``i`` at ``counters +
+        4 * COUNTER_WORDS * i``).
+    """
+
+    def __init__(self, image, *, allocate=None):
+        config = image.config
+        self.config = config
+        n = image.nbytes
+        align = alignment(config)
+        rbytes = record_bytes(config)
+        nrec = len(image.records)
+        tables = {False: _align(n, align)}
+        tables[True] = tables[False] + _align(nrec * rbytes, align)
+        self.counters = tables[True] + _align(nrec * rbytes, align)
+        total = self.counters + _align(4 * COUNTER_WORDS * max(nrec, 1), align)
+        self.memory = (allocate or (lambda k: np.zeros(k, np.uint8)))(total)
+        self.memory[:n] = image.data
+        self.image = ProgramImage.over(self.memory[:n])
+        self.table_words = {w: off // config.pin for w, off in tables.items()}
+        self.on_engine = {}
+        for warm, off in tables.items():
+            flags, rows = [], []
+            for i, record in enumerate(self.image.records):
+                words, hw = hardware_record(self.image, record, warm=warm,
+                                            counters=self.counters + 4 * COUNTER_WORDS * i)
+                flags.append(hw)
+                rows.append(np.array(words, "<u4").view(np.uint8))
+            self.on_engine[warm] = flags
+            if rows:
+                block = np.zeros((nrec, rbytes), np.uint8)
+                block[:, :4 * len(RECORD_FIELDS)] = np.stack(rows)
+                self.memory[off:off + nrec * rbytes] = block.reshape(-1)
+
+    @property
+    def nbytes(self):
+        return int(self.memory.size)
+
+    def counter_words(self, index):
+        """The counters the sequencer stored for record ``index``: busy, stall-in, stall-out."""
+        off = self.counters + 4 * COUNTER_WORDS * index
+        return [int(v) for v in self.memory[off:off + 4 * COUNTER_WORDS].view("<u4")]
+
+    def descriptor(self, index, *, warm=False):
+        """The descriptor record ``index`` of a run table holds, as the sequencer
+        writes it (decoded from board memory)."""
+        config = self.config
+        regs = build_regmap(config)
+        at = self.table_words[warm] * config.pin + index * record_bytes(config)
+        words = self.memory[at:at + 4 * len(RECORD_FIELDS)].view("<u4")
+        return {f.name: regs.decode(f"desc_{f.name}", int(words[record_word(f"desc_{f.name}")]))
+                ["value"] for f in DESCRIPTOR_FIELDS}
+
+    def clear_counters(self):
+        """Zero the counters region (so a record the sequencer skipped reads 0)."""
+        self.memory[self.counters:] = 0
