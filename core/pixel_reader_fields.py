@@ -10,27 +10,36 @@ The reader walks one affine counter nest and emits ``pin``-byte words (a
 
     for image in range(images):
         for row in range(rows):                        # read from memory
-            for col in range(cols):
-                for word in range(words):
-                    read base + image*image_stride + row*row_stride
-                         + col*pixel_stride + word
+            for ky in range(blocks):
+                for col in range(cols):
+                    for kx in range(blocks):
+                        for word in range(words):
+                            read base + image*image_stride + row*row_stride
+                                 + col*pixel_stride + ky*ky_stride
+                                 + kx*block_stride + word
         for pixel in range(zp_pixels):                 # synthesized, no memory
             for word in range(words):
                 x_zp in every lane
         for word in range(zero_words):                 # synthesized, no memory
             0
 
-and in the last word of every pixel (read or ``x_zp``) the lanes from
-``last_lanes`` on are 0. That nest is every pixel section the reader takes:
+Of the channels of a tensor pixel that the reads of one ``(row, col)`` walk
+(``channels`` of them, from ``ky * ky_channels + (kx * words + word) * pin``
+on), only those below ``channels`` are kept: a word wholly past them is not
+read (0), and in the word they end in the lanes past them are 0 (in a pixel
+of ``x_zp`` too). That nest is every pixel section the reader takes:
 
-- a column strip: ``rows`` input rows of ``cols`` columns, then the
+- a column strip (``blocks = 1``): ``rows`` input rows of ``cols`` columns, then the
   ``zero_point_rows`` of ``x_zp`` (``zp_pixels = zero rows * cols``), then the
   zero words that end the image on a beat;
 - a column of the zero point: ``rows = 0`` (nothing read), the whole column
   as ``zp_pixels``;
 - a Gemm batch chunk: one "row" of ``cols`` feature vectors, ``pixel_stride``
   one tensor image apart, then the chunk image's padding pixels and the beat
-  padding as ``zero_words``.
+  padding as ``zero_words``;
+- the 1x1 remap of a strip (``blocks = kmax``): each output pixel's channels
+  as a ``kmax x kmax`` block of ``words``-word positions (docs/engine.md),
+  ``row_stride`` and ``pixel_stride`` the stride's rows and columns apart.
 """
 
 from dataclasses import dataclass
@@ -65,12 +74,19 @@ READER_FIELDS = (
                 "zero point)"),
     ReaderField("cols", 16, False, "pixels read per row, at least 1 when rows is not 0"),
     ReaderField("words", 16, False, "words per pixel (the run's ci_tiles), at least 1"),
-    ReaderField("last_lanes", 8, False, "lanes of a pixel's last word that are kept, 1..pin; "
-                "the others are 0 (channels past the run's)"),
+    ReaderField("channels", 32, False, "channels of a tensor pixel that are kept (at least "
+                "1); the lanes past them are 0 (channels past the run's)"),
     ReaderField("x_zp", 8, True, "the input zero point, the value of the synthesized pixels"),
     ReaderField("zp_pixels", 32, False, "pixels of x_zp after each image's read rows"),
     ReaderField("zero_words", 32, False, "zero words ending each image (padding pixels of a "
                 "Gemm chunk, then the padding to a whole beat)"),
+    ReaderField("blocks", 8, False, "block positions per axis: 1, or kmax for the 1x1 remap"),
+    ReaderField("block_stride", 32, False, "words from one block position to the next in a "
+                "row of the block (the remap: words)"),
+    ReaderField("ky_stride", 32, False, "words from one row of the block to the next "
+                "(the remap: blocks * words)"),
+    ReaderField("ky_channels", 32, False, "channels from one row of the block to the next "
+                "(the remap: blocks * words * pin)"),
 )
 
 

@@ -22,14 +22,14 @@ Examples
 ...                        TensorSpec("y", (4, 5, 5), np.int8, 0.5, 0), "x", "y")
 >>> image = build_image(compile_model(model, cfg))
 >>> f = reader_fields(image, image.records[0])
->>> f["rows"], f["cols"], f["words"], f["last_lanes"], f["pixel_stride"], f["row_stride"]
+>>> f["rows"], f["cols"], f["words"], f["channels"], f["pixel_stride"], f["row_stride"]
 (5, 5, 1, 3, 1, 5)
 """
 
 import math
 
 from ..core.pixel_reader_fields import READER_FIELDS
-from .packing import zero_point_rows
+from .packing import remap_group, zero_point_rows
 from .program_image import SOURCE_BATCH, SOURCE_STRIP, SOURCE_ZERO_COLUMN, EngineRecord
 
 __all__ = ["reader_fields"]
@@ -70,8 +70,8 @@ def reader_fields(image, record):
         is when
 
         - it is a host record;
-        - the source folds taps into channels (``fold``: Im2Col) or the layout
-          is the 1x1 remap (a pixel is not one tensor pixel's channels);
+        - the source folds taps into channels (``fold``: Im2Col), or the layout
+          is the 1x1 remap of anything but an unpadded strip (a Gemm chunk);
         - a strip's first channel ``c0`` is not on a word (``pin``-byte)
           boundary, so a pixel's words are not words of the tensor;
         - a word read would not start on a word boundary of the image (an
@@ -85,14 +85,16 @@ def reader_fields(image, record):
     if not isinstance(record, EngineRecord):
         return None
     source, layout = record.source, record.layout
-    if source.fold or layout.remap:
+    if source.fold:
         return None
     config = image.config
     pin = config.pin
     tensor = image.tensors[source.tensor]
     x_zp = int(record.descriptor["x_zp"])
     fields = dict(base=0, image_stride=0, row_stride=0, pixel_stride=0, rows=0, cols=0,
-                  x_zp=x_zp)
+                  x_zp=x_zp, blocks=1, block_stride=0, ky_stride=0, ky_channels=0)
+    if layout.remap:
+        return _remap_fields(image, record, fields)
     if source.kind in (SOURCE_STRIP, SOURCE_ZERO_COLUMN):
         if tensor.flat or source.c0 % pin:
             return None
@@ -137,7 +139,41 @@ def reader_fields(image, record):
     if any(fields[k] % pin for k in byte_values):
         return None
     fields.update({k: fields[k] // pin for k in byte_values})
-    fields.update(images=images, words=words, last_lanes=lanes - (words - 1) * pin,
-                  zp_pixels=zp_pixels,
+    fields.update(images=images, words=words, channels=lanes, zp_pixels=zp_pixels,
                   zero_words=extra_pixels * words + (-image_words) % per_beat)
+    return fields if _fits(fields) else None
+
+
+def _remap_fields(image, record, fields):
+    """The fields of a strip through the 1x1 remap (``pack_pixels``' remapped layout):
+    output pixel ``(y, x)`` of the run is a ``kmax x kmax`` block whose position
+    ``(ky, kx)`` holds the tensor pixel's channels ``(ky*kmax + kx)*g ..`` (``g =
+    remap_group``), the pixels the stride's rows and columns apart."""
+    config, source, layout = image.config, record.source, record.layout
+    pin, k = config.pin, config.kmax
+    tensor = image.tensors[source.tensor]
+    if (source.kind != SOURCE_STRIP or tensor.flat or source.c0 % pin
+            or (layout.kh, layout.kw) != (1, 1)
+            or any((layout.top, layout.left, layout.bottom, layout.right))):
+        return None
+    lanes = source.c1 - source.c0
+    g = remap_group(config, lanes)
+    words = g // pin
+    cols = len(range(tensor.width)[source.a:source.b])
+    if lanes < 1 or cols < 1:
+        return None
+    oh = (tensor.height - 1) // layout.sy + 1
+    ow = (cols - 1) // layout.sx + 1
+    per_beat = max(1, config.stream_bytes // pin)
+    image_words = oh * ow * k * k * words
+    byte_values = dict(base=tensor.offset + source.a * tensor.cp + source.c0,
+                       image_stride=tensor.image_stride,
+                       row_stride=layout.sy * tensor.width * tensor.cp,
+                       pixel_stride=layout.sx * tensor.cp)
+    if any(v % pin for v in byte_values.values()):
+        return None
+    fields.update({name: v // pin for name, v in byte_values.items()})
+    fields.update(images=tensor.batch, rows=oh, cols=ow, words=words, channels=lanes,
+                  zp_pixels=0, zero_words=(-image_words) % per_beat, blocks=k,
+                  block_stride=words, ky_stride=k * words, ky_channels=k * g)
     return fields if _fits(fields) else None

@@ -222,6 +222,12 @@ def test_waves_need_the_sim_backend(capsys, files, tmp_path):
                 "run", INT8, "--input", files["x"], "--waves", tmp_path / "w.vcd")
 
 
+def test_sequencer_needs_the_sim_backend(capsys, files):
+    check_error(capsys, r"fpgacnn: error: --sequencer is simulated on the sim backend only, "
+                        r"not --backend reference",
+                "run", INT8, "--input", files["x"], "--backend", "reference", "--sequencer")
+
+
 # ----------------------------------------------------------------- run: bad input
 
 RUN_ERRORS = {

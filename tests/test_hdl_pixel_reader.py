@@ -80,8 +80,12 @@ CASES = {
             2, 2),
            ("groups", lambda: convolution_model(np.random.default_rng(1), *CONVOLUTIONS[1]),
             1, 2),
-           ("gemm", lambda: gemm_model(np.random.default_rng(1), 3, 5), 100, 1)],
-    "k2": [("random_cnn_1", lambda: random_cnn(1), 2, 3),
+           ("gemm", lambda: gemm_model(np.random.default_rng(1), 3, 5), 100, 1),
+           ("remap", lambda: convolution_model(np.random.default_rng(7), *CONVOLUTIONS[7]),
+            2, 2)],
+    "k2": [("remap", lambda: convolution_model(np.random.default_rng(5), 21, 6, 1, (1, 1),
+                                               (2, 2), (1, 1), (0, 0, 0, 0), (5, 7)), 2, 2),
+           ("random_cnn_1", lambda: random_cnn(1), 2, 3),
            ("random_cnn_3", lambda: random_cnn(3), 1, 2),
            ("zero_column", lambda: convolution_model(np.random.default_rng(8), *CONVOLUTIONS[8]),
             2, 2),
@@ -91,7 +95,10 @@ CASES = {
                                                           (3, 5)), 2, 1)],
     "beats-per-word": [("conv", lambda: convolution_model(np.random.default_rng(4), 20, 4, 1,
                                                           (2, 2), (1, 1), (1, 1), (0, 0, 1, 1),
-                                                          (3, 4)), 1, 1)],
+                                                          (3, 4)), 1, 1),
+                       ("remap", lambda: convolution_model(np.random.default_rng(6), 40, 4, 1,
+                                                           (1, 1), (1, 1), (1, 1), (0, 0, 0, 0),
+                                                           (3, 4)), 1, 1)],
 }
 
 
@@ -232,13 +239,18 @@ def test_reader_makes_the_hosts_pixel_sections(engine):
 def test_the_tested_sections_have_every_part():
     """Among the records the tests run: rows of x_zp below an image (their lanes
     masked too), a zero column, a Gemm chunk's padding pixels, the padding of an
-    image to a whole beat, masked lanes, several words to a pixel, a batch of 2."""
+    image to a whole beat, masked lanes, several words to a pixel, a batch of 2, the
+    1x1 remap (with block positions wholly past the channels: not read)."""
     seen = dict.fromkeys(("zp_rows", "masked_zp", "zero_column", "pad_pixels", "beat_padding",
-                          "masked", "words", "images"), False)
+                          "masked", "words", "images", "remap", "remap_unread"), False)
     for engine, config in ENGINES.items():
         for name, image, chosen in reader_runs(engine):
             for record, f, _ in chosen:
-                kind, masked = record.source.kind, f["last_lanes"] < config.pin
+                kind, masked = record.source.kind, f["channels"] % config.pin != 0
+                if f["blocks"] > 1:
+                    seen["remap"] = True
+                    seen["remap_unread"] |= f["channels"] <= (f["blocks"] ** 2 - 1) \
+                        * f["words"] * config.pin
                 seen["zp_rows"] |= f["rows"] > 0 and f["zp_pixels"] > 0
                 seen["masked_zp"] |= f["zp_pixels"] > 0 and masked
                 seen["zero_column"] |= kind == SOURCE_ZERO_COLUMN and f["rows"] == 0
@@ -296,16 +308,16 @@ def _records(model, config, batch=1):
     return image, image.records
 
 
-def test_fold_remap_unaligned_channels_and_host_layers_are_not_for_the_reader():
+def test_fold_a_remapped_gemm_unaligned_channels_and_host_layers_are_not_for_the_reader():
     rng = np.random.default_rng
     # Folded taps (a 7x7 kernel on a 3x3 engine).
     image, records = _records(convolution_model(rng(2), *CONVOLUTIONS[2]), SMALL_ENGINE)
     assert all(r.source.fold for r in records)
     assert all(reader_fields(image, r) is None for r in records)
-    # The 1x1 remap.
+    # The 1x1 remap of a strip is the reader's (blocks of kmax x kmax positions).
     image, records = _records(convolution_model(rng(7), *CONVOLUTIONS[7]), SMALL_ENGINE)
     assert all(r.layout.remap for r in records)
-    assert all(reader_fields(image, r) is None for r in records)
+    assert all(reader_fields(image, r)["blocks"] == SMALL_ENGINE.kmax for r in records)
     # Groups of 6 channels on 4 lanes: every other group starts mid-word.
     image, records = _records(convolution_model(rng(6), *CONVOLUTIONS[6]), SMALL_ENGINE)
     unaligned = [r for r in records if r.source.c0 % SMALL_ENGINE.pin]

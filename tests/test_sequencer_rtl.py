@@ -206,3 +206,18 @@ def test_an_empty_range_is_done_at_once(board):
 def test_an_engine_without_a_sequencer_is_refused(small_engine_board):
     with pytest.raises(BackendError, match=r"^this board has no memory port"):
         SequencerDriver(small_engine_board, SMALL_ENGINE)
+
+
+def test_fpgacnn_run_with_the_sequencer(capsys, tmp_path):
+    """``fpgacnn run --sequencer``: the example on the sequencer, its report saying so."""
+    import json
+    from fpgacnn.host.cli import main
+    config = tmp_path / "k3.toml"
+    config.write_text("".join(f"{k} = {v}\n" for k, v in SMALL_ENGINE.as_dict().items()))
+    report = tmp_path / "r.json"
+    assert main(["run", "--example", "digits", "--sequencer", "--config", str(config),
+                 "--report", str(report)]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"accuracy", out)
+    r = json.loads(report.read_text())
+    assert r["sequencer"]["sequencer_runs"] > 0

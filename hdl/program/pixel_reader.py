@@ -28,7 +28,7 @@ take every response the moment it arrives, and ``i_data.ready`` stays high
 (the memory is never stalled by the reader; it may stall the reader).
 """
 
-from amaranth.hdl import Cat, Module, Mux, Signal, unsigned
+from amaranth.hdl import Cat, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFO, SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
@@ -41,9 +41,12 @@ __all__ = ["ADDRESS_BITS", "PixelReader"]
 #: Bits of a memory word address (the fields' addresses are as wide).
 ADDRESS_BITS = 32
 
-#: A command: where a word comes from, and whether it ends a pixel.
+#: A command: where a word comes from, and how many of its lanes are kept.
 _READ, _ZP, _ZERO = 0, 1, 2
-_COMMAND = data.StructLayout({"kind": 2, "last": 1})
+
+
+def _command_layout(pin):
+    return data.StructLayout({"kind": 2, "lanes": unsigned(pin.bit_length())})
 
 
 class PixelReader(wiring.Component):
@@ -124,7 +127,8 @@ class PixelReader(wiring.Component):
         f = self.fields
         m = Module()
 
-        m.submodules.commands = commands = SyncFIFO(width=_COMMAND.size,
+        command_layout = _command_layout(pin)
+        m.submodules.commands = commands = SyncFIFO(width=command_layout.size,
                                                     depth=self._outstanding)
         # One more than the commands: the buffered FIFO's write side counts
         # its inner memory only, so a response still always finds room.
@@ -133,24 +137,37 @@ class PixelReader(wiring.Component):
 
         # -- issue: the counter nest, one word per cycle ----------------------------------
         image, row, col = Signal(16), Signal(16), Signal(16)
+        ky, kx = Signal(8), Signal(8)
         word = Signal(16)
         count = Signal(32)  # x_zp pixels or zero words so far
         addr = Signal(ADDRESS_BITS)
-        pixel_base, row_base, image_base = (Signal(ADDRESS_BITS, name=n) for n in
-                                            ("pixel_base", "row_base", "image_base"))
-        command = Signal(_COMMAND)
+        pixel_base, row_base, image_base, block_base, ky_offset = (
+            Signal(ADDRESS_BITS, name=n) for n in
+            ("pixel_base", "row_base", "image_base", "block_base", "ky_offset"))
+        # Channels of the tensor pixel left from this word on (<= 0: none), and
+        # from this row of the block on.
+        left, ky_left = Signal(signed(34)), Signal(signed(34))
+        command = Signal(command_layout)
         step = Signal()  # a word is issued this cycle
         packer_empty = Signal()  # no word waits in the packer for the rest of its beat
         word_last = word == f.words - 1
+        lanes = Mux(left >= pin, pin, Mux(left > 0, left[:pin.bit_length()], 0))
         m.d.comb += [
             commands.w_data.eq(command),
             commands.w_en.eq(step),
             self.o_addr.payload.eq(addr),
+            command.lanes.eq(lanes),
         ]
+
+        def at(base):
+            """Every address register to a new tensor pixel block at ``base``."""
+            m.d.sync += [image_base.eq(base), row_base.eq(base), pixel_base.eq(base),
+                         block_base.eq(base), addr.eq(base), ky_offset.eq(0)]
 
         def start_image():
             """Go to the first non-empty part of an image (all images are alike)."""
-            m.d.sync += [word.eq(0), count.eq(0), row.eq(0), col.eq(0)]
+            m.d.sync += [word.eq(0), count.eq(0), row.eq(0), col.eq(0), ky.eq(0), kx.eq(0),
+                         left.eq(f.channels), ky_left.eq(f.channels)]
             with m.If((f.rows != 0) & (f.cols != 0)):
                 m.next = "READ"
             with m.Elif(f.zp_pixels != 0):
@@ -164,16 +181,14 @@ class PixelReader(wiring.Component):
             with m.If(image == f.images - 1):
                 m.next = "DRAIN"
             with m.Else():
-                following = image_base + f.image_stride
-                m.d.sync += [image.eq(image + 1), image_base.eq(following),
-                             row_base.eq(following), pixel_base.eq(following),
-                             addr.eq(following)]
+                m.d.sync += image.eq(image + 1)
+                at(image_base + f.image_stride)
                 start_image()
 
         # The parts of an image, each possibly empty, follow each other without a
         # bubble: the part after the next is chosen when the next one is empty.
         def after_reads():
-            m.d.sync += [word.eq(0), count.eq(0)]
+            m.d.sync += [word.eq(0), count.eq(0), left.eq(f.channels)]
             with m.If(f.zp_pixels != 0):
                 m.next = "ZP"
             with m.Else():
@@ -189,38 +204,53 @@ class PixelReader(wiring.Component):
         with m.FSM(name="issue"):
             with m.State("IDLE"):
                 with m.If(self.start):
-                    m.d.sync += [image.eq(0), image_base.eq(f.base), row_base.eq(f.base),
-                                 pixel_base.eq(f.base), addr.eq(f.base), self.busy.eq(1)]
+                    m.d.sync += [image.eq(0), self.busy.eq(1)]
+                    at(f.base)
                     start_image()
 
             with m.State("READ"):
+                # A word wholly past the pixel's channels is not read (a zero).
+                read = left > 0
                 # valid waits for room for the command, never for ready.
-                m.d.comb += [self.o_addr.valid.eq(commands.w_rdy),
-                             step.eq(commands.w_rdy & self.o_addr.ready),
-                             command.kind.eq(_READ), command.last.eq(word_last)]
+                m.d.comb += [self.o_addr.valid.eq(commands.w_rdy & read),
+                             step.eq(commands.w_rdy & (self.o_addr.ready | ~read)),
+                             command.kind.eq(Mux(read, _READ, _ZERO))]
                 with m.If(step):
                     with m.If(~word_last):
-                        m.d.sync += [word.eq(word + 1), addr.eq(addr + 1)]
+                        m.d.sync += [word.eq(word + 1), addr.eq(addr + 1), left.eq(left - pin)]
+                    with m.Elif(kx != f.blocks - 1):
+                        following = block_base + f.block_stride
+                        m.d.sync += [word.eq(0), kx.eq(kx + 1), block_base.eq(following),
+                                     addr.eq(following), left.eq(left - pin)]
                     with m.Elif(col != f.cols - 1):
-                        following = pixel_base + f.pixel_stride
-                        m.d.sync += [word.eq(0), col.eq(col + 1), pixel_base.eq(following),
-                                     addr.eq(following)]
+                        pixel = pixel_base + f.pixel_stride
+                        m.d.sync += [word.eq(0), kx.eq(0), col.eq(col + 1), pixel_base.eq(pixel),
+                                     block_base.eq(pixel + ky_offset),
+                                     addr.eq(pixel + ky_offset), left.eq(ky_left)]
+                    with m.Elif(ky != f.blocks - 1):
+                        offset = ky_offset + f.ky_stride
+                        rest = ky_left - f.ky_channels
+                        m.d.sync += [word.eq(0), kx.eq(0), col.eq(0), ky.eq(ky + 1),
+                                     ky_offset.eq(offset), pixel_base.eq(row_base),
+                                     block_base.eq(row_base + offset), addr.eq(row_base + offset),
+                                     ky_left.eq(rest), left.eq(rest)]
                     with m.Elif(row != f.rows - 1):
                         following = row_base + f.row_stride
-                        m.d.sync += [word.eq(0), col.eq(0), row.eq(row + 1),
+                        m.d.sync += [word.eq(0), kx.eq(0), col.eq(0), ky.eq(0), row.eq(row + 1),
                                      row_base.eq(following), pixel_base.eq(following),
-                                     addr.eq(following)]
+                                     block_base.eq(following), addr.eq(following),
+                                     ky_offset.eq(0), ky_left.eq(f.channels),
+                                     left.eq(f.channels)]
                     with m.Else():
                         after_reads()
 
             with m.State("ZP"):
-                m.d.comb += [step.eq(commands.w_rdy),
-                             command.kind.eq(_ZP), command.last.eq(word_last)]
+                m.d.comb += [step.eq(commands.w_rdy), command.kind.eq(_ZP)]
                 with m.If(step):
                     with m.If(~word_last):
-                        m.d.sync += word.eq(word + 1)
+                        m.d.sync += [word.eq(word + 1), left.eq(left - pin)]
                     with m.Elif(count != f.zp_pixels - 1):
-                        m.d.sync += [word.eq(0), count.eq(count + 1)]
+                        m.d.sync += [word.eq(0), count.eq(count + 1), left.eq(f.channels)]
                     with m.Else():
                         after_zp()
 
@@ -247,12 +277,12 @@ class PixelReader(wiring.Component):
         ]
 
         # -- output: one word per cycle from the command at the head ----------------------
-        head = Signal(_COMMAND)
+        head = Signal(command_layout)
         m.d.comb += head.eq(commands.r_data)
         head_ready = commands.r_rdy & ((head.kind != _READ) | responses.r_rdy)
-        # Lanes of a pixel's last word past `last_lanes` are channels the run does
-        # not have (the next channel group's, or the tensor's padding): zero.
-        keep = Cat(*(((k < f.last_lanes) | ~head.last).replicate(8) for k in range(pin)))
+        # Lanes past the pixel's `channels` are channels the run does not have
+        # (the next channel group's, or the tensor's padding): zero.
+        keep = Cat(*((k < head.lanes).replicate(8) for k in range(pin)))
         zp_word = Cat(*([f.x_zp] * pin))
         value = Mux(head.kind == _READ, responses.r_data,
                     Mux(head.kind == _ZP, zp_word, 0)) & keep

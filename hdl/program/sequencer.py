@@ -140,7 +140,9 @@ class Sequencer(wiring.Component):
             target = self.reader_fields[f.name]
             value = word(f"reader_{f.name}")[:f.width]
             constant = {"base": word("const_base"), "images": 1, "rows": 1, "cols": 1,
-                        "words": word("const_words")[:16], "last_lanes": pin}.get(f.name, 0)
+                        "words": word("const_words")[:16],
+                        # Every byte of the constants is kept: more channels than words.
+                        "channels": (1 << 32) - 1, "blocks": 1}.get(f.name, 0)
             with m.If(pixels_phase):
                 m.d.comb += target.eq(value)
             with m.Else():

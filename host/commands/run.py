@@ -107,6 +107,9 @@ def add_parser(subparsers):
                         "the UART bridge bitstream simulated in Verilator")
     p.add_argument("--baud", type=int, default=None,
                    help="serial backend: the bitstream's baud rate (default: 3000000)")
+    p.add_argument("--sequencer", action="store_true",
+                   help="sim backend: the engine with its own program sequencer and a memory "
+                        "model runs the network from board memory (docs/program.md)")
     return p
 
 
@@ -197,6 +200,9 @@ def run(args):
     for option in ("port", "baud"):
         if getattr(args, option) is not None and args.backend != "serial":
             raise InputError(f"--{option} needs the serial backend, not {args.backend}")
+    if args.sequencer and args.backend != "sim":
+        raise InputError(f"--sequencer is simulated on the sim backend only, not "
+                         f"--backend {args.backend}")
     if args.backend == "serial" and args.port is None:
         raise InputError("the serial backend needs --port DEVICE (the board's USB-UART, e.g. "
                          "/dev/ttyUSB0) or --port sim")
@@ -205,6 +211,7 @@ def run(args):
     # opened: a layer the engine cannot run is refused before any build.
     with Accelerator(model, backend=args.backend, config=config, batch=batch, waves=args.waves,
                      bitfile=args.bitfile, port=args.port, baud=args.baud,
+                     sequencer=args.sequencer or None,
                      clock_hz=args.clock_mhz * 1e6, progress=print_progress) as accelerator:
         start = time.perf_counter()
         y = accelerator.run(x)
@@ -243,7 +250,8 @@ def run(args):
         }
         for key in ("engine", "peak_macs_per_cycle", "clock_mhz", "total_cycles",
                     "engine_seconds", "host_seconds", "end_to_end_seconds_per_image",
-                    "images_per_second", "host_share", "projected_images_per_second"):
+                    "images_per_second", "host_share", "projected_images_per_second",
+                    "sequencer"):
             if key in engine_report:
                 report[key] = engine_report[key]
         if accuracy is not None:
