@@ -119,6 +119,14 @@ def test_most_records_of_a_network_run_on_the_sequencer(board):
     assert acc.report["sequencer"]["sequencer_runs"] == sum(sequenced.on_engine[False])
 
 
+def _runs_the_next_program(board, config, seed):
+    """After a failure, the board runs another network bit-exact, as before."""
+    other = random_cnn(seed)
+    x8 = _input(other, 1, seed + 10)
+    assert_array_equal(Accelerator(other, config=config, board=board).run_int8(x8),
+                       ReferenceBackend().run_int8(other, x8))
+
+
 def _first_sequenced(sequenced, warm=False):
     return sequenced.on_engine[warm].index(True)
 
@@ -156,11 +164,7 @@ def test_a_descriptor_the_engine_refuses_stops_the_program_naming_the_layer(boar
     with pytest.raises(BackendError, match=rf"^layer {name}: the engine refused the "
                                            r"descriptor \(status\.error\): stride = 0 \(range"):
         acc.run_int8(_input(model, 1, 1))
-    # The board runs the next program as before.
-    other = random_cnn(3)
-    x8 = _input(other, 1, 2)
-    assert_array_equal(Accelerator(other, config=acc.config, board=board).run_int8(x8),
-                       ReferenceBackend().run_int8(other, x8))
+    _runs_the_next_program(board, acc.config, seed=3)
 
 
 def test_a_run_that_never_ends_is_aborted_and_the_board_recovers(board):
@@ -173,10 +177,7 @@ def test_a_run_that_never_ends_is_aborted_and_the_board_recovers(board):
     with pytest.raises(BackendError, match=rf"^layer {name}: the sequencer did not stop "
                                            r"within .* s \(at record \d+\); aborted$"):
         acc.run_int8(_input(model, 1, 3))
-    other = random_cnn(0)
-    x8 = _input(other, 1, 4)
-    assert_array_equal(Accelerator(other, config=acc.config, board=board).run_int8(x8),
-                       ReferenceBackend().run_int8(other, x8))
+    _runs_the_next_program(board, acc.config, seed=0)
 
 
 def test_a_read_outside_the_program_is_reported_with_its_address(board):
@@ -188,10 +189,7 @@ def test_a_read_outside_the_program_is_reported_with_its_address(board):
                                            r"sequencer's memory access failed: memory read of "
                                            rf"{pin} bytes at 0x{pin << 28:08x} is outside"):
         acc.run_int8(_input(model, 1, 6))
-    other = random_cnn(2)
-    x8 = _input(other, 1, 7)
-    assert_array_equal(Accelerator(other, config=acc.config, board=board).run_int8(x8),
-                       ReferenceBackend().run_int8(other, x8))
+    _runs_the_next_program(board, acc.config, seed=2)
 
 
 def test_an_empty_range_is_done_at_once(board):
