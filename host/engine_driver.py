@@ -245,6 +245,12 @@ class EngineDriver:
                                f"(status {status}); engine reset")
         return status
 
+    def refusal(self, descriptor, name):
+        """The BackendError for the engine's last refused start (its ``status``),
+        naming layer ``name`` and the fields of ``descriptor`` the engine named:
+        for a start made by another initiator (the program sequencer)."""
+        return self._refusal(descriptor, name, self._read("status"))
+
     def _refusal(self, descriptor, name, status):
         """The BackendError for a start the engine refused (``status.error``)."""
         ranges = engine_contract(self.config).ranges

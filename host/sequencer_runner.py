@@ -207,8 +207,7 @@ def run_sequenced(sequenced, program, driver, seq_driver, x8, *, warm=False, tim
             bad = records[at]
             name = program.steps[bad.step].name
             desc = sequenced.descriptor(at, warm=warm)  # what the engine was given
-            engine_status = driver._read("status")
-            raise driver._refusal(desc, name, engine_status)
+            raise driver.refusal(desc, name)
         if not status["done"]:
             raise BackendError(f"the sequencer stopped at record {at} of {i}-{j - 1} without "
                                f"finishing (status {status})")
