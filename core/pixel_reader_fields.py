@@ -27,7 +27,8 @@ Of the channels of a tensor pixel that the reads of one ``(row, col)`` walk
 (``channels`` of them, from ``ky * ky_channels + (kx * words + word) * pin``
 on), only those below ``channels`` are kept: a word wholly past them is not
 read (0), and in the word they end in the lanes past them are 0 (in a pixel
-of ``x_zp`` too). That nest is every pixel section the reader takes:
+of ``x_zp`` too); so are the words of the last row's pixels from
+``last_cols`` on. That nest is every pixel section the reader takes:
 
 - a column strip (``blocks = 1``): ``rows`` input rows of ``cols`` columns, then the
   ``zero_point_rows`` of ``x_zp`` (``zp_pixels = zero rows * cols``), then the
@@ -39,7 +40,9 @@ of ``x_zp`` too). That nest is every pixel section the reader takes:
   padding as ``zero_words``;
 - the 1x1 remap of a strip (``blocks = kmax``): each output pixel's channels
   as a ``kmax x kmax`` block of ``words``-word positions (docs/engine.md),
-  ``row_stride`` and ``pixel_stride`` the stride's rows and columns apart.
+  ``row_stride`` and ``pixel_stride`` the stride's rows and columns apart;
+- the 1x1 remap of a Gemm chunk: its ``rows x cols`` feature vectors as such
+  blocks, the last row's padding pixels past ``last_cols``.
 """
 
 from dataclasses import dataclass
@@ -87,6 +90,8 @@ READER_FIELDS = (
                 "(the remap: blocks * words)"),
     ReaderField("ky_channels", 32, False, "channels from one row of the block to the next "
                 "(the remap: blocks * words * pin)"),
+    ReaderField("last_cols", 16, False, "pixels of the last row that are read, 1..cols; the "
+                "rest are 0 (a remapped Gemm chunk's padding pixels)"),
 )
 
 

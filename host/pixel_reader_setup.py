@@ -71,7 +71,9 @@ def reader_fields(image, record):
 
         - it is a host record;
         - the source folds taps into channels (``fold``: Im2Col), or the layout
-          is the 1x1 remap of anything but an unpadded strip (a Gemm chunk);
+          is the 1x1 remap of a padded layer, of a strip whose channels do
+          not start on a word, or of a Gemm chunk with padding pixels outside
+          its last row;
         - a strip's first channel ``c0`` is not on a word (``pin``-byte)
           boundary, so a pixel's words are not words of the tensor;
         - a word read would not start on a word boundary of the image (an
@@ -140,40 +142,56 @@ def reader_fields(image, record):
         return None
     fields.update({k: fields[k] // pin for k in byte_values})
     fields.update(images=images, words=words, channels=lanes, zp_pixels=zp_pixels,
-                  zero_words=extra_pixels * words + (-image_words) % per_beat)
+                  zero_words=extra_pixels * words + (-image_words) % per_beat,
+                  last_cols=fields["cols"])
     return fields if _fits(fields) else None
 
 
 def _remap_fields(image, record, fields):
-    """The fields of a strip through the 1x1 remap (``pack_pixels``' remapped layout):
-    output pixel ``(y, x)`` of the run is a ``kmax x kmax`` block whose position
-    ``(ky, kx)`` holds the tensor pixel's channels ``(ky*kmax + kx)*g ..`` (``g =
-    remap_group``), the pixels the stride's rows and columns apart."""
+    """The fields of a strip or a Gemm chunk through the 1x1 remap (``pack_pixels``'
+    remapped layout): output pixel ``(y, x)`` of the run is a ``kmax x kmax`` block
+    whose position ``(ky, kx)`` holds the tensor pixel's channels ``(ky*kmax +
+    kx)*g ..`` (``g = remap_group``); a strip's pixels the stride's rows and
+    columns apart, a chunk's feature vectors one tensor image apart, row by row."""
     config, source, layout = image.config, record.source, record.layout
     pin, k = config.pin, config.kmax
     tensor = image.tensors[source.tensor]
-    if (source.kind != SOURCE_STRIP or tensor.flat or source.c0 % pin
-            or (layout.kh, layout.kw) != (1, 1)
+    if ((layout.kh, layout.kw) != (1, 1)
             or any((layout.top, layout.left, layout.bottom, layout.right))):
         return None
-    lanes = source.c1 - source.c0
+    if source.kind == SOURCE_STRIP and not tensor.flat and not source.c0 % pin:
+        lanes = source.c1 - source.c0
+        cols = len(range(tensor.width)[source.a:source.b])
+        oh = (tensor.height - 1) // layout.sy + 1
+        ow = last = (cols - 1) // layout.sx + 1 if cols else 0
+        images = tensor.batch
+        byte_values = dict(base=tensor.offset + source.a * tensor.cp + source.c0,
+                           image_stride=tensor.image_stride,
+                           row_stride=layout.sy * tensor.width * tensor.cp,
+                           pixel_stride=layout.sx * tensor.cp)
+    elif source.kind == SOURCE_BATCH and tensor.flat:
+        # Every channel of the flat tensor (BatchImage slices none); the vectors
+        # fill the rows in order, the last row's rest are padding pixels.
+        lanes, oh, ow, images = tensor.channels, source.rows, source.cols, 1
+        vectors = len(range(tensor.batch)[source.a:source.b])
+        last = vectors - (oh - 1) * ow
+        if not 1 <= last <= ow:
+            return None
+        byte_values = dict(base=tensor.offset + source.a * tensor.image_stride,
+                           image_stride=0, row_stride=ow * tensor.image_stride,
+                           pixel_stride=tensor.image_stride)
+    else:
+        return None
+    if lanes < 1 or oh < 1 or ow < 1:
+        return None
     g = remap_group(config, lanes)
     words = g // pin
-    cols = len(range(tensor.width)[source.a:source.b])
-    if lanes < 1 or cols < 1:
-        return None
-    oh = (tensor.height - 1) // layout.sy + 1
-    ow = (cols - 1) // layout.sx + 1
     per_beat = max(1, config.stream_bytes // pin)
     image_words = oh * ow * k * k * words
-    byte_values = dict(base=tensor.offset + source.a * tensor.cp + source.c0,
-                       image_stride=tensor.image_stride,
-                       row_stride=layout.sy * tensor.width * tensor.cp,
-                       pixel_stride=layout.sx * tensor.cp)
     if any(v % pin for v in byte_values.values()):
         return None
     fields.update({name: v // pin for name, v in byte_values.items()})
-    fields.update(images=tensor.batch, rows=oh, cols=ow, words=words, channels=lanes,
+    fields.update(images=images, rows=oh, cols=ow, words=words, channels=lanes,
                   zp_pixels=0, zero_words=(-image_words) % per_beat, blocks=k,
-                  block_stride=words, ky_stride=k * words, ky_channels=k * g)
+                  block_stride=words, ky_stride=k * words, ky_channels=k * g, last_cols=last)
     return fields if _fits(fields) else None

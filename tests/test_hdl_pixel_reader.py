@@ -53,7 +53,7 @@ ENGINES = {
 
 
 def gemm_model(rng, features, outputs):
-    """A Gemm of a flat input, ``features`` of them (at most ``pin``: not remapped)."""
+    """A Gemm of a flat input, ``features`` of them (more than ``pin``: remapped)."""
     weight = rng.integers(-127, 128, (outputs, features)).astype(np.int8)
     w_scale = rng.uniform(0.5, 1.5, outputs) / 127
     x_zp = int(rng.integers(-20, 20))
@@ -81,6 +81,7 @@ CASES = {
            ("groups", lambda: convolution_model(np.random.default_rng(1), *CONVOLUTIONS[1]),
             1, 2),
            ("gemm", lambda: gemm_model(np.random.default_rng(1), 3, 5), 100, 1),
+           ("remap_gemm", lambda: gemm_model(np.random.default_rng(3), 41, 5), 23, 2),
            ("remap", lambda: convolution_model(np.random.default_rng(7), *CONVOLUTIONS[7]),
             2, 2)],
     "k2": [("remap", lambda: convolution_model(np.random.default_rng(5), 21, 6, 1, (1, 1),
@@ -89,7 +90,8 @@ CASES = {
            ("random_cnn_3", lambda: random_cnn(3), 1, 2),
            ("zero_column", lambda: convolution_model(np.random.default_rng(8), *CONVOLUTIONS[8]),
             2, 2),
-           ("gemm", lambda: gemm_model(np.random.default_rng(2), 7, 5), 30, 1)],
+           ("gemm", lambda: gemm_model(np.random.default_rng(2), 7, 5), 30, 1),
+           ("remap_gemm", lambda: gemm_model(np.random.default_rng(4), 21, 3), 13, 2)],
     "words-per-beat": [("conv", lambda: convolution_model(np.random.default_rng(3), 3, 4, 1,
                                                           (3, 3), (1, 1), (1, 1), (1, 1, 1, 1),
                                                           (3, 5)), 2, 1)],
@@ -240,9 +242,11 @@ def test_the_tested_sections_have_every_part():
     """Among the records the tests run: rows of x_zp below an image (their lanes
     masked too), a zero column, a Gemm chunk's padding pixels, the padding of an
     image to a whole beat, masked lanes, several words to a pixel, a batch of 2, the
-    1x1 remap (with block positions wholly past the channels: not read)."""
+    1x1 remap (with block positions wholly past the channels: not read), a
+    remapped Gemm chunk with padding pixels."""
     seen = dict.fromkeys(("zp_rows", "masked_zp", "zero_column", "pad_pixels", "beat_padding",
-                          "masked", "words", "images", "remap", "remap_unread"), False)
+                          "masked", "words", "images", "remap", "remap_unread",
+                          "remap_gemm_padding"), False)
     for engine, config in ENGINES.items():
         for name, image, chosen in reader_runs(engine):
             for record, f, _ in chosen:
@@ -251,6 +255,8 @@ def test_the_tested_sections_have_every_part():
                     seen["remap"] = True
                     seen["remap_unread"] |= f["channels"] <= (f["blocks"] ** 2 - 1) \
                         * f["words"] * config.pin
+                    seen["remap_gemm_padding"] |= kind == SOURCE_BATCH \
+                        and f["last_cols"] < f["cols"]
                 seen["zp_rows"] |= f["rows"] > 0 and f["zp_pixels"] > 0
                 seen["masked_zp"] |= f["zp_pixels"] > 0 and masked
                 seen["zero_column"] |= kind == SOURCE_ZERO_COLUMN and f["rows"] == 0
@@ -308,7 +314,7 @@ def _records(model, config, batch=1):
     return image, image.records
 
 
-def test_fold_a_remapped_gemm_unaligned_channels_and_host_layers_are_not_for_the_reader():
+def test_fold_unaligned_channels_and_host_layers_are_not_for_the_reader():
     rng = np.random.default_rng
     # Folded taps (a 7x7 kernel on a 3x3 engine).
     image, records = _records(convolution_model(rng(2), *CONVOLUTIONS[2]), SMALL_ENGINE)
@@ -325,11 +331,11 @@ def test_fold_a_remapped_gemm_unaligned_channels_and_host_layers_are_not_for_the
     assert unaligned and aligned
     assert all(reader_fields(image, r) is None for r in unaligned)
     assert all(reader_fields(image, r) is not None for r in aligned)
-    # A Gemm run through the remap, and the host layers of a CNN.
+    # A Gemm run through the remap is the reader's; the host layers of a CNN are not.
     image, records = _records(random_cnn(1), SMALL_ENGINE)
     gemm = [r for r in records if isinstance(r, EngineRecord) and r.source.kind == SOURCE_BATCH]
     assert gemm and all(r.layout.remap for r in gemm)
-    assert all(reader_fields(image, r) is None for r in gemm)
+    assert all(reader_fields(image, r)["blocks"] == SMALL_ENGINE.kmax for r in gemm)
     host = [r for r in records if isinstance(r, HostRecord)]
     assert host and all(reader_fields(image, r) is None for r in host)
 

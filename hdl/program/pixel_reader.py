@@ -209,8 +209,9 @@ class PixelReader(wiring.Component):
                     start_image()
 
             with m.State("READ"):
-                # A word wholly past the pixel's channels is not read (a zero).
-                read = left > 0
+                # A word wholly past the pixel's channels, or of a padding pixel
+                # of the last row, is not read (a zero).
+                read = (left > 0) & ~((row == f.rows - 1) & (col >= f.last_cols))
                 # valid waits for room for the command, never for ready.
                 m.d.comb += [self.o_addr.valid.eq(commands.w_rdy & read),
                              step.eq(commands.w_rdy & (self.o_addr.ready | ~read)),

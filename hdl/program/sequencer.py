@@ -142,7 +142,7 @@ class Sequencer(wiring.Component):
             constant = {"base": word("const_base"), "images": 1, "rows": 1, "cols": 1,
                         "words": word("const_words")[:16],
                         # Every byte of the constants is kept: more channels than words.
-                        "channels": (1 << 32) - 1, "blocks": 1}.get(f.name, 0)
+                        "channels": (1 << 32) - 1, "blocks": 1, "last_cols": 1}.get(f.name, 0)
             with m.If(pixels_phase):
                 m.d.comb += target.eq(value)
             with m.Else():
