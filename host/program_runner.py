@@ -26,7 +26,7 @@ from . import packing
 from .program_image import (DEST_COLUMNS, EngineRecord, dest_scatter, pixel_packing, source_gather,
                             tensor_names)
 
-__all__ = ["StepTotals", "record_stream", "run_program", "store_output"]
+__all__ = ["StepTotals", "record_stream", "run_program", "run_record", "store_output"]
 
 
 class _RecordPlan:
@@ -110,6 +110,16 @@ class StepTotals:
         self.runs = self.cycles = self.stall_in = self.stall_out = self.predicted = 0
         self.host = self.board = 0.0
 
+    def add(self, cycles, stall_in, stall_out, predicted, host=0.0, board=0.0):
+        """One more run: its counters, its prediction, the host's and the board's seconds."""
+        self.runs += 1
+        self.cycles += cycles
+        self.stall_in += stall_in
+        self.stall_out += stall_out
+        self.predicted += predicted
+        self.host += host
+        self.board += board
+
     def as_report(self, macs, batch, peak):
         return {
             "engine": True, "runs": self.runs, "cycles": self.cycles,
@@ -118,6 +128,44 @@ class StepTotals:
             "stall_in_cycles": self.stall_in, "stall_out_cycles": self.stall_out,
             "host_seconds": self.host, "board_seconds": self.board,
         }
+
+
+def run_record(image, program, record, driver, index, *, warm, timeout_of, link_seconds=None):
+    """Run one record from the arena: a host record's layer (the reference semantics),
+    or an engine record through ``driver`` (its stream made from the arena, its
+    output stored back).
+
+    Parameters
+    ----------
+    index : dict
+        Tensor name -> its index in the image's tensor table.
+    warm, timeout_of, link_seconds
+        As for :func:`run_program`.
+
+    Returns
+    -------
+    (LayerRun or None, float, float)
+        The run's counters (None for a host record), the host's seconds and
+        the board's.
+    """
+    data = image.data
+    step = program.steps[record.step]
+    t0 = time.perf_counter()
+    if not isinstance(record, EngineRecord):
+        y = step.layer.evaluate(*(image.tensors[index[t]].view(data) for t in step.inputs))
+        image.tensors[index[step.output]].view(data)[...] = y
+        return None, time.perf_counter() - t0, 0.0
+    desc = _plan(image, record, step.name).warm if warm else record.descriptor
+    predicted = record.warm_predicted_cycles if warm else record.predicted_cycles
+    stream = record_stream(image, record, warm=warm, name=step.name)
+    timeout = timeout_of(predicted)
+    if link_seconds is not None:  # a slow link (serial) paces the run, not the engine
+        timeout += link_seconds(len(stream), record.out_nbytes)
+    t1 = time.perf_counter()
+    result = driver.run_layer(desc, stream, record.out_nbytes, timeout=timeout, name=step.name)
+    t2 = time.perf_counter()
+    store_output(image, record, result.output)
+    return result, (t1 - t0) + (time.perf_counter() - t2), t2 - t1
 
 
 def run_program(image, program, driver, x8, *, warm=False, timeout_of, link_seconds=None,
@@ -180,34 +228,15 @@ def run_program(image, program, driver, x8, *, warm=False, timeout_of, link_seco
         if record.step != current and progress:
             progress(f"layer {record.step + 1}/{len(program.steps)} {step.name} ({step.op})")
         current = record.step
-        if not isinstance(record, EngineRecord):
-            t0 = time.perf_counter()
-            y = step.layer.evaluate(*(image.tensors[index[t]].view(data) for t in step.inputs))
-            image.tensors[index[step.output]].view(data)[...] = y
+        result, host, board = run_record(image, program, record, driver, index, warm=warm,
+                                         timeout_of=timeout_of, link_seconds=link_seconds)
+        if result is None:
             reports.append({"name": step.name, "op": step.op, "macs": step.macs,
-                            "engine": False, "host_seconds": time.perf_counter() - t0})
+                            "engine": False, "host_seconds": host})
             continue
-        total = totals.setdefault(record.step, StepTotals())
-        t0 = time.perf_counter()
-        desc = _plan(image, record, step.name).warm if warm else record.descriptor
-        predicted = record.warm_predicted_cycles if warm else record.predicted_cycles
-        stream = record_stream(image, record, warm=warm, name=step.name)
-        timeout = timeout_of(predicted)
-        if link_seconds is not None:  # a slow link (serial) paces the run, not the engine
-            timeout += link_seconds(len(stream), record.out_nbytes)
-        t1 = time.perf_counter()
-        result = driver.run_layer(desc, stream, record.out_nbytes, timeout=timeout,
-                                  name=step.name)
-        t2 = time.perf_counter()
-        store_output(image, record, result.output)
-        t3 = time.perf_counter()
-        total.runs += 1
-        total.host += (t1 - t0) + (t3 - t2)
-        total.board += t2 - t1
-        total.cycles += result.busy_cycles
-        total.stall_in += result.stall_in_cycles
-        total.stall_out += result.stall_out_cycles
-        total.predicted += predicted
+        totals.setdefault(record.step, StepTotals()).add(
+            result.busy_cycles, result.stall_in_cycles, result.stall_out_cycles,
+            record.warm_predicted_cycles if warm else record.predicted_cycles, host, board)
     if current in totals:
         finish(current)
     t0 = time.perf_counter()

@@ -18,8 +18,8 @@ import numpy as np
 
 from ..core.errors import BackendError, InputError
 from ..core.sequencer import SEQUENCER_MAGIC, build_sequencer_regmap, record_bytes
-from .program_image import EngineRecord, tensor_names
-from .program_runner import StepTotals, record_stream, store_output
+from .program_image import tensor_names
+from .program_runner import StepTotals, run_record
 
 __all__ = ["SequencerDriver", "run_sequenced"]
 
@@ -69,28 +69,6 @@ class SequencerDriver:
             self.board.attach_memory(program.memory)
             self.write("seq_memory", 0)  # the simulated board's addresses are buffer offsets
             self.attached = program
-
-
-def _run_host_record(image, program, record, driver, index, warm, timeout_of, data):
-    """Run ``record`` on the host (its layer) or through the per-run path.
-
-    Returns the run's :class:`~fpgacnn.host.engine_driver.LayerRun` (None for a
-    host layer), the host's seconds and the board's seconds."""
-    step = program.steps[record.step]
-    t0 = time.perf_counter()
-    if not isinstance(record, EngineRecord):
-        y = step.layer.evaluate(*(image.tensors[index[t]].view(data) for t in step.inputs))
-        image.tensors[index[step.output]].view(data)[...] = y
-        return None, time.perf_counter() - t0, 0.0
-    desc = record.warm_descriptor() if warm else record.descriptor
-    predicted = record.warm_predicted_cycles if warm else record.predicted_cycles
-    stream = record_stream(image, record, warm=warm, name=step.name)
-    t1 = time.perf_counter()
-    result = driver.run_layer(desc, stream, record.out_nbytes, timeout=timeout_of(predicted),
-                              name=step.name)
-    t2 = time.perf_counter()
-    store_output(image, record, result.output)
-    return result, (t1 - t0) + (time.perf_counter() - t2), t2 - t1
 
 
 def run_sequenced(sequenced, program, driver, seq_driver, x8, *, warm=False, timeout_of,
@@ -154,21 +132,16 @@ def run_sequenced(sequenced, program, driver, seq_driver, x8, *, warm=False, tim
         record = records[i]
         step = program.steps[record.step]
         if not flags[i]:
-            result, host, on_board = _run_host_record(image, program, record, driver, index,
-                                                      warm, timeout_of, data)
+            result, host, on_board = run_record(image, program, record, driver, index,
+                                                warm=warm, timeout_of=timeout_of)
             if result is None:
                 host_reports.setdefault(record.step, 0.0)
                 host_reports[record.step] += host
             else:
-                total = totals.setdefault(record.step, StepTotals())
-                total.runs += 1
-                total.host += host
-                total.board += on_board
-                total.cycles += result.busy_cycles
-                total.stall_in += result.stall_in_cycles
-                total.stall_out += result.stall_out_cycles
-                total.predicted += (record.warm_predicted_cycles if warm
-                                    else record.predicted_cycles)
+                totals.setdefault(record.step, StepTotals()).add(
+                    result.busy_cycles, result.stall_in_cycles, result.stall_out_cycles,
+                    record.warm_predicted_cycles if warm else record.predicted_cycles,
+                    host, on_board)
             i += 1
             continue
         j, predicted = i, 0
@@ -213,13 +186,9 @@ def run_sequenced(sequenced, program, driver, seq_driver, x8, *, warm=False, tim
                                f"finishing (status {status})")
         for k in range(i, j):
             busy, stall_in, stall_out = sequenced.counter_words(k)
-            total = totals.setdefault(records[k].step, StepTotals())
-            total.runs += 1
-            total.cycles += busy
-            total.stall_in += stall_in
-            total.stall_out += stall_out
-            total.predicted += (records[k].warm_predicted_cycles if warm
-                                else records[k].predicted_cycles)
+            totals.setdefault(records[k].step, StepTotals()).add(
+                busy, stall_in, stall_out,
+                records[k].warm_predicted_cycles if warm else records[k].predicted_cycles)
             seq["sequencer_runs"] += 1
             seq["sequenced_busy_cycles"] += busy
         i = j

@@ -46,7 +46,7 @@ def _align(n, to):
     return -(-n // to) * to
 
 
-def hardware_record(image, record, *, warm, counters):
+def hardware_record(image, record, *, warm, counters, regs=None):
     """The run-table words of one image ``record`` (module docstring).
 
     Parameters
@@ -57,6 +57,9 @@ def hardware_record(image, record, *, warm, counters):
         The record of the warm table (the program's weights resident).
     counters : int
         Byte offset of the record's counter words.
+    regs : RegisterMap, optional
+        The engine's (:func:`~fpgacnn.core.regmap.build_regmap`), built once by a caller
+        that makes many records.
 
     Returns
     -------
@@ -81,7 +84,7 @@ def hardware_record(image, record, *, warm, counters):
     if (reader is None or writer is None or const_nbytes % pin or record.const_offset % pin
             or const_nbytes // pin > _MAX_CONST_WORDS):
         return words, False
-    regs = build_regmap(config)
+    regs = build_regmap(config) if regs is None else regs
     words[record_word("op")] = RECORD_ENGINE
     for f in DESCRIPTOR_FIELDS:
         words[record_word(f"desc_{f.name}")] = regs.encode(f"desc_{f.name}", int(desc[f.name]))
@@ -138,13 +141,15 @@ class SequencerProgram:
         self.memory = (allocate or (lambda k: np.zeros(k, np.uint8)))(total)
         self.memory[:n] = image.data
         self.image = ProgramImage.over(self.memory[:n])
+        self._regs = build_regmap(config)
         self.table_words = {w: off // config.pin for w, off in tables.items()}
         self.on_engine = {}
         for warm, off in tables.items():
             flags, rows = [], []
             for i, record in enumerate(self.image.records):
                 words, hw = hardware_record(self.image, record, warm=warm,
-                                            counters=self.counters + 4 * COUNTER_WORDS * i)
+                                            counters=self.counters + 4 * COUNTER_WORDS * i,
+                                            regs=self._regs)
                 flags.append(hw)
                 rows.append(np.array(words, "<u4").view(np.uint8))
             self.on_engine[warm] = flags
@@ -165,8 +170,7 @@ class SequencerProgram:
     def descriptor(self, index, *, warm=False):
         """The descriptor record ``index`` of a run table holds, as the sequencer
         writes it (decoded from board memory)."""
-        config = self.config
-        regs = build_regmap(config)
+        config, regs = self.config, self._regs
         at = self.table_words[warm] * config.pin + index * record_bytes(config)
         words = self.memory[at:at + 4 * len(RECORD_FIELDS)].view("<u4")
         return {f.name: regs.decode(f"desc_{f.name}", int(words[record_word(f"desc_{f.name}")]))

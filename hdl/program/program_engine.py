@@ -31,7 +31,7 @@ from amaranth.lib.wiring import In, Out
 from ...core.config import require_config
 from ...core.memory_port import ADDRESS_BITS, read_bytes, write_bytes
 from ...core.regmap import ADDR_WIDTH
-from ...core.sequencer import SEQUENCER_BASE, build_sequencer_regmap
+from ...core.sequencer import SEQUENCER_BASE, build_sequencer_regmap, record_bytes
 from ..bus.axi_lite import AXI4LiteSignature, AXI4LiteSlave
 from ..bus.axi_stream import AXI4StreamSignature
 from ..bus.csr_bank import CSRBank
@@ -189,7 +189,10 @@ class ProgramEngine(wiring.Component):
         # -- memory reads: the record fetch or the pixel reader, word addresses to bytes ----
         pin = cfg.pin
         image = csr.seq_memory.value  # every address is an offset into the image
-        inflight = Signal(range(2 * self._outstanding + 8))
+        # Reads in flight: the reader's (at most `outstanding`) or a record fetch's
+        # (all of its words at once), never both but after an abort.
+        fetch_words = record_bytes(cfg) // pin
+        inflight = Signal(range(self._outstanding + fetch_words + 1))
         req_fire = self.mem_rd.valid & self.mem_rd.ready
         rsp_fire = self.mem_rdata.valid & self.mem_rdata.ready
         m.d.sync += inflight.eq(inflight + req_fire - rsp_fire)
