@@ -37,10 +37,11 @@ class DescriptorCheck(wiring.Component):
       (``in_w <= widest_row(ci_tiles) = kmax * (words // ci_tiles)``) would
       need a table indexed by ``ci_tiles``, too big for small parts (256
       entries on the iCEBreaker's engine), so it is computed after each
-      write of ``ci_tiles``, by adding ``ci_tiles`` until a bank's ``words``
-      are full and counting ``kmax`` columns per step: no multiplier, no
-      table. With ``deep_pipeline`` (:attr:`checks_rows`), every window must
-      hold an input row (``(out_h - 1) * stride - pad_top < in_h``): after
+      write of ``ci_tiles``, by a restoring division of the constant
+      ``words`` by ``ci_tiles``, one quotient bit a cycle, the columns
+      following the quotient times ``kmax``: no multiplier, no table. With
+      ``deep_pipeline`` (:attr:`checks_rows`), every window must hold an
+      input row (``(out_h - 1) * stride - pad_top < in_h``): after
       each descriptor write, one adder sums ``~in_h`` and ``stride`` times
       ``out_h`` (``stride + 2`` cycles).
 
@@ -75,9 +76,9 @@ class DescriptorCheck(wiring.Component):
     -------
     ``error`` and ``fields`` are registered: they follow ``desc`` a cycle
     later. After ``written``, ``ready`` is low for ``stride + 2`` cycles
-    (with :attr:`checks_rows`); after ``ci_tiles_written`` for ``words //
-    ci_tiles + 2`` (2 when ``ci_tiles`` is out of range): at most
-    :attr:`max_latency`; ``words`` is a line-buffer bank's.
+    (with :attr:`checks_rows`); after ``ci_tiles_written`` for
+    :attr:`division_cycles` (2 when ``ci_tiles`` is 0 or past a bank): at
+    most :attr:`max_latency`.
 
     Raises
     ------
@@ -108,10 +109,16 @@ class DescriptorCheck(wiring.Component):
         return bool(self._config.deep_pipeline)
 
     @property
+    def division_cycles(self):
+        """Cycles ``ready`` stays low after ``ci_tiles_written`` (``ci_tiles`` in range):
+        a quotient bit for each bit of a line-buffer bank's ``words``, plus 2."""
+        return engine_contract(self._config).line_buffer.words.bit_length() + 2
+
+    @property
     def max_latency(self):
         """Most cycles ``ready`` stays low after ``written`` or ``ci_tiles_written``."""
         stride_steps = (1 << self._config.kmax.bit_length()) - 1
-        return max(engine_contract(self._config).line_buffer.words, stride_steps + 1) + 2
+        return max(self.division_cycles, stride_steps + 3)
 
     def elaborate(self, platform):
         m = Module()
@@ -142,24 +149,37 @@ class DescriptorCheck(wiring.Component):
         in_w, out_w = desc.in_w[:lim.col_bits], desc.out_w[:lim.col_bits]
         ci = desc.ci_tiles[:lim.ci_bits]
 
-        # widest_row(ci_tiles): `used` counts a bank's words, `free_cols` the
-        # columns left of 2**col_bits - 1 (widest = its complement).
+        # widest_row(ci_tiles) = kmax * (words // ci_tiles): `words` is a constant,
+        # so a restoring division takes one quotient bit a cycle, most significant
+        # first (`wbits` steps), and `widest` follows the quotient times kmax
+        # (doubled each step, plus kmax where the bit is 1): one subtractor, one
+        # adder of a constant, no multiplier, no table. `free_cols` is widest's
+        # complement in col_bits (the columns left of 2**col_bits - 1).
         words, k = c.line_buffer.words, self._config.kmax
         wbits = words.bit_length()
-        used = Signal(wbits)
-        free_cols = Signal(lim.col_bits, init=(1 << lim.col_bits) - 1)
+        rbits = max(lim.ci_bits, 1)
+        rem = Signal(rbits)            # the remainder, below ci_tiles
+        widest = Signal(lim.col_bits)  # kmax * the quotient so far
+        steps = Signal(range(wbits + 1))  # quotient bits still to find
         running = Signal()
-        used_next = Signal(wbits + 1)
-        m.d.comb += used_next.eq(used + desc.ci_tiles[:wbits])
+        trial = Signal(rbits + 1)
+        m.d.comb += trial.eq(Cat(Const(words, wbits).bit_select((steps - 1)[:len(steps)], 1),
+                                 rem))
         ci_fits_word = (desc.ci_tiles != 0) & (desc.ci_tiles[wbits:] == 0)
-        step = ci_fits_word & ~_above(used_next, words)
+        take = Signal()
+        m.d.comb += take.eq(trial >= desc.ci_tiles[:rbits])
         with m.If(self.ci_tiles_written):
-            m.d.sync += [used.eq(0), free_cols.eq(free_cols.init), running.eq(1)]
+            m.d.sync += [rem.eq(0), widest.eq(0), steps.eq(wbits), running.eq(1)]
         with m.Elif(running):
-            with m.If(step):
-                m.d.sync += [used.eq(used_next), free_cols.eq(free_cols - k)]
+            with m.If(ci_fits_word & (steps != 0)):
+                m.d.sync += [rem.eq(Mux(take, trial - desc.ci_tiles[:rbits], trial)),
+                             widest.eq((widest << 1) + Mux(take, k, 0)),
+                             steps.eq(steps - 1)]
             with m.Else():
                 m.d.sync += running.eq(0)
+        free_cols = Signal(lim.col_bits)
+        # ci_tiles 0 or past a bank: no row fits (widest 0), as the contract says
+        m.d.comb += free_cols.eq(~Mux(ci_fits_word, widest, 0))
 
         # Every window holds an input row: (out_h - 1) * stride - pad_top <
         # in_h. With s = stride, `rows` adds ~in_h = 2**16 - 1 - in_h, then
