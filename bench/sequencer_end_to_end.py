@@ -12,7 +12,10 @@ Both outputs are checked against the reference backend bit for bit. Per
 model, batch and mode, in steady state (weights resident where they fit,
 the least of ``--repeats`` inferences after a first):
 
-- records: those the sequencer ran / all of the program's;
+- records: those the sequencer ran / all of the program's (the input folds,
+  which the host writes with the input, not counted); starts: how often the
+  host started the sequencer in one inference (1: the whole network in one
+  call);
 - engine cycles: the engine's busy cycles of every run, plus the sequencer's
   own (record fetches, descriptor writes, counters), i.e. what the report
   adds up; memory stalls are inside the busy cycles (stall-in);
@@ -78,6 +81,7 @@ def main(argv=None):
     from fpgacnn.boards.engine_sizing import size_engine
     from fpgacnn.host.accelerator import Accelerator, open_board
     from fpgacnn.host.onnx_import import load_onnx
+    from fpgacnn.host.program_image import FoldRecord
     from fpgacnn.host.reference import ReferenceBackend
 
     zoo = _zoo()
@@ -95,9 +99,11 @@ def main(argv=None):
                 acc = Accelerator(qm, config=config, board=board)
                 r = _measure(acc, x8, want, args.repeats)
                 seq = r.get("sequencer")
-                records = len(acc.image(batch).records)
+                records = sum(not isinstance(rec, FoldRecord)
+                              for rec in acc.image(batch).records)
                 ran = seq["sequencer_runs"] if seq else 0
-                rows.append((name, batch, mode, f"{ran} / {records}", r["total_cycles"],
+                starts = seq["sequencer_starts"] if seq else 0
+                rows.append((name, batch, mode, f"{ran} / {records}", starts, r["total_cycles"],
                              1e3 * r["engine_seconds"] / batch, 1e3 * r["host_seconds"] / batch,
                              r["host_share"], 1e3 * r["end_to_end_seconds_per_image"]))
                 print(*rows[-1], flush=True)
@@ -111,12 +117,12 @@ def main(argv=None):
              "every output bit-exact with the reference). Engine time at 100 MHz. Host "
              "milliseconds are wall-clock on this x86 machine: compare the two modes, "
              "measured side by side in one process.", "",
-             "| model | batch | mode | records on the sequencer | engine cycles | engine ms / image "
-             "| host ms / image | host share | end to end ms / image |",
-             "|---|---:|---|---:|---:|---:|---:|---:|---:|"]
-    for name, batch, mode, ran, cycles, eng, host, share, e2e in rows:
-        lines.append(f"| {name} | {batch} | {mode} | {ran} | {cycles:,} | {eng:.3f} | "
-                     f"{host:.3f} | {share:.2f} | {e2e:.3f} |")
+             "| model | batch | mode | records on the sequencer | starts | engine cycles "
+             "| engine ms / image | host ms / image | host share | end to end ms / image |",
+             "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for name, batch, mode, ran, starts, cycles, eng, host, share, e2e in rows:
+        lines.append(f"| {name} | {batch} | {mode} | {ran} | {starts} | {cycles:,} | "
+                     f"{eng:.3f} | {host:.3f} | {share:.2f} | {e2e:.3f} |")
     text = "\n".join(lines) + "\n"
     print(text)
     if args.write:

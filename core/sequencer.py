@@ -29,6 +29,12 @@ below it, on the same AXI4-Lite port)::
     seq_status    busy, done, host, error, index (16)               (ro)
     seq_cycles    cycles from the last start to its stop            (ro)
 
+A record of op ``RECORD_VECTOR`` is a layer between the convolutions (a
+residual Add, a global average pool, a copy) that the vector unit runs from
+memory to memory: its words after ``op`` are :data:`VECTOR_RECORD_FIELDS`
+(the unit's fields, :mod:`fpgacnn.core.vector_fields`), and its
+``counters`` word is where an engine record's is.
+
 ``done``: every record of the range ran. ``host``: the sequencer stopped
 before record ``index``, which the host runs (a host layer, or a run whose
 patterns the reader or writer does not take). ``error``: the engine refused
@@ -46,17 +52,20 @@ from .descriptor import DESCRIPTOR_FIELDS
 from .pixel_reader_fields import READER_FIELDS
 from .pixel_writer_fields import WRITER_FIELDS
 from .regmap import RegisterMapBuilder
+from .vector_fields import VECTOR_FIELDS
 
-__all__ = ["SEQUENCER_BASE", "SEQUENCER_MAGIC", "RECORD_FIELDS", "RECORD_ENGINE", "RECORD_HOST",
-           "COUNTER_WORDS", "RecordField", "record_bytes", "record_word", "build_sequencer_regmap"]
+__all__ = ["SEQUENCER_BASE", "SEQUENCER_MAGIC", "RECORD_FIELDS", "VECTOR_RECORD_FIELDS",
+           "RECORD_ENGINE", "RECORD_HOST", "RECORD_VECTOR", "COUNTER_WORDS", "RecordField",
+           "record_bytes", "record_word", "build_sequencer_regmap"]
 
 #: Byte address of the sequencer's first register: the upper half of the 4 KiB window.
 SEQUENCER_BASE = 0x800
 #: ``b"FCSQ"`` as a little-endian word: a top with a sequencer answers it at SEQUENCER_BASE.
 SEQUENCER_MAGIC = int.from_bytes(b"FCSQ", "little")
 
-#: A run-table record's operation (its first word).
-RECORD_ENGINE, RECORD_HOST = 1, 2
+#: A run-table record's operation (its first word): an engine run, a stop for the
+#: host, a vector unit run.
+RECORD_ENGINE, RECORD_HOST, RECORD_VECTOR = 1, 2, 3
 
 #: Words the sequencer stores per engine run at its record's ``counters``
 #: address: the engine's busy, stall-on-input and stall-on-output cycles.
@@ -74,7 +83,8 @@ class RecordField:
 
 
 def _fields():
-    spec = [("op", 1, "RECORD_ENGINE, or RECORD_HOST: stop; the host runs this record")]
+    spec = [("op", 1, "RECORD_ENGINE; RECORD_HOST: stop, the host runs this record; "
+                      "RECORD_VECTOR: the vector unit runs it (VECTOR_RECORD_FIELDS)")]
     spec += [(f"desc_{f.name}", 1, f"the desc_{f.name} register's word") for f in DESCRIPTOR_FIELDS]
     spec += [("const_base", 1, "word address (pin-byte words) of the constants the run "
                                "streams first"),
@@ -92,7 +102,19 @@ def _fields():
 #: The words of a run-table record, in order (every field one little-endian
 #: 32-bit word; a signed value in two's complement).
 RECORD_FIELDS = _fields()
-_BY_NAME = {f.name: f for f in RECORD_FIELDS}
+
+
+def _vector_fields():
+    counters = next(f for f in RECORD_FIELDS if f.name == "counters")
+    out = [RecordField("vector_" + f.name, 1 + i, 1, f.doc) for i, f in enumerate(VECTOR_FIELDS)]
+    assert out[-1].offset < counters.offset
+    return tuple(out) + (counters,)
+
+
+#: The words of a RECORD_VECTOR record after ``op``: the vector unit's fields, then
+#: ``counters`` at the offset of an engine record's.
+VECTOR_RECORD_FIELDS = _vector_fields()
+_BY_NAME = {f.name: f for f in RECORD_FIELDS + VECTOR_RECORD_FIELDS}
 
 
 def record_word(name):

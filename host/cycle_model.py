@@ -31,9 +31,11 @@ Examples
 from dataclasses import dataclass, field
 
 from ..core.contract import engine_contract
+from ..core.vector_fields import VECTOR_RUN_OVERHEAD, vector_accesses
 from .packing import map_layer
 
-__all__ = ["CycleEstimate", "layer_cycles", "conv_cycles"]
+__all__ = ["CycleEstimate", "layer_cycles", "conv_cycles", "sequenced_run_cycles",
+           "vector_run_cycles"]
 
 @dataclass(frozen=True)
 class CycleEstimate:
@@ -95,7 +97,7 @@ def _produced(oy, out_w, out_h, co, pool):
     return [ox * co + c for ox in range(1, 2 * (out_w // 2), 2) for c in range(co)]
 
 
-def layer_cycles(config, desc, *, macs=None):
+def layer_cycles(config, desc, *, macs=None, feed_delay=0):
     """Cycle count of the layer run ``desc`` (a descriptor dict, as from ``pack_layer``).
 
     Parameters
@@ -106,6 +108,11 @@ def layer_cycles(config, desc, *, macs=None):
     macs : int, optional
         The layer's real MACs (for the utilization); default: the MACs the
         array issues, ``out_h*out_w*co_tiles*ci_tiles*peak*batch``.
+    feed_delay : int
+        Cycles the input stream starts later than the run's start and gaps
+        it leaves (0: valid from the start, as from the DMA). The line
+        buffer's setup after ``start`` still runs from ``start``, so a short
+        delay hides behind it on a run with no constants.
 
     Returns
     -------
@@ -132,7 +139,7 @@ def layer_cycles(config, desc, *, macs=None):
         load = co * contract.param_beats + co * wins * contract.weight_beats
     elif desc.get("load_params", 0):  # the weights are resident
         load = co * contract.param_beats
-    t0 = lat.start + load
+    t0 = lat.start + load + int(feed_delay)
 
     per_word_in = max(1, pin // beat)            # cycles per line-buffer word
     held = lat.pixel_slice_words                 # words between loader and writer (a cycle)
@@ -266,22 +273,21 @@ def conv_cycles(config, x_shape, w_shape, *, stride=1, pads=(0, 0, 0, 0), pool=F
     return layer_cycles(config, desc, macs=geo["macs"])
 
 
-def sequenced_run_cycles(config, predicted, desc, latency):
+def sequenced_run_cycles(config, desc, latency):
     """Busy cycles of a run that the program sequencer makes from board memory.
 
-    The run as :func:`layer_cycles` predicts it (``predicted``, with its input
-    always valid), plus the pixel reader's latency once per section it
-    streams (the constants, when the descriptor loads any, and the pixels:
-    ``latency + 4`` cycles each, :class:`~fpgacnn.hdl.program.pixel_reader.PixelReader`),
-    plus the cycle between the two sections (the sequencer sets the reader's
-    fields for the pixels, then starts it). It holds while the memory's
-    bandwidth never holds a read back.
+    The run as :func:`layer_cycles` predicts it with its input delayed by the
+    pixel reader's latency once per section it streams (the constants, when
+    the descriptor loads any, and the pixels: ``latency + 4`` cycles each,
+    :class:`~fpgacnn.hdl.program.pixel_reader.PixelReader`) and the cycle
+    between the two sections (the sequencer sets the reader's fields for the
+    pixels, then starts it): ``feed_delay``, part of which the line buffer's
+    setup hides on a short run with no constants. It holds while the
+    memory's bandwidth never holds a read back.
 
     Parameters
     ----------
     config : EngineConfig
-    predicted : int
-        :func:`layer_cycles`' count of the run.
     desc : mapping
         The run's descriptor.
     latency : int
@@ -298,4 +304,30 @@ def sequenced_run_cycles(config, predicted, desc, latency):
         raise ValueError(f"the sequenced-run model needs pin ({config.pin}) >= the beat's "
                          f"{config.stream_bytes} bytes")
     sections = 2 if desc.get("load_weights", 0) or desc.get("load_params", 0) else 1
-    return int(predicted) + sections * (int(latency) + 4) + sections - 1
+    delay = sections * (int(latency) + 4) + sections - 1
+    return layer_cycles(config, desc, feed_delay=delay).cycles
+
+
+def vector_run_cycles(config, fields, latency=0):
+    """Busy cycles of a vector unit run (an Add, a global pool, a copy) from board memory.
+
+    One read per cycle and one write per cycle, the writes overlapping the
+    reads: the run ends with the last word's writes after its last read, or,
+    when the writes are more than the reads, with the writes one after another
+    from the first word on; plus the memory's latency once and
+    :data:`~fpgacnn.core.vector_fields.VECTOR_RUN_OVERHEAD`. It holds while the
+    memory takes every access at once (no bandwidth limit, no pauses).
+
+    Parameters
+    ----------
+    config : EngineConfig
+    fields : mapping
+        The unit's fields (:func:`fpgacnn.host.vector_mapping.vector_fields`).
+    latency : int
+        The memory's read latency in cycles.
+    """
+    reads, writes = vector_accesses(config, fields)
+    per_word_reads = fields["pixels"] + fields["has_b"]
+    per_word_writes = writes // (fields["images"] * fields["words"])
+    return max(reads + per_word_writes, per_word_reads + writes) + int(latency) \
+        + VECTOR_RUN_OVERHEAD

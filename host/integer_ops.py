@@ -11,8 +11,8 @@ import numpy as np
 
 from .requant import requant_params, requantize
 
-__all__ = ["pad_nchw", "conv_acc", "conv2d", "maxpool2d", "rescale", "avgpool2d",
-           "global_avgpool", "global_maxpool", "gemm", "add", "add_params", "concat",
+__all__ = ["pad_nchw", "conv_acc", "conv2d", "maxpool2d", "rescale", "average_params",
+           "avgpool2d", "global_avgpool", "global_maxpool", "gemm", "add", "add_params", "concat",
            "resize_nearest", "sigmoid_table", "softmax"]
 
 
@@ -127,6 +127,12 @@ def rescale(x, x_zero_point, mult, shift, y_zero_point, lo=-128, hi=127):
     return requantize(acc, mult, shift, y_zero_point, lo, hi)
 
 
+def average_params(scale, count):
+    """The requantization of an average of ``count`` taps: ``requant_params(M / count)``
+    (``M = x_scale / y_scale``); ``count`` an int or an array of them."""
+    return requant_params(float(scale) / np.asarray(count, dtype=np.float64))
+
+
 def avgpool2d(x, x_zero_point, scale, y_zero_point, kernel, stride=None, pads=(0, 0, 0, 0),
               count_include_pad=False, lo=-128, hi=127, extra=(0, 0)):
     """Average pooling: ``y = clamp(round(sum(x - zx) * M / count) + zy, lo, hi)``.
@@ -161,7 +167,7 @@ def avgpool2d(x, x_zero_point, scale, y_zero_point, kernel, stride=None, pads=(0
     else:
         inside = pad_nchw(ones, full, 0)
     count = _windows(inside, kh, kw, stride).sum(axis=(4, 5))[0, 0]
-    mult, shift = requant_params(float(scale) / count)
+    mult, shift = average_params(scale, count)
     return requantize(acc, mult[None, None], shift[None, None], y_zero_point, lo, hi,
                       ties_to_even=True)
 
@@ -172,7 +178,7 @@ def global_avgpool(x, x_zero_point, scale, y_zero_point, lo=-128, hi=127):
     halves rounded to even as in :func:`avgpool2d`."""
     n, c, h, w = x.shape
     acc = (x.astype(np.int64) - int(x_zero_point)).sum(axis=(2, 3), keepdims=True)
-    mult, shift = requant_params(float(scale) / (h * w))
+    mult, shift = average_params(scale, h * w)
     return requantize(acc, mult, shift, y_zero_point, lo, hi, ties_to_even=True)
 
 

@@ -40,9 +40,22 @@ gathers and scatters the compiler makes (:mod:`fpgacnn.host.compiler`,
 functions, and the tests require the stream made from a record to equal the
 compiled run's stream byte for byte.
 
-**Host records** name a layer the engine does not run yet (Add, the pools,
-Flatten, ...); the host runs it from the arena with the reference semantics
-(:mod:`fpgacnn.host.program_runner`).
+**Host records** name a layer the engine does not run yet (a MaxPool other
+than the fused one, Concat, Softmax, ...); the host runs it from the arena
+with the reference semantics (:mod:`fpgacnn.host.program_runner`).
+**Vector records** are host records that the program engine's vector unit
+runs from the arena by itself (a residual Add, a global average pool, a
+copy: :mod:`fpgacnn.host.vector_mapping`): they name the operand and output
+tensors and carry the layer's integer parameters; a board without the unit
+runs them as host records.
+
+**Input folds** come first: a convolution whose taps fold into channels
+(:class:`~fpgacnn.host.conv_views.Im2Col`: kernels past ``kmax``, such as
+DS-CNN's 10x4 first layer, non-square strides) and that reads the network's
+input reads a tensor of its own, the input's folded taps, which the host
+writes with the input (:meth:`ProgramImage.write_input`): a transform of the
+network's own input, which the host writes anyway, so the engine reads it
+as a plain 1x1 strip and no host work falls between layers.
 """
 
 from dataclasses import astuple, dataclass, fields
@@ -56,22 +69,25 @@ from ..core.errors import InputError, MappingError
 from . import conv_views
 from .compiler import (BatchImage, BatchTranspose, ChannelColumns, ColumnSlice, EngineStep,
                        PixelPacking, ZeroPointColumn)
+from .vector_mapping import vector_params
 
 __all__ = ["ALIGN", "FORMAT_MAGIC", "FORMAT_VERSION", "DestPattern", "EngineRecord",
-           "Header", "HostRecord", "ProgramImage", "SourcePattern", "TensorPlace",
-           "alignment", "build_image", "dest_scatter", "pixel_packing", "source_gather", "tensor_names"]
+           "FoldRecord", "Header", "HostRecord", "ProgramImage", "SourcePattern",
+           "TensorPlace", "VectorRecord", "alignment", "build_image", "dest_scatter", "pixel_packing",
+           "source_gather", "tensor_names"]
 
 #: ``b"FCNP"``: the first word of every program image.
 FORMAT_MAGIC = int.from_bytes(b"FCNP", "little")
 #: The image format's version (major, minor); a reader refuses another major.
-FORMAT_VERSION = (1, 0)
+#: 1.1: vector records; 1.2: input folds.
+FORMAT_VERSION = (1, 2)
 #: Alignment in bytes of every region and of every tensor image (a memory burst); an
 #: engine whose words (``pin`` or ``pout`` bytes) do not divide it aligns to the
 #: least common multiple (:func:`alignment`), so that every address is a whole word.
 ALIGN = 64
 
 #: Record kinds (a record's first word).
-RECORD_ENGINE, RECORD_HOST = 1, 2
+RECORD_ENGINE, RECORD_HOST, RECORD_VECTOR, RECORD_FOLD = 1, 2, 3, 4
 #: Source pattern kinds: pixels of a column strip; one column of the zero point
 #: (a strip wholly in the padding); feature vectors as the pixels of an image (Gemm).
 SOURCE_STRIP, SOURCE_ZERO_COLUMN, SOURCE_BATCH = 0, 1, 2
@@ -233,6 +249,72 @@ class HostRecord:
         return [RECORD_HOST, self.step]
 
 
+@dataclass(frozen=True)
+class VectorRecord(HostRecord):
+    """A host layer the vector unit runs: the program's step ``step``, of ``kind``
+    (:data:`~fpgacnn.host.vector_mapping.VECTOR_ADD`, ``VECTOR_POOL``,
+    ``VECTOR_COPY``), reading the tensors at ``a`` and ``b`` (-1: none) of the tensor
+    table and writing ``out``, with the unit's integer parameters
+    (:mod:`fpgacnn.core.vector_fields`)."""
+
+    kind: int = 0
+    a: int = -1
+    b: int = -1
+    out: int = -1
+    pixels: int = 1
+    has_b: int = 0
+    ties_to_even: int = 0
+    za: int = 0
+    zb: int = 0
+    ma: int = 1
+    mb: int = 0
+    shift: int = 0
+    zy: int = 0
+    lo: int = -128
+    hi: int = 127
+
+    def words(self):
+        return [RECORD_VECTOR] + [int(getattr(self, f.name)) for f in fields(self)]
+
+
+@dataclass(frozen=True)
+class FoldRecord(HostRecord):
+    """An input fold: the taps of the network input's channels ``[c0, c1)`` (the
+    tensor at ``a``) under a ``kh x kw`` kernel (stride, dilation, pads, output size,
+    the padding holding ``x_zp``) as the channels of the tensor at ``out``
+    (:class:`~fpgacnn.host.conv_views.Im2Col`), which the engine records of the
+    program's step ``step`` read. The host writes it with the input
+    (:meth:`ProgramImage.write_input`); it is no run of its own."""
+
+    a: int = -1
+    out: int = -1
+    c0: int = 0
+    c1: int = 0
+    kh: int = 1
+    kw: int = 1
+    sy: int = 1
+    sx: int = 1
+    dy: int = 1
+    dx: int = 1
+    top: int = 0
+    left: int = 0
+    bottom: int = 0
+    right: int = 0
+    oh: int = 1
+    ow: int = 1
+    x_zp: int = 0
+
+    def words(self):
+        return [RECORD_FOLD] + [int(getattr(self, f.name)) for f in fields(self)]
+
+    def gather(self):
+        """The fold as a function of the NCHW input to the folded NCHW tensor."""
+        fold = conv_views.Im2Col((self.kh, self.kw), (self.sy, self.sx),
+                                 (self.top, self.left, self.bottom, self.right),
+                                 (self.dy, self.dx), self.x_zp, (self.oh, self.ow))
+        return conv_views.compose(conv_views.ChannelSlice(self.c0, self.c1), fold)
+
+
 #: Words of every record (engine records are the longest; host records are padded).
 RECORD_WORDS = 9 + len(DESCRIPTOR_FIELDS) + SourcePattern.nwords() + PixelLayout.nwords() \
     + DestPattern.nwords()
@@ -242,6 +324,10 @@ def _parse_record(words):
     kind = int(words[0])
     if kind == RECORD_HOST:
         return HostRecord(int(words[1]))
+    if kind == RECORD_VECTOR:
+        return VectorRecord(*(int(w) for w in words[1:1 + len(fields(VectorRecord))]))
+    if kind == RECORD_FOLD:
+        return FoldRecord(*(int(w) for w in words[1:1 + len(fields(FoldRecord))]))
     if kind != RECORD_ENGINE:
         raise InputError(f"program image: unknown record kind {kind}")
     head = [int(w) for w in words[1:9]]
@@ -388,6 +474,25 @@ class ProgramImage:
     def input(self):
         return self.tensors[self.header.input_tensor]
 
+    def write_input(self, x8):
+        """Write the network input ``x8`` (int8, the input's view shape) into the arena,
+        and its folds (:class:`FoldRecord`) where the records that read them look.
+
+        Raises
+        ------
+        InputError
+            ``x8`` is not of the shape the program was compiled for.
+        """
+        view = self.input.view(self.data)
+        if x8.shape != view.shape:
+            raise InputError(f"the program was compiled for input {view.shape}, not "
+                             f"{x8.shape} (compile the program for this batch)")
+        view[...] = x8
+        for record in self.records:
+            if isinstance(record, FoldRecord):
+                out = self.tensors[record.out].view(self.data)
+                out[...] = record.gather()(self.tensors[record.a].view(self.data))
+
     @property
     def output(self):
         return self.tensors[self.header.output_tensor]
@@ -441,8 +546,14 @@ def _gather_parts(gather):
     return [gather]
 
 
-def _source(run, tensor, channels, name):
+def _source(run, tensor, channels, name, fold=None):
+    """The run's source pattern. ``fold``: ``(tensor, channels)`` of the input's fold
+    the run reads (:class:`FoldRecord`), which it reads as a plain strip."""
     parts = _gather_parts(run.gather)
+    if fold is not None:
+        tensor, channels = fold
+        parts = [p for p in parts
+                 if not isinstance(p, (conv_views.ChannelSlice, conv_views.Im2Col))]
     values = dict(tensor=tensor, c0=0, c1=channels, fold=0, fold_kh=0, fold_kw=0, fold_sy=0,
                   fold_sx=0, fold_dy=0, fold_dx=0, fold_top=0, fold_left=0, fold_bottom=0,
                   fold_right=0, fold_oh=0, fold_ow=0, a=0, b=0, rows=0, cols=0)
@@ -489,8 +600,35 @@ def _dest(run, tensor, name):
 
 
 def tensor_names(program):
-    """The program's tensors in tensor-table order (the input, then each layer's output)."""
+    """The program's tensors in tensor-table order (the input, then each layer's output,
+    then the input's folds, named ``<input>/fold<n>``)."""
     return list(_shapes(program))
+
+
+def _input_folds(program):
+    """The input's folds the program's runs read: ``{(step, c0, c1, Im2Col): name}``,
+    in the order of the runs (runs of one step that fold alike share one)."""
+    model = program.model
+    folds = {}
+    for i, step in enumerate(program.steps):
+        if not isinstance(step, EngineStep) or step.inputs[0] != model.input_tensor:
+            continue
+        for run in step.runs:
+            key = _fold_key(run, i, model.input.shape[0])
+            if key is not None and key not in folds:
+                folds[key] = f"{model.input_tensor}/fold{len(folds)}"
+    return folds
+
+
+def _fold_key(run, step, channels):
+    """``(step, c0, c1, Im2Col)`` of a run whose gather folds taps, else None."""
+    c0, c1, fold = 0, channels, None
+    for part in _gather_parts(run.gather)[:-1]:
+        if isinstance(part, conv_views.ChannelSlice) and fold is None:
+            c0, c1 = part.c0, part.c1
+        elif isinstance(part, conv_views.Im2Col):
+            fold = part
+    return None if fold is None else (step, c0, c1, fold)
 
 
 def _shapes(program):
@@ -498,6 +636,8 @@ def _shapes(program):
     shapes = {model.input_tensor: tuple(model.input.shape)}
     for layer in model.layers:
         shapes[layer.output] = tuple(layer.output_shape)
+    for (_, c0, c1, fold), name in _input_folds(program).items():
+        shapes[name] = ((c1 - c0) * fold.kernel[0] * fold.kernel[1], *fold.out_hw)
     return shapes
 
 
@@ -584,7 +724,9 @@ def build_image(program, *, memory_bytes=None):
                 constants.append(run.weights)
                 const_nbytes += _align(run.weights.size, align)
 
-    nrecords = sum(len(s.runs) if isinstance(s, EngineStep) else 1 for s in program.steps)
+    folds = _input_folds(program)
+    nrecords = len(folds) + sum(len(s.runs) if isinstance(s, EngineStep) else 1
+                                for s in program.steps)
     tensors_offset = _align(4 * Header.nwords(), align)
     records_offset = tensors_offset + _align(4 * TensorPlace.nwords() * len(names), align)
     constants_offset = records_offset + _align(4 * RECORD_WORDS * nrecords, align)
@@ -613,7 +755,18 @@ def build_image(program, *, memory_bytes=None):
                 f"budget of {memory_bytes:,} bytes")
 
     place(model.input_tensor, "input")
+    # The input's folds, written with the input: live from the start to their step.
     records = []
+    for (step_index, c0, c1, fold), name in folds.items():
+        place(name, program.steps[step_index].name)
+        (kh, kw), (sy, sx), (dy, dx) = fold.kernel, fold.stride, fold.dilation
+        records.append(FoldRecord(step_index, index[model.input_tensor], index[name], c0, c1,
+                                  kh, kw, sy, sx, dy, dx, *fold.pads, *fold.out_hw, fold.x_zp))
+
+    def fold_of(run, i):
+        name = folds.get(_fold_key(run, i, shapes[model.input_tensor][0]))
+        return None if name is None else (index[name], shapes[name][0])
+
     for i, step in enumerate(program.steps):
         if step.output not in places:
             place(step.output, step.name)
@@ -629,15 +782,22 @@ def build_image(program, *, memory_bytes=None):
                     out_nbytes=int(run.out_nbytes), predicted_cycles=int(run.predicted_cycles),
                     warm_predicted_cycles=int(run.warm_predicted_cycles or 0),
                     warm_load_params=int(warm["load_params"]) if warm else 0,
-                    source=_source(run, src, channels, step.name),
+                    source=_source(run, src, channels, step.name, fold_of(run, i)),
                     layout=_layout(run.pack_pixels),
                     dest=_dest(run, index[step.output], step.name)))
         else:
-            records.append(HostRecord(i))
-        for t in set(step.inputs):
-            if last.get(t) == i and t != model.output_tensor:
-                p = places[t]
-                arena.give(p.offset - arena_offset, p.nbytes)
+            params = vector_params(step.layer, shapes)
+            if params is None:
+                records.append(HostRecord(i))
+            else:
+                tensors = [index[t] for t in step.inputs] + [-1]
+                records.append(VectorRecord(i, a=tensors[0], b=tensors[1] if params["has_b"]
+                                            else -1, out=index[step.output], **params))
+        done = [t for t in set(step.inputs) if last.get(t) == i and t != model.output_tensor]
+        done += [name for (at, *_), name in folds.items() if at == i]
+        for t in done:
+            p = places[t]
+            arena.give(p.offset - arena_offset, p.nbytes)
     arena_nbytes = _align(arena.end, align)
     total = arena_offset + arena_nbytes
 

@@ -23,8 +23,8 @@ import numpy as np
 from ..core.contract import engine_contract
 from ..core.errors import InputError
 from . import packing
-from .program_image import (DEST_COLUMNS, EngineRecord, dest_scatter, pixel_packing, source_gather,
-                            tensor_names)
+from .program_image import (DEST_COLUMNS, EngineRecord, FoldRecord, dest_scatter, pixel_packing,
+                            source_gather, tensor_names)
 
 __all__ = ["StepTotals", "record_stream", "run_program", "run_record", "store_output"]
 
@@ -151,6 +151,9 @@ def run_record(image, program, record, driver, index, *, warm, timeout_of, link_
     data = image.data
     step = program.steps[record.step]
     t0 = time.perf_counter()
+    if isinstance(record, FoldRecord):
+        raise InputError(f"layer {step.name!r}: an input fold is written with the input "
+                         f"(ProgramImage.write_input), not run as a record")
     if not isinstance(record, EngineRecord):
         y = step.layer.evaluate(*(image.tensors[index[t]].view(data) for t in step.inputs))
         image.tensors[index[step.output]].view(data)[...] = y
@@ -202,13 +205,8 @@ def run_program(image, program, driver, x8, *, warm=False, timeout_of, link_seco
     config = image.config
     x8 = np.asarray(x8, dtype=np.int8)
     data = image.data
-    source = image.input
-    view = source.view(data)
-    if x8.shape != view.shape:
-        raise InputError(f"the program was compiled for input {view.shape}, not {x8.shape} "
-                         f"(compile the program for this batch)")
     t0 = time.perf_counter()
-    view[...] = x8
+    image.write_input(x8)  # and the input's folds
     write_input = time.perf_counter() - t0
     index = {t: i for i, t in enumerate(tensor_names(program))}
     totals, reports = {}, []
@@ -221,6 +219,8 @@ def run_program(image, program, driver, x8, *, warm=False, timeout_of, link_seco
 
     current = None
     for record in image.records:
+        if isinstance(record, FoldRecord):
+            continue  # written with the input
         if current is not None and record.step != current:
             if current in totals:
                 finish(current)

@@ -4,7 +4,8 @@ The host's side of a board whose engine sequences the program itself
 (:class:`~fpgacnn.hdl.program.program_engine.ProgramEngine`): it writes the
 network's input into the arena in board memory, starts the sequencer on the
 longest range of records it runs by itself, waits for its interrupt, runs
-the one record the sequencer stopped before (a host layer, or a run whose
+the one record the sequencer stopped before (a host layer the vector unit
+does not take, or a run whose
 patterns the pixel reader or writer does not take: the per-run path of
 :mod:`fpgacnn.host.program_runner`, from the same arena) and starts it again
 at the next one. Per-run counters come back from memory, so the report keeps
@@ -16,9 +17,9 @@ import time
 
 import numpy as np
 
-from ..core.errors import BackendError, InputError
+from ..core.errors import BackendError
 from ..core.sequencer import SEQUENCER_MAGIC, build_sequencer_regmap, record_bytes
-from .program_image import tensor_names
+from .program_image import FoldRecord, tensor_names
 from .program_runner import StepTotals, run_record
 
 __all__ = ["SequencerDriver", "run_sequenced"]
@@ -110,13 +111,9 @@ def run_sequenced(sequenced, program, driver, seq_driver, x8, *, warm=False, tim
     data = image.data
     board = seq_driver.board
     x8 = np.asarray(x8, dtype=np.int8)
-    view = image.input.view(data)
-    if x8.shape != view.shape:
-        raise InputError(f"the program was compiled for input {view.shape}, not {x8.shape} "
-                         f"(compile the program for this batch)")
     t_start = time.perf_counter()
     seq_driver.attach(sequenced)
-    view[...] = x8
+    image.write_input(x8)  # and the input's folds
     sequenced.clear_counters()
     seq_driver.write("seq_table", sequenced.table_words[warm])
     index = {t: i for i, t in enumerate(tensor_names(program))}
@@ -131,6 +128,9 @@ def run_sequenced(sequenced, program, driver, seq_driver, x8, *, warm=False, tim
     while i < n:
         record = records[i]
         step = program.steps[record.step]
+        if isinstance(record, FoldRecord):  # written with the input
+            i += 1
+            continue
         if not flags[i]:
             result, host, on_board = run_record(image, program, record, driver, index,
                                                 warm=warm, timeout_of=timeout_of)
@@ -146,7 +146,7 @@ def run_sequenced(sequenced, program, driver, seq_driver, x8, *, warm=False, tim
             continue
         j, predicted = i, 0
         while j < n and flags[j]:
-            predicted += records[j].warm_predicted_cycles if warm else records[j].predicted_cycles
+            predicted += sequenced.predicted_cycles(j, warm=warm)
             j += 1
         if progress:
             progress(f"records {i + 1}-{j} of {n} on the sequencer")
@@ -187,8 +187,7 @@ def run_sequenced(sequenced, program, driver, seq_driver, x8, *, warm=False, tim
         for k in range(i, j):
             busy, stall_in, stall_out = sequenced.counter_words(k)
             totals.setdefault(records[k].step, StepTotals()).add(
-                busy, stall_in, stall_out,
-                records[k].warm_predicted_cycles if warm else records[k].predicted_cycles)
+                busy, stall_in, stall_out, sequenced.predicted_cycles(k, warm=warm))
             seq["sequencer_runs"] += 1
             seq["sequenced_busy_cycles"] += busy
         i = j

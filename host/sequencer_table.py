@@ -13,9 +13,11 @@ engine record whose source the pixel reader takes
 destination the pixel writer takes
 (:func:`~fpgacnn.host.pixel_writer_setup.writer_fields`) becomes a record the
 sequencer runs (op RECORD_ENGINE): its descriptor's register words, its
-constants and both halves' fields. Every other record (a host layer, or a
-pattern neither half takes) becomes RECORD_HOST: the sequencer stops there
-and the host runs it from the same arena
+constants and both halves' fields. A vector record (a residual Add, a global
+average pool, a copy) becomes RECORD_VECTOR, the vector unit's fields for its
+tensors' places (:func:`~fpgacnn.host.vector_mapping.vector_fields`). Every
+other record (a host layer, or a pattern neither half takes) becomes
+RECORD_HOST: the sequencer stops there and the host runs it from the same arena
 (:mod:`fpgacnn.host.sequencer_runner`). The warm table is the same program
 with the weights resident (each run's warm descriptor, the parameters alone
 as constants).
@@ -31,12 +33,21 @@ from ..core.pixel_reader_fields import READER_FIELDS
 from ..core.pixel_writer_fields import WRITER_FIELDS
 from ..core.regmap import build_regmap
 from ..core.sequencer import (COUNTER_WORDS, RECORD_ENGINE, RECORD_FIELDS, RECORD_HOST,
-                              record_bytes, record_word)
+                              RECORD_VECTOR, record_bytes, record_word)
+from .cycle_model import vector_run_cycles
 from .pixel_reader_setup import reader_fields
 from .pixel_writer_setup import writer_fields
-from .program_image import EngineRecord, ProgramImage, alignment
+from .program_image import EngineRecord, ProgramImage, VectorRecord, alignment
+from .vector_mapping import vector_fields
 
 __all__ = ["SequencerProgram", "hardware_record"]
+
+
+def _vector_places(image, record):
+    """The places of a vector record's operands ``a``, ``b`` (None without ``has_b``)
+    and output."""
+    t = image.tensors
+    return t[record.a], t[record.b] if record.has_b else None, t[record.out]
 
 #: The most constant words one reader section streams (its ``words`` field).
 _MAX_CONST_WORDS = (1 << 16) - 1
@@ -52,7 +63,7 @@ def hardware_record(image, record, *, warm, counters, regs=None):
     Parameters
     ----------
     image : ProgramImage
-    record : EngineRecord or HostRecord
+    record : EngineRecord, VectorRecord or HostRecord
     warm : bool
         The record of the warm table (the program's weights resident).
     counters : int
@@ -69,9 +80,16 @@ def hardware_record(image, record, *, warm, counters, regs=None):
     """
     words = [0] * len(RECORD_FIELDS)
     words[record_word("op")] = RECORD_HOST
+    config = image.config
+    if isinstance(record, VectorRecord):
+        fields = vector_fields(config, record, *_vector_places(image, record))
+        words[record_word("op")] = RECORD_VECTOR
+        for name, value in fields.items():
+            words[record_word(f"vector_{name}")] = int(value) & 0xFFFF_FFFF
+        words[record_word("counters")] = counters
+        return words, True
     if not isinstance(record, EngineRecord):
         return words, False
-    config = image.config
     reader, writer = reader_fields(image, record), writer_fields(image, record)
     desc = complete_descriptor(record.warm_descriptor() if warm else record.descriptor)
     if desc["load_weights"]:
@@ -144,6 +162,9 @@ class SequencerProgram:
         self._regs = build_regmap(config)
         self.table_words = {w: off // config.pin for w, off in tables.items()}
         self.on_engine = {}
+        self._vector_predicted = {
+            i: vector_run_cycles(config, vector_fields(config, r, *_vector_places(self.image, r)))
+            for i, r in enumerate(self.image.records) if isinstance(r, VectorRecord)}
         for warm, off in tables.items():
             flags, rows = [], []
             for i, record in enumerate(self.image.records):
@@ -161,6 +182,15 @@ class SequencerProgram:
     @property
     def nbytes(self):
         return int(self.memory.size)
+
+    def predicted_cycles(self, index, *, warm=False):
+        """The cycle model's count of record ``index`` as the sequencer runs it, its
+        memory's latency left out (an engine run's :func:`~fpgacnn.host.cycle_model.
+        layer_cycles`, a vector run's :func:`~fpgacnn.host.cycle_model.vector_run_cycles`)."""
+        if index in self._vector_predicted:
+            return self._vector_predicted[index]
+        record = self.image.records[index]
+        return record.warm_predicted_cycles if warm else record.predicted_cycles
 
     def counter_words(self, index):
         """The counters the sequencer stored for record ``index``: busy, stall-in, stall-out."""

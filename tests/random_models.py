@@ -129,3 +129,20 @@ def convolution_model(rng, cin, cout, group, kernel, stride, dilation, pads, hw,
         layer = Conv(*args, **kw)
     return QuantizedModel("m", [layer], TensorSpec("x", (cin, *hw), np.int8, 0.05, x_zp),
                           TensorSpec("y", layer.output_shape, np.int8, y_scale, y_zp), "x", "y")
+
+
+def folded_cnn(where, seed=5):
+    """A CNN with a 5x5 convolution, whose taps fold into channels on a ``kmax = 3``
+    engine: ``where = "input"``, the first layer (a fold of the network input,
+    written with it); ``"middle"``, the second (a fold of a tensor of the arena)."""
+    b = _Builder(seed, (3, 11, 10))
+    if where == "input":
+        b.conv(6, 5, stride=1, pad=2)
+        b.conv(5, 3, pad=1)
+        b.conv(4, 3, stride=2, pad=1)
+    elif where == "middle":
+        b.conv(6, 3, pad=1)
+        b.conv(5, 5, stride=2, pad=2)
+    else:
+        raise ValueError(f"where must be 'input' or 'middle', not {where!r}")
+    return b.model(f"{where}_fold")

@@ -10,6 +10,8 @@ from fpgacnn.host.compiler import compile_model
 from fpgacnn.host.onnx_import import load_onnx
 from fpgacnn.host.program_image import ProgramImage, build_image
 
+from onnx_model_builders import quantize, residual_model
+
 DIGITS = Path(__file__).resolve().parents[1] / "examples" / "digits_int8.onnx"
 
 
@@ -47,3 +49,15 @@ def test_memory_budget_and_bad_arguments_are_one_line(capsys, tmp_path):
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and message in err, (args, err)
     assert not (tmp_path / "x.bin").exists()
+
+
+def test_layers_of_the_vector_unit_are_named_so(capsys, tmp_path):
+    """A residual CNN: its Add, global pool and Flatten are the sequencer's vector
+    unit's (their vector records), not host layers."""
+    path = quantize(residual_model(), tmp_path / "residual.onnx")
+    assert main(["compile", str(path), "--board", "pynq-z2"]) == 0
+    text = capsys.readouterr().out
+    rows = {line.split()[1]: line for line in text.splitlines() if line.startswith("  ")}
+    for op in ("Add", "GlobalAveragePool", "Flatten"):
+        assert "vector (the sequencer's unit)" in rows[op], rows[op]
+    assert "host" not in "".join(rows.values())

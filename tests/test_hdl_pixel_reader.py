@@ -32,12 +32,12 @@ from fpgacnn.host.layers import Gemm
 from fpgacnn.host.model import QuantizedModel, TensorSpec
 from fpgacnn.host.pixel_reader_setup import reader_fields
 from fpgacnn.host.program_image import (SOURCE_BATCH, SOURCE_STRIP, SOURCE_ZERO_COLUMN,
-                                        EngineRecord, HostRecord, build_image)
+                                        EngineRecord, FoldRecord, HostRecord, build_image)
 from fpgacnn.host.program_runner import record_stream
 
 from conftest import SMALL_ENGINE
 from limit_layers import CONFIGS
-from random_models import convolution_model, random_cnn
+from random_models import convolution_model, folded_cnn, random_cnn
 from test_program_image import CONVOLUTIONS, _tensors
 
 #: Engines with one word to a beat (the two of tests/limit_layers.py), four
@@ -215,6 +215,16 @@ def reader_runs(engine):
         yield name, image, chosen
 
 
+def arrange_input(image, record, x):
+    """Write a run's input ``x`` where ``record`` reads it: a tensor of the arena, or,
+    when it reads a fold of the network input, the input and its folds as a program
+    writes them (:meth:`~fpgacnn.host.program_image.ProgramImage.write_input`)."""
+    if any(isinstance(r, FoldRecord) and r.out == record.source.tensor for r in image.records):
+        image.write_input(x)
+    else:
+        image.tensors[record.source.tensor].view(image.data)[...] = x
+
+
 @pytest.mark.parametrize("engine", list(ENGINES))
 def test_reader_makes_the_hosts_pixel_sections(engine):
     config = ENGINES[engine]
@@ -224,7 +234,7 @@ def test_reader_makes_the_hosts_pixel_sections(engine):
 
         def prepare(record, x):
             # The arena holds the run's input when it starts (tensors share space).
-            image.tensors[record.source.tensor].view(image.data)[...] = x
+            arrange_input(image, record, x)
             expected.append(pixel_section(image, record))
 
         runs = [(fields, partial(prepare, record, x)) for record, fields, x in chosen]
@@ -293,7 +303,7 @@ def test_one_word_per_cycle_without_stalls(engine, latency):
     config = ENGINES[engine]
     for name, image, chosen in reader_runs(engine):
         for record, fields, x in chosen:
-            image.tensors[record.source.tensor].view(image.data)[...] = x
+            arrange_input(image, record, x)
             [(got, cycles)] = run_reader(config, image, [(fields, None)], latency=latency,
                                          stall=0, backpressure=0, outstanding=latency + 3)
             assert_array_equal(got, pixel_section(image, record))
@@ -316,10 +326,16 @@ def _records(model, config, batch=1):
 
 def test_fold_unaligned_channels_and_host_layers_are_not_for_the_reader():
     rng = np.random.default_rng
-    # Folded taps (a 7x7 kernel on a 3x3 engine).
+    # Folded taps of a tensor the network computed (a 5x5 kernel on a 3x3 engine).
+    image, records = _records(folded_cnn("middle"), SMALL_ENGINE)
+    folded = [r for r in records if isinstance(r, EngineRecord) and r.source.fold]
+    assert folded and all(reader_fields(image, r) is None for r in folded)
+    # Folded taps of the network input (7x7): an input fold, then plain 1x1 strips of it.
     image, records = _records(convolution_model(rng(2), *CONVOLUTIONS[2]), SMALL_ENGINE)
-    assert all(r.source.fold for r in records)
-    assert all(reader_fields(image, r) is None for r in records)
+    assert isinstance(records[0], FoldRecord)
+    runs = [r for r in records if isinstance(r, EngineRecord)]
+    assert all(r.source.tensor == records[0].out and not r.source.fold for r in runs)
+    assert all(reader_fields(image, r)["blocks"] == SMALL_ENGINE.kmax for r in runs)
     # The 1x1 remap of a strip is the reader's (blocks of kmax x kmax positions).
     image, records = _records(convolution_model(rng(7), *CONVOLUTIONS[7]), SMALL_ENGINE)
     assert all(r.layout.remap for r in records)

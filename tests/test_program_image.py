@@ -23,14 +23,14 @@ from fpgacnn.core.config import EngineConfig
 from fpgacnn.core.errors import InputError, MappingError
 from fpgacnn.host.compiler import EngineStep, compile_model
 from fpgacnn.host.pixel_reader_setup import reader_fields
-from fpgacnn.host.program_image import (ALIGN, SOURCE_BATCH, SOURCE_STRIP, SOURCE_ZERO_COLUMN,
-                                        EngineRecord, ProgramImage, alignment, build_image,
-                                        tensor_names)
+from fpgacnn.host.program_image import (ALIGN, FORMAT_VERSION, SOURCE_BATCH, SOURCE_STRIP,
+                                        SOURCE_ZERO_COLUMN, EngineRecord, FoldRecord,
+                                        ProgramImage, alignment, build_image, tensor_names)
 from fpgacnn.host.program_runner import record_stream, store_output
 
 from conftest import SMALL_ENGINE
 from limit_layers import CONFIGS
-from random_models import convolution_model, random_cnn
+from random_models import convolution_model, folded_cnn, random_cnn
 
 ENGINES = {
     "k3": SMALL_ENGINE,
@@ -57,6 +57,7 @@ CONVOLUTIONS = [
 
 
 def _models():
+    yield "middle_fold", folded_cnn("middle")
     for seed in range(4):
         yield f"random_cnn_{seed}", random_cnn(seed)
     for i, case in enumerate(CONVOLUTIONS):
@@ -79,7 +80,7 @@ def _step_input(values, step):
 @pytest.mark.parametrize("batch", [1, 3])
 def test_records_make_the_compiled_streams_and_scatters(engine, batch):
     config = ENGINES[engine]
-    checked, seen = 0, set()
+    checked, seen, input_folds = 0, set(), 0
     for name, model in _models():
         try:
             program = compile_model(model, config, batch=batch)
@@ -101,9 +102,18 @@ def test_records_make_the_compiled_streams_and_scatters(engine, batch):
                           record.source.c0 % config.pin != 0, record.layout.remap))
                 assert record.descriptor == dict(run.descriptor, depthwise=run.descriptor.get(
                     "depthwise", 0))
-                # The arena holds the step's input where the record reads it.
-                image.tensors[record.source.tensor].view(image.data)[...] = x_step
-                assert names[record.source.tensor] == step.inputs[0]
+                # The arena holds the step's input where the record reads it: the
+                # network input's folds are written with it.
+                if step.inputs[0] == program.model.input_tensor:
+                    image.write_input(x_step)
+                    folded = names[record.source.tensor] != step.inputs[0]
+                    assert not folded or names[record.source.tensor].startswith(
+                        step.inputs[0] + "/fold")
+                    assert not record.source.fold
+                    input_folds += folded
+                else:
+                    image.tensors[record.source.tensor].view(image.data)[...] = x_step
+                    assert names[record.source.tensor] == step.inputs[0]
                 assert_array_equal(record_stream(image, record), run.stream(x_step),
                                    err_msg=f"{name} {step.name} cold")
                 if program.resident:
@@ -128,6 +138,7 @@ def test_records_make_the_compiled_streams_and_scatters(engine, batch):
         assert {k for _, k, *_ in kinds} == {SOURCE_STRIP, SOURCE_ZERO_COLUMN, SOURCE_BATCH}
         assert any(u for *_, u, _ in kinds), "no channel slice off the lane boundary"
         assert {r for *_, r in kinds} == {0, 1} and {f for _, _, f, *_ in kinds} == {0, 1}
+        assert input_folds, "no run reads a fold of the network input"
 
 
 def test_image_reads_back_and_refuses_what_is_not_one():
@@ -145,20 +156,25 @@ def test_image_reads_back_and_refuses_what_is_not_one():
         ProgramImage(bad)
     bad = image.data.copy()
     bad[4] += 1  # the major version
-    with pytest.raises(InputError, match="format 2.0"):
+    with pytest.raises(InputError, match=rf"format {FORMAT_VERSION[0] + 1}\.{FORMAT_VERSION[1]}, "
+                                         rf"this reader takes {FORMAT_VERSION[0]}\.x"):
         ProgramImage(bad)
     with pytest.raises(InputError, match="header says"):
         ProgramImage(image.data[:-1])
 
 
-@pytest.mark.parametrize("seed", range(4))
-def test_live_tensors_never_share_bytes_and_space_is_reused(seed):
-    program = compile_model(random_cnn(seed), SMALL_ENGINE, batch=2)
+@pytest.mark.parametrize("model", [0, 1, 2, 3, "input", "middle"])
+def test_live_tensors_never_share_bytes_and_space_is_reused(model):
+    model = random_cnn(model) if isinstance(model, int) else folded_cnn(model)
+    program = compile_model(model, SMALL_ENGINE, batch=2)
     image = build_image(program)
     names = tensor_names(program)
     place = {t: image.tensors[i] for i, t in enumerate(names) if image.tensors[i].nbytes}
     last = {program.model.output_tensor: len(program.steps)}
     born = {program.model.input_tensor: -1}
+    for r in image.records:  # an input fold: written with the input, read by its step
+        if isinstance(r, FoldRecord):
+            born[names[r.out]], last[names[r.out]] = -1, r.step
     for i, step in enumerate(program.steps):
         born.setdefault(step.output, i)
         for t in step.inputs:

@@ -21,11 +21,12 @@ import pytest
 from numpy.testing import assert_array_equal
 
 from fpgacnn.core.errors import BackendError
+from fpgacnn.core.memory_port import read_bytes, write_bytes
 from fpgacnn.core.regmap import build_regmap
 from fpgacnn.core.sequencer import record_bytes, record_word
 from fpgacnn.host.accelerator import Accelerator, open_board
-from fpgacnn.host.cycle_model import sequenced_run_cycles
-from fpgacnn.host.program_image import EngineRecord
+from fpgacnn.host.cycle_model import layer_cycles, sequenced_run_cycles
+from fpgacnn.host.program_image import EngineRecord, VectorRecord
 from fpgacnn.host.reference import ReferenceBackend
 from fpgacnn.host.sequencer_runner import SequencerDriver
 
@@ -82,17 +83,19 @@ def test_networks_run_from_memory_bit_exact(board, batch, memory):
                 assert_array_equal(acc.run_int8(x8), want, err_msg=f"{name} (warm)")
                 assert acc.report["weights"] == "resident"
             if bandwidth >= 2 * config.stream_bytes:
-                _cycles_as_modelled(acc, latency)
+                _cycles_as_modelled(acc, latency,
+                                    vector=bandwidth >= read_bytes(config) + write_bytes(config))
     finally:
         board.set_memory_timing()
     assert sequenced_somewhere > 0
 
 
-def _cycles_as_modelled(acc, latency):
+def _cycles_as_modelled(acc, latency, vector):
     """Each run the sequencer made took the model's cycles plus the reader's latency
     per section it streamed: exactly at batch 1; a batch's run that loads its
     weights may take one cycle more on the k2 engine (measured, not yet
-    modelled: docs/program.md)."""
+    modelled: docs/program.md). With ``vector`` (a memory that takes a read and
+    a write every cycle), each vector run took exactly its model's cycles."""
     sequenced = acc.sequenced(acc.report["batch"])
     warm = acc.report["weights"] == "resident"
     for i, (record, on_engine) in enumerate(zip(sequenced.image.records,
@@ -100,9 +103,14 @@ def _cycles_as_modelled(acc, latency):
         if not on_engine:
             continue
         busy = sequenced.counter_words(i)[0]
+        if isinstance(record, VectorRecord):
+            if vector:
+                assert busy == sequenced.predicted_cycles(i) + latency, (i, record.step, busy)
+            continue
         desc = record.warm_descriptor() if warm else record.descriptor
         predicted = record.warm_predicted_cycles if warm else record.predicted_cycles
-        model = sequenced_run_cycles(sequenced.config, predicted, desc, latency)
+        assert predicted == layer_cycles(sequenced.config, desc).cycles
+        model = sequenced_run_cycles(sequenced.config, desc, latency)
         slack = 1 if desc["batch"] > 1 and desc["load_weights"] else 0
         assert model <= busy <= model + slack, (i, record.step, busy, model)
 
@@ -117,6 +125,44 @@ def test_most_records_of_a_network_run_on_the_sequencer(board):
     assert sum(sequenced.on_engine[False]) >= len(engine_records) // 2
     acc.run_int8(_input(model, 1, 5))
     assert acc.report["sequencer"]["sequencer_runs"] == sum(sequenced.on_engine[False])
+
+
+def test_adds_pools_and_copies_run_on_the_vector_unit(board):
+    """A residual network's Add, global pool and Flatten are vector records the
+    sequencer runs: with every convolution's patterns taken (on the k3 engine;
+    the k2 engine's thin first layers are strips the reader does not take yet),
+    the whole network is one start of the sequencer, bit-exact."""
+    config = ENGINES[board.config_name]
+    whole = 0
+    for seed in (1, 3):
+        model = random_cnn(seed)
+        acc = Accelerator(model, config=config, board=board)
+        sequenced = acc.sequenced(1)
+        records = sequenced.image.records
+        kinds = {acc.program(1).steps[r.step].op for r in records if isinstance(r, VectorRecord)}
+        assert kinds == {"Add", "GlobalAveragePool", "Flatten"}, kinds
+        assert all(on for r, on in zip(records, sequenced.on_engine[False])
+                   if isinstance(r, VectorRecord))
+        x8 = _input(model, 1, seed)
+        assert_array_equal(acc.run_int8(x8), ReferenceBackend().run_int8(model, x8))
+        report = acc.report
+        for layer in report["layers"]:
+            if layer["op"] in kinds:
+                assert layer["engine"] and layer["cycles"] > 0, layer
+        if all(sequenced.on_engine[False]):
+            assert report["sequencer"]["sequencer_starts"] == 1
+            whole += 1
+    assert whole >= (1 if board.config_name == "k3" else 0)
+
+
+def test_a_vector_run_that_never_ends_is_aborted(board):
+    model = random_cnn(1)
+    acc, sequenced = _fresh(board, model)
+    i = next(k for k, r in enumerate(sequenced.image.records) if isinstance(r, VectorRecord))
+    # 2**24 - 1 reads per output word, all of one word: longer than the timeout.
+    _poke(sequenced, i, "vector_pixels", 0)
+    _poke(sequenced, i, "vector_pixel_words", 0)
+    _aborted_at(board, model, acc, sequenced, i, seed=1)
 
 
 def _runs_the_next_program(board, config, seed):
@@ -172,12 +218,18 @@ def test_a_run_that_never_ends_is_aborted_and_the_board_recovers(board):
     i = _first_sequenced(sequenced)
     # A reader that reads no image: the engine waits for its pixels forever.
     _poke(sequenced, i, "reader_images", 0)
+    _aborted_at(board, model, acc, sequenced, i, seed=0)
+
+
+def _aborted_at(board, model, acc, sequenced, i, seed):
+    """The run of record ``i`` (its table poked not to end) times out: the sequencer is
+    aborted, the error names the layer, and the board runs the next program."""
     name = re.escape(repr(acc.program(1).steps[sequenced.image.records[i].step].name))
     acc._timeout = lambda cycles: 50_000 / acc.clock_hz
     with pytest.raises(BackendError, match=rf"^layer {name}: the sequencer did not stop "
                                            r"within .* s \(at record \d+\); aborted$"):
         acc.run_int8(_input(model, 1, 3))
-    _runs_the_next_program(board, acc.config, seed=0)
+    _runs_the_next_program(board, acc.config, seed=seed)
 
 
 def test_a_read_outside_the_program_is_reported_with_its_address(board):

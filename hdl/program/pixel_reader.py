@@ -34,15 +34,26 @@ from amaranth.lib.fifo import SyncFIFO, SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
 from ...core.config import require_config
+from ...core.memory_port import ADDRESS_BITS  # the fields' addresses are as wide
 from ...core.pixel_reader_fields import reader_layout
 
-__all__ = ["ADDRESS_BITS", "PixelReader"]
+__all__ = ["PixelReader", "require_outstanding"]
 
-#: Bits of a memory word address (the fields' addresses are as wide).
-ADDRESS_BITS = 32
 
 #: A command: where a word comes from, and how many of its lanes are kept.
 _READ, _ZP, _ZERO = 0, 1, 2
+
+
+def require_outstanding(outstanding):
+    """Check a memory client's ``outstanding`` (reads in flight at most): an integer
+    of at least 2.
+
+    Raises
+    ------
+    TypeError
+    """
+    if isinstance(outstanding, bool) or not isinstance(outstanding, int) or outstanding < 2:
+        raise TypeError(f"outstanding must be an integer of at least 2, not {outstanding!r}")
 
 
 def _command_layout(pin):
@@ -107,8 +118,7 @@ class PixelReader(wiring.Component):
 
     def __init__(self, config, *, outstanding=64):
         require_config(config)
-        if isinstance(outstanding, bool) or not isinstance(outstanding, int) or outstanding < 2:
-            raise TypeError(f"outstanding must be an integer of at least 2, not {outstanding!r}")
+        require_outstanding(outstanding)
         self._config = config
         self._outstanding = outstanding
         super().__init__({

@@ -31,12 +31,11 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ...core.config import require_config
+from ...core.memory_port import ADDRESS_BITS  # the fields' addresses are as wide
 from ...core.pixel_writer_fields import writer_layout
 
-__all__ = ["ADDRESS_BITS", "PixelWriter", "write_layout"]
+__all__ = ["PixelWriter", "write_layout"]
 
-#: Bits of a memory unit address (the fields' addresses are as wide).
-ADDRESS_BITS = 32
 
 
 def write_layout(unit):

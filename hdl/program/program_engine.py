@@ -11,6 +11,7 @@ the :class:`~fpgacnn.hdl.engine.ConvEngine` unchanged, behind the
     s_axis --+------------------------> engine --+--------------> m_axis
              |   (host runs: idle)               |
     memory --+--> pixel reader --> (program) ----+--> pixel writer --> memory
+             +--> vector unit (Add, global pool, copy) ------------> memory
              +--> record fetch --> sequencer --> counters ---------> memory
 
 While the sequencer is idle the top is the ConvEngine as the host knows it
@@ -24,7 +25,7 @@ bytes at byte addresses, writes of ``W`` bytes with strobes.
 """
 
 from amaranth.back import verilog
-from amaranth.hdl import Module, Mux, ResetInserter, Signal
+from amaranth.hdl import Cat, Module, Mux, ResetInserter, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -40,6 +41,7 @@ from ..verilog import PROGRAM_TOP_NAME
 from .pixel_reader import PixelReader
 from .pixel_writer import PixelWriter
 from .sequencer import Sequencer
+from .vector_unit import VectorUnit
 
 __all__ = ["ProgramEngine", "program_engine_verilog"]
 
@@ -114,9 +116,12 @@ class ProgramEngine(wiring.Component):
         m.submodules.sequencer = seq = Sequencer(cfg)
         reader_core = PixelReader(cfg, outstanding=self._outstanding)
         writer_core = PixelWriter(cfg)
-        # An abort clears the reader and the writer with the engine's soft reset.
+        vector = VectorUnit(cfg, outstanding=self._outstanding)
+        # An abort clears the reader, the writer and the vector unit with the
+        # engine's soft reset.
         m.submodules.reader = ResetInserter(seq.clear)(reader_core)
         m.submodules.writer = ResetInserter(seq.clear)(writer_core)
+        m.submodules.vector = ResetInserter(seq.clear)(vector)
         reader, writer = reader_core, writer_core
         wiring.connect(m, wiring.flipped(self.s_axil), axil.axi)
 
@@ -162,6 +167,10 @@ class ProgramEngine(wiring.Component):
             seq.reader_done.eq(reader.done),
             writer.fields.eq(seq.writer_fields), writer.start.eq(seq.writer_start),
             seq.writer_done.eq(writer.done),
+            vector.fields.eq(seq.vector_fields), vector.start.eq(seq.vector_start),
+            seq.vector_done.eq(vector.done),
+            seq.vector_counters.eq(Cat(vector.busy_cycles, vector.stall_in_cycles,
+                                       vector.stall_out_cycles)),
         ]
 
         # -- streams: the host's DMA, or the program's reader and writer --------------------
@@ -189,32 +198,35 @@ class ProgramEngine(wiring.Component):
         # -- memory reads: the record fetch or the pixel reader, word addresses to bytes ----
         pin = cfg.pin
         image = csr.seq_memory.value  # every address is an offset into the image
-        # Reads in flight: the reader's (at most `outstanding`) or a record fetch's
-        # (all of its words at once), never both but after an abort.
+        # Reads in flight: the reader's or the vector unit's (at most `outstanding`) or a
+        # record fetch's (all of its words at once), never two of them but after an abort.
         fetch_words = record_bytes(cfg) // pin
         inflight = Signal(range(self._outstanding + fetch_words + 1))
         req_fire = self.mem_rd.valid & self.mem_rd.ready
         rsp_fire = self.mem_rdata.valid & self.mem_rdata.ready
         m.d.sync += inflight.eq(inflight + req_fire - rsp_fire)
         m.d.comb += seq.drained.eq((inflight == 0) & ~req_fire)
+        def read_port(o_addr, i_data, hold=None):
+            """The memory's read port to a client's requests (word addresses) and
+            responses; ``hold`` keeps its requests back (an abort)."""
+            valid, ready = o_addr.valid, self.mem_rd.ready
+            if hold is not None:
+                valid, ready = valid & ~hold, ready & ~hold
+            return [
+                self.mem_rd.addr.eq(image + o_addr.payload * pin),
+                self.mem_rd.valid.eq(valid),
+                o_addr.ready.eq(ready),
+                i_data.payload.eq(self.mem_rdata.data),
+                i_data.valid.eq(self.mem_rdata.valid),
+                self.mem_rdata.ready.eq(i_data.ready),
+            ]
+
         with m.If(seq.fetching):
-            m.d.comb += [
-                self.mem_rd.addr.eq(image + seq.fetch_addr.payload * pin),
-                self.mem_rd.valid.eq(seq.fetch_addr.valid & ~seq.clear),
-                seq.fetch_addr.ready.eq(self.mem_rd.ready & ~seq.clear),
-                seq.fetch_data.payload.eq(self.mem_rdata.data),
-                seq.fetch_data.valid.eq(self.mem_rdata.valid),
-                self.mem_rdata.ready.eq(seq.fetch_data.ready),
-            ]
+            m.d.comb += read_port(seq.fetch_addr, seq.fetch_data, hold=seq.clear)
+        with m.Elif(seq.vector_active):
+            m.d.comb += read_port(vector.o_addr, vector.i_data)
         with m.Else():
-            m.d.comb += [
-                self.mem_rd.addr.eq(image + reader.o_addr.payload * pin),
-                self.mem_rd.valid.eq(reader.o_addr.valid),
-                reader.o_addr.ready.eq(self.mem_rd.ready),
-                reader.i_data.payload.eq(self.mem_rdata.data),
-                reader.i_data.valid.eq(self.mem_rdata.valid),
-                self.mem_rdata.ready.eq(reader.i_data.ready),
-            ]
+            m.d.comb += read_port(reader.o_addr, reader.i_data)
 
         # -- memory writes: the pixel writer's units or the counter words, as W bytes ------
         wb = write_bytes(cfg)
@@ -229,6 +241,14 @@ class ProgramEngine(wiring.Component):
                 self.mem_wr.strb.eq(writer.o_write.payload.strb << lane),
                 self.mem_wr.valid.eq(1),
                 writer.o_write.ready.eq(self.mem_wr.ready),
+            ]
+        with m.Elif(vector.o_write.valid):
+            m.d.comb += [
+                self.mem_wr.addr.eq(image + vector.o_write.payload.addr),
+                self.mem_wr.data.eq(vector.o_write.payload.data),
+                self.mem_wr.strb.eq(vector.o_write.payload.strb),
+                self.mem_wr.valid.eq(1),
+                vector.o_write.ready.eq(self.mem_wr.ready),
             ]
         with m.Else():
             addr = seq.counter_write.payload.addr

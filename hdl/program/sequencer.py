@@ -14,7 +14,10 @@ in board memory. For each record::
     STORE    ... and write them to the record's counters address
     NEXT     the next record, or stop (done)
 
-A record whose op is RECORD_HOST stops the sequencer before it (status
+A record whose op is RECORD_VECTOR runs on the vector unit instead
+(VECTOR: its fields from the record, start, wait for done; then COUNT
+takes the unit's three counters and STORE writes them). A record whose op
+is RECORD_HOST stops the sequencer before it (status
 ``host``, ``index``): the host runs it and starts the sequencer at the next
 record. Writing the descriptor through the engine's own registers means the
 check that refuses a bad run from the host refuses it from a program too.
@@ -34,8 +37,9 @@ from ...core.descriptor import DESCRIPTOR_FIELDS
 from ...core.pixel_reader_fields import READER_FIELDS, reader_layout
 from ...core.pixel_writer_fields import WRITER_FIELDS, writer_layout
 from ...core.regmap import ADDR_WIDTH, build_regmap
-from ...core.sequencer import (COUNTER_WORDS, RECORD_ENGINE, RECORD_FIELDS, RECORD_HOST,
+from ...core.sequencer import (COUNTER_WORDS, RECORD_ENGINE, RECORD_HOST, RECORD_VECTOR,
                                record_bytes, record_word)
+from ...core.vector_fields import VECTOR_FIELDS, vector_layout
 from ..bus.axi_lite import RegisterBusSignature
 
 __all__ = ["Sequencer", "counter_write_layout"]
@@ -87,6 +91,14 @@ class Sequencer(wiring.Component):
         stream) and pixel writer fields.
     reader_start, writer_start : Out(1)
     reader_done, writer_done : In(1)
+    vector_fields : Out(vector_layout())
+        The current vector record's fields.
+    vector_start : Out(1)
+    vector_done : In(1)
+    vector_active : Out(1)
+        The memory read port is the vector unit's.
+    vector_counters : In(unsigned(32 * COUNTER_WORDS))
+        The vector unit's counters of its last run (busy, stall-in, stall-out).
     counter_write : Out(stream.Signature(counter_write_layout()))
         The run's counter words.
     clear : Out(1)
@@ -109,6 +121,9 @@ class Sequencer(wiring.Component):
             "fetching": Out(1),
             "reader_fields": Out(reader_layout()), "reader_start": Out(1), "reader_done": In(1),
             "writer_fields": Out(writer_layout()), "writer_start": Out(1), "writer_done": In(1),
+            "vector_fields": Out(vector_layout()), "vector_start": Out(1),
+            "vector_done": In(1), "vector_active": Out(1),
+            "vector_counters": In(unsigned(32 * COUNTER_WORDS)),
             "counter_write": Out(stream.Signature(counter_write_layout())),
             "clear": Out(1), "drained": In(1),
         })
@@ -149,6 +164,8 @@ class Sequencer(wiring.Component):
                 m.d.comb += target.eq(constant)
         for f in WRITER_FIELDS:
             m.d.comb += self.writer_fields[f.name].eq(word(f"writer_{f.name}")[:f.width])
+        for f in VECTOR_FIELDS:
+            m.d.comb += self.vector_fields[f.name].eq(word(f"vector_{f.name}")[:f.width])
 
         # -- state ----------------------------------------------------------------------
         rec_base = Signal(32)
@@ -169,8 +186,9 @@ class Sequencer(wiring.Component):
         st_error = status[field("status", "error")]
         st_pending = status[field("status", "pending")]
 
-        m.d.comb += self.reader_start.eq(kick)
-        m.d.sync += kick.eq(0)
+        kick_vector = Signal()  # start the vector unit next cycle (its fields settle first)
+        m.d.comb += [self.reader_start.eq(kick), self.vector_start.eq(kick_vector)]
+        m.d.sync += [kick.eq(0), kick_vector.eq(0)]
         with m.If(self.busy):
             m.d.sync += self.cycles.eq(self.cycles + 1)
 
@@ -222,6 +240,9 @@ class Sequencer(wiring.Component):
                 with m.If(op == RECORD_ENGINE):
                     m.d.sync += j.eq(0)
                     m.next = "DESC"
+                with m.Elif(op == RECORD_VECTOR):
+                    m.d.sync += kick_vector.eq(1)
+                    m.next = "VECTOR"
                 with m.Elif(op == RECORD_HOST):
                     stop(self.host)
                 with m.Else():
@@ -266,6 +287,20 @@ class Sequencer(wiring.Component):
                     m.d.sync += writer_finished.eq(1)
                 with m.If(reader_finished & writer_finished):
                     m.next = "FINISH"
+                abortable()
+
+            with m.State("VECTOR"):
+                m.d.comb += self.vector_active.eq(1)
+                with m.If(self.vector_done):
+                    m.next = "VECTOR_COUNT"
+                abortable()
+
+            with m.State("VECTOR_COUNT"):
+                # The unit's counters hold the run's totals from the cycle after done.
+                m.d.sync += [counters[i].eq(self.vector_counters[32 * i:32 * i + 32])
+                             for i in range(COUNTER_WORDS)]
+                m.d.sync += j.eq(0)
+                m.next = "STORE"
                 abortable()
 
             with m.State("FINISH"):

@@ -27,7 +27,7 @@ from ..onnx_import import load_onnx
 from ..paths import check_input_file, check_output_file
 from ..pixel_reader_setup import reader_fields
 from ..pixel_writer_setup import writer_fields
-from ..program_image import EngineRecord, build_image
+from ..program_image import EngineRecord, VectorRecord, build_image
 from ...core.errors import InputError
 
 __all__ = ["add_parser", "run"]
@@ -89,8 +89,10 @@ def run(args):
     width = max(len(step.name) for step in program.steps)
     # Which runs the engine's own address generation reads and writes (the others
     # are gathered or scattered by the host).
-    addressed = {}
+    addressed, vector = {}, set()
     for record in image.records:
+        if isinstance(record, VectorRecord):
+            vector.add(record.step)
         if isinstance(record, EngineRecord):
             both = reader_fields(image, record) is not None \
                 and writer_fields(image, record) is not None
@@ -103,6 +105,8 @@ def run(args):
             print(f"  {step.name:<{width}}  {step.op:<16} engine  {step.mapping:<14} "
                   f"{len(step.runs):>4} runs  {cycles:>10,} cycles  "
                   f"{addressed[index]}/{len(step.runs)} addressed")
+        elif index in vector:  # the program engine's vector unit; a host layer elsewhere
+            print(f"  {step.name:<{width}}  {step.op:<16} vector (the sequencer's unit)")
         else:
             print(f"  {step.name:<{width}}  {step.op:<16} host")
     h = image.header

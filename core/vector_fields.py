@@ -1,0 +1,122 @@
+"""The vector unit's fields and limits: the layers between the convolutions (issue 16).
+
+Declared once; the gateware (:class:`fpgacnn.hdl.program.vector_unit.VectorUnit`)
+reads them as an Amaranth struct from a run-table record
+(:mod:`fpgacnn.core.sequencer`), the host
+(:mod:`fpgacnn.host.vector_mapping`) fills them from a layer, and the cycle
+model (:func:`fpgacnn.host.cycle_model.vector_run_cycles`) reads the same
+numbers. See docs/program.md, "Layers between the convolutions".
+
+The unit reads ``pin``-byte words of the arena (addresses count words) and
+writes ``pin``-byte words, one lane per channel byte, in one counter nest::
+
+    for image in range(images):
+        for word in range(words):                    # one output word each
+            acc = 0                                  # per lane, ACC_BITS signed
+            for pixel in range(pixels):
+                acc += a[a_base + image*a_image_stride + pixel*pixel_words + word] - za
+            b_term = (b[b_base + image*b_image_stride + word] - zb) * mb  if has_b else 0
+            v = acc * ma + b_term
+            y = clamp(round_shift(v, shift, ties_to_even) + zy, lo, hi)
+            write out_base + image*out_image_stride + word: y
+
+which is, with the integer semantics of docs/semantics.md:
+
+- a residual **Add** of two tensors of one shape (``pixels = 1``, ``has_b``,
+  ``(ma, mb, shift)`` of ``add_params``, ties up), over every word of the
+  tensor;
+- a **global average pool** (``pixels = H * W``, ``(ma, shift)`` of
+  ``average_params(M, H * W)``, ties to even): a GlobalAveragePool, or an
+  unpadded AveragePool with one window over the first ``pixels`` pixels in
+  raster order (whole leading rows, or the start of the first row);
+- a **copy** (``pixels = 1``, ``ma = 1``, ``shift = 0``, zero points 0): a
+  Flatten or Reshape that keeps the bytes of the arena layout (a ``(C, 1,
+  1)`` tensor to ``(C,)``), which the arena does not alias.
+"""
+
+import math
+from dataclasses import dataclass
+
+from amaranth.hdl import signed, unsigned
+from amaranth.lib import data
+
+from .config import require_config
+from .memory_port import write_bytes
+from .widths import MULT_BITS, SHIFT_BITS
+
+__all__ = ["VectorField", "VECTOR_FIELDS", "VECTOR_ACC_BITS", "VECTOR_MAX_PIXELS",
+           "VECTOR_LANE_STAGES", "VECTOR_RUN_OVERHEAD", "vector_layout", "write_chunk_bytes",
+           "vector_accesses"]
+
+#: Bits of the unit's per-lane accumulator (signed): a pixel adds ``x - za`` of at
+#: most 255 in magnitude.
+VECTOR_ACC_BITS = 32
+#: Most pixels one output word sums (the ``pixels`` field): ``255 * pixels`` fits
+#: the accumulator.
+VECTOR_MAX_PIXELS = (1 << (VECTOR_ACC_BITS - 1)) // 255
+#: Registered stages of a lane, from a read's data taken to its output word in the
+#: unit's output FIFO (sum, products, their sum, round-shift, zero point and clamp).
+VECTOR_LANE_STAGES = 5
+#: Cycles of a vector run besides its accesses and the memory's latency: the lanes'
+#: stages and three registers (the issue state's, the response FIFO's and the output
+#: FIFO's); read by :func:`fpgacnn.host.cycle_model.vector_run_cycles`, exact on the
+#: RTL in the tests.
+VECTOR_RUN_OVERHEAD = 1 + 1 + VECTOR_LANE_STAGES + 1
+
+
+@dataclass(frozen=True)
+class VectorField:
+    name: str
+    width: int
+    signed: bool
+    doc: str
+
+
+#: In record order (one 32-bit word each). Addresses and strides count ``pin``-byte words.
+VECTOR_FIELDS = (
+    VectorField("a_base", 32, False, "word address of operand a's first word (image 0)"),
+    VectorField("b_base", 32, False, "word address of operand b's first word (has_b)"),
+    VectorField("out_base", 32, False, "word address of the first output word"),
+    VectorField("a_image_stride", 32, False, "words from one image of a to the next"),
+    VectorField("b_image_stride", 32, False, "words from one image of b to the next"),
+    VectorField("out_image_stride", 32, False, "words from one output image to the next"),
+    VectorField("images", 16, False, "images, at least 1"),
+    VectorField("words", 32, False, "output words per image, at least 1"),
+    VectorField("pixels", 24, False, f"pixels of a summed into each output word, 1.."
+                f"{VECTOR_MAX_PIXELS:,}"),
+    VectorField("pixel_words", 32, False, "words from one pixel of a to the next"),
+    VectorField("has_b", 1, False, "1: add (b - zb) * mb (an Add); 0: no b read"),
+    VectorField("ties_to_even", 1, False, "1: exact halves round to even (average pools); "
+                "0: up"),
+    VectorField("za", 8, True, "a's zero point"),
+    VectorField("zb", 8, True, "b's zero point"),
+    VectorField("ma", MULT_BITS, False, "a's multiplier"),
+    VectorField("mb", MULT_BITS, False, "b's multiplier"),
+    VectorField("shift", SHIFT_BITS, False, "the right shift, with rounding"),
+    VectorField("zy", 8, True, "the output zero point"),
+    VectorField("lo", 8, True, "the clamp's lower bound"),
+    VectorField("hi", 8, True, "the clamp's upper bound"),
+)
+
+
+def vector_layout():
+    """The fields as a :class:`amaranth.lib.data.StructLayout`."""
+    return data.StructLayout({
+        f.name: (signed(f.width) if f.signed else unsigned(f.width)) for f in VECTOR_FIELDS
+    })
+
+
+def write_chunk_bytes(config):
+    """Bytes of one memory write of the unit: a ``pin``-byte output word is written in
+    ``pin / chunk`` writes of ``chunk = gcd(pin, W)`` bytes (``W`` the memory port's
+    write width)."""
+    require_config(config)
+    return math.gcd(config.pin, write_bytes(config))
+
+
+def vector_accesses(config, fields):
+    """``(reads, writes)``: the memory accesses of a run of ``fields`` (a mapping of
+    field name to value)."""
+    out_words = fields["images"] * fields["words"]
+    return (out_words * (fields["pixels"] + fields["has_b"]),
+            out_words * (config.pin // write_chunk_bytes(config)))

@@ -1,0 +1,267 @@
+"""The vector unit: residual Adds, global average pools and copies from memory (issue 16).
+
+The layers between a network's convolutions, run by the program engine
+beside the convolution engine, from the arena to the arena: what
+:data:`fpgacnn.core.vector_fields.VECTOR_FIELDS` describes (one counter nest:
+a residual Add, a global average pool, a copy), with the integer semantics
+of docs/semantics.md, bit for bit. The sequencer starts it for a record of
+op ``RECORD_VECTOR`` (:mod:`fpgacnn.core.sequencer`).
+
+Structure::
+
+    fields --> issue (counter nest: a reads, then b) --> o_addr --> memory
+                                                                      |
+    response FIFO <---------------------------------------------------+ i_data
+         |
+         v
+    lanes: acc += a - za (over the pixels)  --> acc * ma + (b - zb) * mb
+         --> round_shift (ties up or to even) --> + zy, clamp --> output FIFO
+         --> writes of gcd(pin, W) bytes --> o_write --> memory
+
+The issue side reads one ``pin``-byte word per cycle while fewer than
+``outstanding`` responses are owed (so the response FIFO always has room and
+``i_data.ready`` stays high); the lanes take one response per cycle while
+the output FIFO has room for what is in the pipeline. ``pin`` lanes work in
+parallel: an Add takes two reads per output word, a pool ``pixels`` reads.
+
+Latency: with a memory that answers ``L`` cycles after a request and never
+lacks bandwidth, a run takes the cycles of
+:func:`fpgacnn.host.cycle_model.vector_run_cycles` from ``start`` to
+``done``: its reads and writes overlapped, plus ``L`` and
+:data:`~fpgacnn.core.vector_fields.VECTOR_RUN_OVERHEAD` (the lanes'
+:data:`~fpgacnn.core.vector_fields.VECTOR_LANE_STAGES` among them).
+"""
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed, unsigned
+from amaranth.lib import stream, wiring
+from amaranth.lib.fifo import SyncFIFOBuffered
+from amaranth.lib.wiring import In, Out
+
+from ...core.config import require_config
+from ...core.memory_port import ADDRESS_BITS, write_bytes
+from ...core.vector_fields import (VECTOR_ACC_BITS, VECTOR_LANE_STAGES, vector_layout,
+                                   write_chunk_bytes)
+from ...core.widths import MULT_BITS
+from .pixel_reader import require_outstanding
+from .pixel_writer import write_layout
+
+__all__ = ["VectorUnit"]
+
+#: Output words the output FIFO holds; the lanes stop taking responses before
+#: the words in the pipeline could overfill it.
+_OUT_DEPTH = 16
+#: Pipeline stages from a response taken to its word in the output FIFO.
+_STAGES = VECTOR_LANE_STAGES
+
+
+class VectorUnit(wiring.Component):
+    """Runs one vector record (module docstring) from memory to memory.
+
+    Parameters
+    ----------
+    config : EngineConfig
+    outstanding : int
+        Reads in flight, at most: full rate needs the memory's latency plus 3.
+
+    Members
+    -------
+    fields : In(vector_layout())
+        Held stable from ``start`` until ``done``.
+    start : In(1)
+        Pulse: run (ignored while ``busy``).
+    busy : Out(1)
+    done : Out(1)
+        One cycle, after the last write was taken.
+    o_addr : Out(stream.Signature(unsigned(32)))
+        Read requests: word addresses (``pin``-byte words).
+    i_data : In(stream.Signature(unsigned(8 * pin)))
+        Their responses, in order.
+    o_write : Out(stream.Signature(write_layout(W)))
+        Writes: a byte address (a multiple of ``W``), ``W`` bytes, strobes.
+    busy_cycles, stall_in_cycles, stall_out_cycles : Out(32)
+        Of the last run: cycles from ``start`` to ``done``; cycles the lanes
+        waited for a read's data; cycles a write waited for the memory.
+    """
+
+    def __init__(self, config, *, outstanding=64):
+        require_config(config)
+        require_outstanding(outstanding)
+        self._config = config
+        self._outstanding = outstanding
+        super().__init__({
+            "fields": In(vector_layout()),
+            "start": In(1),
+            "busy": Out(1),
+            "done": Out(1),
+            "o_addr": Out(stream.Signature(unsigned(ADDRESS_BITS))),
+            "i_data": In(stream.Signature(unsigned(8 * config.pin))),
+            "o_write": Out(stream.Signature(write_layout(write_bytes(config)))),
+            "busy_cycles": Out(32), "stall_in_cycles": Out(32), "stall_out_cycles": Out(32),
+        })
+
+    def elaborate(self, platform):
+        cfg = self._config
+        pin = cfg.pin
+        f = self.fields
+        depth = self._outstanding
+        m = Module()
+        m.submodules.responses = responses = SyncFIFOBuffered(width=8 * pin, depth=depth + 1)
+        m.submodules.out = out = SyncFIFOBuffered(width=8 * pin, depth=_OUT_DEPTH)
+
+        # -- issue: the counter nest, one read per cycle -----------------------------------
+        image, word, pixel = Signal(16), Signal(32), Signal(24)
+        reading_b = Signal()
+        a_image, b_image, a_addr = Signal(32), Signal(32), Signal(32)
+        owed = Signal(range(depth + 2))  # reads issued whose data the lanes have not taken
+        issuing = Signal()
+        issue_fire = self.o_addr.valid & self.o_addr.ready
+        pop = Signal()
+        m.d.sync += owed.eq(owed + issue_fire - pop)
+        m.d.comb += [
+            self.o_addr.payload.eq(Mux(reading_b, b_image + word, a_addr)),
+            self.o_addr.valid.eq(issuing & (owed < depth)),
+        ]
+        last_pixel = pixel == f.pixels - 1
+        with m.FSM(name="issue"):
+            with m.State("IDLE"):
+                with m.If(self.start):
+                    m.d.sync += [self.busy.eq(1), image.eq(0), word.eq(0), pixel.eq(0),
+                                 reading_b.eq(0), a_image.eq(f.a_base), b_image.eq(f.b_base),
+                                 a_addr.eq(f.a_base)]
+                    m.next = "ISSUE"
+            with m.State("ISSUE"):
+                m.d.comb += issuing.eq(1)
+
+                def next_word():
+                    m.d.sync += [pixel.eq(0), reading_b.eq(0)]
+                    with m.If(word != f.words - 1):
+                        m.d.sync += [word.eq(word + 1), a_addr.eq(a_image + word + 1)]
+                    with m.Elif(image != f.images - 1):
+                        following = a_image + f.a_image_stride
+                        m.d.sync += [word.eq(0), image.eq(image + 1), a_image.eq(following),
+                                     a_addr.eq(following),
+                                     b_image.eq(b_image + f.b_image_stride)]
+                    with m.Else():
+                        m.next = "WAIT"
+
+                with m.If(issue_fire):
+                    with m.If(reading_b):
+                        next_word()
+                    with m.Elif(~last_pixel):
+                        m.d.sync += [pixel.eq(pixel + 1), a_addr.eq(a_addr + f.pixel_words)]
+                    with m.Elif(f.has_b):
+                        m.d.sync += reading_b.eq(1)
+                    with m.Else():
+                        next_word()
+            with m.State("WAIT"):
+                with m.If(self.done):  # the writes' side says when the run is done
+                    m.next = "IDLE"
+
+        # -- responses: always room (at most `depth` owed) ---------------------------------
+        m.d.comb += [
+            responses.w_data.eq(self.i_data.payload),
+            responses.w_en.eq(self.i_data.valid),
+            self.i_data.ready.eq(responses.w_rdy),
+        ]
+
+        # -- lanes: one response per cycle while the output FIFO has room -------------------
+        valid = [Signal(name=f"valid{s}") for s in range(_STAGES)]
+        in_pipe = sum(valid[s] for s in range(_STAGES))
+        room = out.level + in_pipe <= _OUT_DEPTH - _STAGES - 1
+        m.d.comb += [pop.eq(responses.r_rdy & room), responses.r_en.eq(pop)]
+        c_pixel = Signal(24)
+        c_b = Signal()  # the next response is b's
+        for s in range(1, _STAGES):
+            m.d.sync += valid[s].eq(valid[s - 1])
+        m.d.sync += valid[0].eq(0)
+        lanes = []
+        for k in range(pin):
+            byte = responses.r_data[8 * k:8 * k + 8].as_signed()
+            acc = Signal(signed(VECTOR_ACC_BITS), name=f"acc{k}")
+            s_acc = Signal(signed(VECTOR_ACC_BITS), name=f"s_acc{k}")
+            s_db = Signal(signed(10), name=f"s_db{k}")
+            p_a = Signal(signed(VECTOR_ACC_BITS + MULT_BITS + 1), name=f"p_a{k}")
+            p_b = Signal(signed(10 + MULT_BITS + 1), name=f"p_b{k}")
+            v = Signal(signed(66), name=f"v{k}")
+            r = Signal(signed(66), name=f"r{k}")
+            y = Signal(8, name=f"y{k}")
+            diff = byte - f.za
+            summed = Mux(c_pixel == 0, diff, acc + diff)
+            with m.If(pop & ~c_b):
+                m.d.sync += acc.eq(summed)
+                with m.If(c_pixel == f.pixels - 1):
+                    m.d.sync += [s_acc.eq(summed), s_db.eq(0)]
+            with m.If(pop & c_b):
+                m.d.sync += [s_acc.eq(acc), s_db.eq(byte - f.zb)]
+            m.d.sync += [
+                p_a.eq(s_acc * Cat(f.ma, Const(0, 1)).as_signed()),
+                p_b.eq(s_db * Cat(f.mb, Const(0, 1)).as_signed()),
+                v.eq(p_a + p_b),
+            ]
+            # round_shift: (v + half) >> shift; ties to even: an exact half to the even one.
+            half = (Const(1, 66) << f.shift) >> 1
+            up = (v + half.as_signed()) >> f.shift
+            low = v & ((Const(1, 66) << f.shift) - 1)
+            tie = f.ties_to_even & (f.shift != 0) & (low == half) & up[0]
+            m.d.sync += r.eq(up - tie)
+            q = r + f.zy
+            m.d.sync += y.eq(Mux(q < f.lo, f.lo, Mux(q > f.hi, f.hi, q))[:8])
+            lanes.append(y)
+        with m.If(pop):
+            with m.If(c_b):
+                m.d.sync += [c_b.eq(0), c_pixel.eq(0), valid[0].eq(1)]
+            with m.Elif(c_pixel != f.pixels - 1):
+                m.d.sync += c_pixel.eq(c_pixel + 1)
+            with m.Elif(f.has_b):
+                m.d.sync += c_b.eq(1)
+            with m.Else():
+                m.d.sync += [c_pixel.eq(0), valid[0].eq(1)]
+        with m.If(self.start & ~self.busy):
+            m.d.sync += [c_b.eq(0), c_pixel.eq(0)]
+        m.d.comb += [out.w_data.eq(Cat(*lanes)), out.w_en.eq(valid[_STAGES - 1])]
+
+        # -- writes: each output word in chunks of gcd(pin, W) bytes ------------------------
+        wb = write_bytes(cfg)
+        chunk = write_chunk_bytes(cfg)
+        per_word = pin // chunk
+        w_image, w_word = Signal(16), Signal(32)
+        w_base = Signal(32)  # word address of this output image's first word
+        part = Signal(range(per_word))
+        byte_addr = Signal(ADDRESS_BITS)
+        m.d.comb += byte_addr.eq((w_base + w_word) * pin + part * chunk)
+        lane = byte_addr % wb if chunk < wb else 0
+        data = out.r_data.word_select(part, 8 * chunk) if per_word > 1 else out.r_data
+        w = self.o_write
+        m.d.comb += [
+            w.valid.eq(out.r_rdy & self.busy),
+            w.payload.addr.eq(byte_addr - lane),
+            w.payload.data.eq(data << (8 * lane)),
+            w.payload.strb.eq(Const((1 << chunk) - 1, wb) << lane),
+        ]
+        last_part = part == per_word - 1
+        m.d.comb += out.r_en.eq(w.valid & w.ready & last_part)
+        with m.If(self.start & ~self.busy):
+            m.d.sync += [w_image.eq(0), w_word.eq(0), w_base.eq(f.out_base), part.eq(0)]
+        with m.If(w.valid & w.ready):
+            m.d.sync += part.eq(Mux(last_part, 0, part + 1))
+            with m.If(last_part):
+                with m.If(w_word != f.words - 1):
+                    m.d.sync += w_word.eq(w_word + 1)
+                with m.Elif(w_image != f.images - 1):
+                    m.d.sync += [w_word.eq(0), w_image.eq(w_image + 1),
+                                 w_base.eq(w_base + f.out_image_stride)]
+                with m.Else():
+                    m.d.comb += self.done.eq(1)
+                    m.d.sync += self.busy.eq(0)
+
+        # -- counters of the run -----------------------------------------------------------
+        with m.If(self.start & ~self.busy):
+            m.d.sync += [self.busy_cycles.eq(0), self.stall_in_cycles.eq(0),
+                         self.stall_out_cycles.eq(0)]
+        with m.Elif(self.busy):
+            m.d.sync += self.busy_cycles.eq(self.busy_cycles + 1)
+            with m.If((owed != 0) & ~responses.r_rdy):
+                m.d.sync += self.stall_in_cycles.eq(self.stall_in_cycles + 1)
+            with m.If(w.valid & ~w.ready):
+                m.d.sync += self.stall_out_cycles.eq(self.stall_out_cycles + 1)
+        return m
