@@ -110,9 +110,10 @@ class StepTotals:
         self.runs = self.cycles = self.stall_in = self.stall_out = self.predicted = 0
         self.host = self.board = 0.0
 
-    def add(self, cycles, stall_in, stall_out, predicted, host=0.0, board=0.0):
-        """One more run: its counters, its prediction, the host's and the board's seconds."""
-        self.runs += 1
+    def add(self, cycles, stall_in, stall_out, predicted, host=0.0, board=0.0, *, runs=1):
+        """One more run (or ``runs`` more, summed): its counters, its prediction, the
+        host's and the board's seconds."""
+        self.runs += runs
         self.cycles += cycles
         self.stall_in += stall_in
         self.stall_out += stall_out

@@ -14,6 +14,7 @@ writes, memory stalls) is the engine time the report adds up.
 """
 
 import time
+import weakref
 
 import numpy as np
 
@@ -45,6 +46,9 @@ class SequencerDriver:
     def __init__(self, board, config):
         self.board = board
         self.regs = build_sequencer_regmap(config)
+        #: Seconds the register accesses took (the board's bus, not the host's work:
+        #: on the simulated board, simulated cycles).
+        self.bus_seconds = 0.0
         if not getattr(board, "has_memory", False):
             raise BackendError("this board has no memory port: its engine cannot sequence a "
                                "program (the host runs it record by record)")
@@ -59,10 +63,16 @@ class SequencerDriver:
         self.attached = None
 
     def write(self, name, value=None, **fields):
-        self.board.mmio_write(self.regs.address(name), self.regs.encode(name, value, **fields))
+        word = self.regs.encode(name, value, **fields)
+        t0 = time.perf_counter()
+        self.board.mmio_write(self.regs.address(name), word)
+        self.bus_seconds += time.perf_counter() - t0
 
     def read(self, name):
-        return self.regs.decode(name, self.board.mmio_read(self.regs.address(name)))
+        t0 = time.perf_counter()
+        word = self.board.mmio_read(self.regs.address(name))
+        self.bus_seconds += time.perf_counter() - t0
+        return self.regs.decode(name, word)
 
     def attach(self, program):
         """Make ``program``'s buffer the board's memory (once per program)."""
@@ -70,6 +80,24 @@ class SequencerDriver:
             self.board.attach_memory(program.memory)
             self.write("seq_memory", 0)  # the simulated board's addresses are buffer offsets
             self.attached = program
+
+
+_report_steps_cache = weakref.WeakKeyDictionary()
+
+
+def _report_steps(sequenced, program):
+    """``(step index, name, op, macs)`` of each step with records, in record order:
+    what the report says of a step besides its counters (made once per program)."""
+    cached = _report_steps_cache.get(sequenced)
+    if cached is None or cached[0] is not program:
+        seen, rows = set(), []
+        for record in sequenced.image.records:
+            if record.step not in seen:
+                seen.add(record.step)
+                step = program.steps[record.step]
+                rows.append((record.step, step.name, step.op, step.macs))
+        cached = _report_steps_cache[sequenced] = (program, rows)
+    return cached[1]
 
 
 def run_sequenced(sequenced, program, driver, seq_driver, x8, *, warm=False, timeout_of,
@@ -110,30 +138,38 @@ def run_sequenced(sequenced, program, driver, seq_driver, x8, *, warm=False, tim
     config = image.config
     data = image.data
     board = seq_driver.board
-    x8 = np.asarray(x8, dtype=np.int8)
+    # The host's time is everything here but the waits for the board (the
+    # sequencer's runs, the runs the host makes through the driver, and the
+    # register accesses, as in those runs); the host records' and host-made
+    # runs' own share is reported on their steps.
     t_start = time.perf_counter()
+    waited = attributed = 0.0
+    bus_start = seq_driver.bus_seconds
+    x8 = np.asarray(x8, dtype=np.int8)
     seq_driver.attach(sequenced)
     image.write_input(x8)  # and the input's folds
     sequenced.clear_counters()
     seq_driver.write("seq_table", sequenced.table_words[warm])
-    index = {t: i for i, t in enumerate(tensor_names(program))}
+    index = None  # tensor name -> table index, for the records the host runs
     records, flags = image.records, sequenced.on_engine[warm]
     peak = config.peak_macs_per_cycle
     totals, host_reports = {}, {}
     seq = dict(sequencer_cycles=0, sequencer_runs=0, sequencer_starts=0,
                sequenced_busy_cycles=0)
-    host_seconds = time.perf_counter() - t_start
 
     i, n = 0, len(records)
     while i < n:
         record = records[i]
-        step = program.steps[record.step]
         if isinstance(record, FoldRecord):  # written with the input
             i += 1
             continue
         if not flags[i]:
+            if index is None:
+                index = {t: k for k, t in enumerate(tensor_names(program))}
             result, host, on_board = run_record(image, program, record, driver, index,
                                                 warm=warm, timeout_of=timeout_of)
+            attributed += host
+            waited += on_board
             if result is None:
                 host_reports.setdefault(record.step, 0.0)
                 host_reports[record.step] += host
@@ -144,20 +180,19 @@ def run_sequenced(sequenced, program, driver, seq_driver, x8, *, warm=False, tim
                     host, on_board)
             i += 1
             continue
-        j, predicted = i, 0
+        j = i
         while j < n and flags[j]:
-            predicted += sequenced.predicted_cycles(j, warm=warm)
             j += 1
+        predicted = sequenced.predicted_range(i, j, warm=warm)
         if progress:
             progress(f"records {i + 1}-{j} of {n} on the sequencer")
-        t0 = time.perf_counter()
         seq_driver.write("seq_range", first=i, count=j - i)
         seq_driver.write("seq_control", start=1)
         # Per record: the fetch, 20 register writes and the counters, besides the run.
         timeout = timeout_of(predicted + 200 * (j - i))
         t_wait = time.perf_counter()
         stopped = board.wait_irq(timeout)
-        waited = time.perf_counter() - t_wait  # the board's time, not the host's work
+        waited += time.perf_counter() - t_wait  # the board's time, not the host's work
         if not stopped:
             seq_driver.write("seq_control", abort=1)
             board.wait_irq(timeout)
@@ -168,7 +203,6 @@ def run_sequenced(sequenced, program, driver, seq_driver, x8, *, warm=False, tim
         status = seq_driver.read("seq_status")
         seq["sequencer_cycles"] += seq_driver.read("seq_cycles")["value"]
         seq["sequencer_starts"] += 1
-        host_seconds += time.perf_counter() - t0 - waited
         fault = board.memory_error()
         if fault is not None:
             board.clear_memory_error()
@@ -184,30 +218,27 @@ def run_sequenced(sequenced, program, driver, seq_driver, x8, *, warm=False, tim
         if not status["done"]:
             raise BackendError(f"the sequencer stopped at record {at} of {i}-{j - 1} without "
                                f"finishing (status {status})")
-        for k in range(i, j):
-            busy, stall_in, stall_out = sequenced.counter_words(k)
-            totals.setdefault(records[k].step, StepTotals()).add(
-                busy, stall_in, stall_out, sequenced.predicted_cycles(k, warm=warm))
-            seq["sequencer_runs"] += 1
+        # The range's counters, summed per step in one pass over the memory.
+        for step_index, runs, (busy, stall_in, stall_out), model in \
+                sequenced.step_counters(i, j, warm=warm):
+            totals.setdefault(step_index, StepTotals()).add(busy, stall_in, stall_out, model,
+                                                            runs=runs)
+            seq["sequencer_runs"] += runs
             seq["sequenced_busy_cycles"] += busy
         i = j
 
-    t0 = time.perf_counter()
     y8 = np.array(image.output.view(data), copy=True)
-    host_seconds += time.perf_counter() - t0
 
-    reports, seen = [], set()
-    for record in records:
-        if record.step in seen:
-            continue
-        seen.add(record.step)
-        step = program.steps[record.step]
-        if record.step in totals:
-            info = totals[record.step].as_report(step.macs, program.batch, peak)
+    reports = []
+    for index, name, op, macs in _report_steps(sequenced, program):
+        if index in totals:
+            info = totals[index].as_report(macs, program.batch, peak)
         else:
-            info = {"engine": False, "host_seconds": host_reports.get(record.step, 0.0)}
-        reports.append({"name": step.name, "op": step.op, "macs": step.macs, **info})
+            info = {"engine": False, "host_seconds": host_reports.get(index, 0.0)}
+        reports.append({"name": name, "op": op, "macs": macs, **info})
     if reports:
-        # What the host did around the sequencer (input, output, starting and waiting).
-        reports[0]["host_seconds"] += host_seconds
+        # What the host did around the sequencer (the input, starting it, its
+        # counters, the output and these reports).
+        bus = seq_driver.bus_seconds - bus_start
+        reports[0]["host_seconds"] += time.perf_counter() - t_start - waited - attributed - bus
     return y8, reports, seq

@@ -165,6 +165,9 @@ class SequencerProgram:
         self._vector_predicted = {
             i: vector_run_cycles(config, vector_fields(config, r, *_vector_places(self.image, r)))
             for i, r in enumerate(self.image.records) if isinstance(r, VectorRecord)}
+        self._steps = [r.step for r in self.image.records]
+        self._predicted = {warm: [self.predicted_cycles(i, warm=warm) for i in range(nrec)]
+                           for warm in (False, True)}
         for warm, off in tables.items():
             flags, rows = [], []
             for i, record in enumerate(self.image.records):
@@ -186,11 +189,38 @@ class SequencerProgram:
     def predicted_cycles(self, index, *, warm=False):
         """The cycle model's count of record ``index`` as the sequencer runs it, its
         memory's latency left out (an engine run's :func:`~fpgacnn.host.cycle_model.
-        layer_cycles`, a vector run's :func:`~fpgacnn.host.cycle_model.vector_run_cycles`)."""
+        layer_cycles`, a vector run's :func:`~fpgacnn.host.cycle_model.vector_run_cycles`;
+        0 for a record the host runs by itself)."""
         if index in self._vector_predicted:
             return self._vector_predicted[index]
         record = self.image.records[index]
+        if not isinstance(record, EngineRecord):
+            return 0  # a host layer or an input fold: no engine time
         return record.warm_predicted_cycles if warm else record.predicted_cycles
+
+    def predicted_range(self, first, end, *, warm=False):
+        """The sum of :meth:`predicted_cycles` over records ``first`` to ``end - 1``."""
+        return sum(self._predicted[warm][first:end])
+
+    def step_counters(self, first, end, *, warm=False):
+        """The counters of records ``first`` to ``end - 1`` summed per program step, in
+        record order: ``(step, runs, (busy, stall_in, stall_out), predicted)`` for each
+        step with a record there that the sequencer ran (the memory read once)."""
+        nrec = len(self.image.records)
+        counters = self.memory[self.counters:self.counters + 4 * COUNTER_WORDS * nrec]
+        words = counters.view("<u4").reshape(nrec, COUNTER_WORDS)[first:end].tolist()
+        flags, steps = self.on_engine[warm], self._steps
+        predicted = self._predicted[warm]
+        sums = {}
+        for k, row in zip(range(first, end), words):
+            if flags[k]:
+                entry = sums.setdefault(steps[k], [0, 0, 0, 0, 0])
+                entry[0] += 1
+                entry[1] += row[0]
+                entry[2] += row[1]
+                entry[3] += row[2]
+                entry[4] += predicted[k]
+        return [(step, e[0], (e[1], e[2], e[3]), e[4]) for step, e in sums.items()]
 
     def counter_words(self, index):
         """The counters the sequencer stored for record ``index``: busy, stall-in, stall-out."""
