@@ -1,8 +1,8 @@
 """End to end with the engine's own sequencer, beside the layer-by-layer host (issue 16).
 
 For each MLPerf Tiny model of the zoo (examples/model_zoo.py, full size) on
-the PYNQ-Z2's sized engine, in one process, on two simulated boards of the
-same engine: the plain engine, which the host drives run by run
+each board's sized engine (``--boards``: the PYNQ-Z2's and the ZCU104's), in
+one process, on two simulated boards of the same engine: the plain engine, which the host drives run by run
 (``Accelerator`` over :mod:`fpgacnn.host.program_runner`), and the
 ProgramEngine with its sequencer and the memory model at its Zynq-7000
 defaults (40 cycles, 8 bytes per cycle), where the host starts the sequencer
@@ -30,7 +30,8 @@ the least of ``--repeats`` inferences after a first):
 Usage::
 
     python bench/sequencer_end_to_end.py [--models resnet8 ds_cnn ...] [--batches 1 8]
-                                         [--repeats 5] [--write BENCHMARKS.md]
+                                         [--boards pynq-z2 zcu104] [--repeats 5]
+                                         [--write BENCHMARKS.md]
 """
 
 import argparse
@@ -67,11 +68,45 @@ def _measure(acc, x8, want, repeats):
     return best
 
 
+#: Published MLPerf Tiny and overlay figures (ms per image, batch 1), from ../shared/ANCHORS.md.
+PUBLISHED = [
+    ("fpgaConvNet, MLPerf Tiny v1.1 closed (tiny_results_v1.1 closed/fpgaconvnet)",
+     "ZedBoard (XC7Z020, the PYNQ-Z2's part)", {"resnet8": 0.411, "ds_cnn": 0.324,
+                                                "mobilenet_v1_025": 9.49},
+     "one bitstream per network; 143 / 143 / 111 MHz, 188-211 DSP"),
+    ("hls4ml, MLPerf Tiny v1.0 open (tiny_results_v1.0 open/hls4ml)", "PYNQ-Z2 (XC7Z020)",
+     {"resnet8": 7.64}, "RN08, not the reference ResNet-8; 100 MHz"),
+    ("Vitis AI DPU 2x B4096 (Vitis-AI 2.0 AI-Model-Zoo README)", "ZCU104", {},
+     "ResNet-18 5.11 ms, MobileNetV2 3.74 ms at 300 MHz: no MLPerf Tiny model published"),
+]
+
+
+def _published(rows):
+    """The comparison with published figures: fpgacnn's end to end at batch 1 (one
+    bitstream for every model) beside them."""
+    models = ["resnet8", "ds_cnn", "mobilenet_v1_025", "autoencoder"]
+    lines = ["", "Beside published figures (ms per image at batch 1; fpgacnn's are end to end "
+             "from the table above, engine at 100 MHz plus the host's measured time; one "
+             "bitstream runs every model):", "",
+             "| system | board | ResNet-8 | DS-CNN | MobileNetV1-VWW | AutoEncoder | notes |",
+             "|---|---|---:|---:|---:|---:|---|"]
+    for board in dict.fromkeys(r[0] for r in rows):
+        ours = {r[1]: r[10] for r in rows if r[0] == board and r[2] == 1 and r[3] == "sequencer"}
+        cells = " | ".join(f"{ours[m]:.3f}" if m in ours else "-" for m in models)
+        lines.append(f"| fpgacnn, sequencer | {board} sized engine (simulated) | {cells} | "
+                     "one bitstream, all models; the engine not yet built for Zynq |")
+    for system, board, figures, notes in PUBLISHED:
+        cells = " | ".join(f"{figures[m]:g}" if m in figures else "-" for m in models)
+        lines.append(f"| {system} | {board} | {cells} | {notes} |")
+    return lines
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--models", nargs="+",
                         default=["resnet8", "ds_cnn", "mobilenet_v1_025", "autoencoder"])
     parser.add_argument("--batches", nargs="+", type=int, default=[1, 8])
+    parser.add_argument("--boards", nargs="+", default=["pynq-z2", "zcu104"])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--write", help="replace section 6 of this BENCHMARKS.md")
     args = parser.parse_args(argv)
@@ -85,44 +120,52 @@ def main(argv=None):
     from fpgacnn.host.reference import ReferenceBackend
 
     zoo = _zoo()
-    config = size_engine(load_board("pynq-z2")).config
     written = zoo.write_zoo(Path(tempfile.mkdtemp()), names=args.models, n_calibration=16)
-    boards = {"host, run by run": open_board("sim", config),
-              "sequencer": open_board("sim", config, sequencer=True)}
-    rows = []
-    for name in args.models:
-        qm = load_onnx(written[name]["int8"])
-        for batch in args.batches:
-            x8 = qm.quantize_input(zoo.calibration_data(zoo.build(name), batch, seed=200))
-            want = ReferenceBackend().run_int8(qm, x8)
-            for mode, board in boards.items():
-                acc = Accelerator(qm, config=config, board=board)
-                r = _measure(acc, x8, want, args.repeats)
-                seq = r.get("sequencer")
-                records = sum(not isinstance(rec, FoldRecord)
-                              for rec in acc.image(batch).records)
-                ran = seq["sequencer_runs"] if seq else 0
-                starts = seq["sequencer_starts"] if seq else 0
-                rows.append((name, batch, mode, f"{ran} / {records}", starts, r["total_cycles"],
-                             1e3 * r["engine_seconds"] / batch, 1e3 * r["host_seconds"] / batch,
-                             r["host_share"], 1e3 * r["end_to_end_seconds_per_image"]))
-                print(*rows[-1], flush=True)
+    rows, engines = [], []
+    for board_name in args.boards:
+        config = size_engine(load_board(board_name)).config
+        engines.append(f"{board_name}: pin {config.pin}, pout {config.pout}, "
+                       f"{config.stream_width}-bit stream")
+        boards = {"host, run by run": open_board("sim", config),
+                  "sequencer": open_board("sim", config, sequencer=True)}
+        for name in args.models:
+            qm = load_onnx(written[name]["int8"])
+            for batch in args.batches:
+                x8 = qm.quantize_input(zoo.calibration_data(zoo.build(name), batch, seed=200))
+                want = ReferenceBackend().run_int8(qm, x8)
+                for mode, board in boards.items():
+                    acc = Accelerator(qm, config=config, board=board)
+                    r = _measure(acc, x8, want, args.repeats)
+                    seq = r.get("sequencer")
+                    records = sum(not isinstance(rec, FoldRecord)
+                                  for rec in acc.image(batch).records)
+                    ran = seq["sequencer_runs"] if seq else 0
+                    starts = seq["sequencer_starts"] if seq else 0
+                    rows.append((board_name, name, batch, mode, f"{ran} / {records}", starts,
+                                 r["total_cycles"], 1e3 * r["engine_seconds"] / batch,
+                                 1e3 * r["host_seconds"] / batch, r["host_share"],
+                                 1e3 * r["end_to_end_seconds_per_image"]))
+                    print(*rows[-1], flush=True)
+        for board in boards.values():
+            board.close()
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
                             capture_output=True, text=True).stdout.strip()
     lines = [SECTION, "",
              f"Measured {datetime.date.today()} at commit {commit} with "
              f"`python bench/sequencer_end_to_end.py --repeats {args.repeats}` "
-             f"(PYNQ-Z2 sized engine: pin {config.pin}, pout {config.pout}, "
-             f"{config.stream_width}-bit stream; memory 40 cycles, 8 B/cycle; steady state; "
+             f"(the boards' sized engines: {'; '.join(engines)}; "
+             f"memory 40 cycles, 8 B/cycle; steady state; "
              "every output bit-exact with the reference). Engine time at 100 MHz. Host "
              "milliseconds are wall-clock on this x86 machine: compare the two modes, "
              "measured side by side in one process.", "",
-             "| model | batch | mode | records on the sequencer | starts | engine cycles "
-             "| engine ms / image | host ms / image | host share | end to end ms / image |",
-             "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
-    for name, batch, mode, ran, starts, cycles, eng, host, share, e2e in rows:
-        lines.append(f"| {name} | {batch} | {mode} | {ran} | {starts} | {cycles:,} | "
-                     f"{eng:.3f} | {host:.3f} | {share:.2f} | {e2e:.3f} |")
+             "| engine | model | batch | mode | records on the sequencer | starts "
+             "| engine cycles | engine ms / image | host ms / image | host share "
+             "| end to end ms / image |",
+             "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for board_name, name, batch, mode, ran, starts, cycles, eng, host, share, e2e in rows:
+        lines.append(f"| {board_name} | {name} | {batch} | {mode} | {ran} | {starts} | "
+                     f"{cycles:,} | {eng:.3f} | {host:.3f} | {share:.2f} | {e2e:.3f} |")
+    lines += _published(rows)
     text = "\n".join(lines) + "\n"
     print(text)
     if args.write:
@@ -135,8 +178,6 @@ def main(argv=None):
         else:
             old = old.rstrip("\n") + "\n\n" + text
         path.write_text(old)
-    for board in boards.values():
-        board.close()
 
 
 if __name__ == "__main__":

@@ -61,6 +61,7 @@ from ..core.errors import InputError, MappingError
 from . import conv_views, packing
 from .cycle_model import layer_cycles
 from .layers import Conv, DilatedConv, Gemm, GroupedConv, MaxPool
+from .nhwc_flatten import nhwc_flatten
 
 __all__ = ["BatchImage", "BatchTranspose", "ChannelColumns", "ColumnSlice", "EngineRun",
            "EngineStep", "GemmAsConv", "HostStep", "PixelPacking", "Program", "compile_model", "pack_run"]
@@ -395,6 +396,8 @@ def compile_model(model, config, *, batch=1, resident=None):
         A Conv or Gemm cannot run on this engine; the message names the
         layer and the limit.
     """
+    # A Flatten that only Gemms read: in the arena's NHWC order, their weights permuted.
+    model = nhwc_flatten(model, config)
     readers = {}
     for layer in model.layers:
         for t in layer.inputs:

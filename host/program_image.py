@@ -63,6 +63,7 @@ import math
 
 import numpy as np
 
+from ..core.arena import pixel_bytes
 from ..core.config import EngineConfig
 from ..core.descriptor import DESCRIPTOR_FIELDS, complete_descriptor
 from ..core.errors import InputError, MappingError
@@ -707,7 +708,6 @@ def build_image(program, *, memory_bytes=None):
         scatter has no pattern in the format.
     """
     config, model = program.config, program.model
-    lanes = math.lcm(config.pin, config.pout)
     align = alignment(config)
     shapes = _shapes(program)
     first, last = _lifetimes(program)
@@ -743,7 +743,7 @@ def build_image(program, *, memory_bytes=None):
         shape = shapes[t]
         flat = len(shape) == 1
         c, h, w = (shape[0], 1, 1) if flat else shape
-        cp = -(-c // lanes) * lanes
+        cp = pixel_bytes(config, c)
         stride = _align(h * w * cp, align)
         off = arena.take(program.batch * stride)
         places[t] = TensorPlace(arena_offset + off, c, h, w, cp, stride, program.batch,

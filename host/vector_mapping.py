@@ -17,12 +17,14 @@ Taken, with docs/semantics.md's integer semantics unchanged:
   order (ResNet-8's whole-input pool; DS-CNN's ``(24, 5)`` window over its
   ``25 x 5`` map, which leaves the last row out);
 - ``Flatten`` and ``Reshape`` that keep the arena's bytes (the same channels
-  and pixels, e.g. ``(C, 1, 1)`` to ``(C,)``): a copy.
+  and pixels, e.g. ``(C, 1, 1)`` to ``(C,)``), and the compiler's flatten in
+  the arena's order (:class:`~fpgacnn.host.nhwc_flatten.FlattenNHWC`): a copy.
 """
 
 from ..core.vector_fields import VECTOR_FIELDS, VECTOR_MAX_PIXELS
 from .integer_ops import average_params
 from .layers import Add, AveragePool, GlobalAveragePool, Reshape
+from .nhwc_flatten import FlattenNHWC
 
 __all__ = ["VECTOR_ADD", "VECTOR_POOL", "VECTOR_COPY", "vector_params", "vector_fields"]
 
@@ -76,6 +78,8 @@ def vector_params(layer, shapes):
         return dict(kind=VECTOR_POOL, pixels=kh * kw, has_b=0, ties_to_even=1,
                     za=layer.x_zero_point, zb=0, ma=int(mult), mb=0, shift=int(shift),
                     zy=layer.y_zero_point, lo=layer.lo, hi=layer.hi)
+    if isinstance(layer, FlattenNHWC):  # the arena's bytes, in their order
+        return dict(kind=VECTOR_COPY, **copy)
     if isinstance(layer, Reshape):  # Flatten too
         source, dest = shapes[layer.inputs[0]], tuple(layer.output_shape)
         if len(dest) not in (1, 3) or _channels_and_pixels(source) != _channels_and_pixels(dest):

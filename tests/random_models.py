@@ -146,3 +146,16 @@ def folded_cnn(where, seed=5):
     else:
         raise ValueError(f"where must be 'input' or 'middle', not {where!r}")
     return b.model(f"{where}_fold")
+
+
+def flatten_classifier(seed, channels, heads=1):
+    """conv -> Flatten of a ``(channels, 3, 2)`` map -> ``heads`` Gemms reading it."""
+    b = _Builder(seed, (3, 5, 4))
+    b.conv(channels, 3, stride=1, pad=0)
+    b.flatten()
+    flat, shape, scale, zp = b.tensor, b.shape, b.scale, b.zp
+    b.gemm(7)
+    for _ in range(heads - 1):  # another Gemm on the same Flatten
+        b.tensor, b.shape, b.scale, b.zp = flat, shape, scale, zp
+        b.gemm(5)
+    return b.model(f"flatten_classifier_{seed}")

@@ -24,7 +24,7 @@ def test_compile_prints_each_layer_and_writes_the_image(capsys, tmp_path):
     program = compile_model(load_onnx(DIGITS), config, batch=2)
     for step in program.steps:
         assert step.name in text
-    assert "flatten     Flatten          host" in text
+    assert "flatten     Flatten          vector (the sequencer's unit)" in text
     image = ProgramImage(out.read_bytes())
     assert image.config == config and image.header.batch == 2
     assert image.header == build_image(program).header
