@@ -55,7 +55,8 @@ from .regmap import RegisterMapBuilder
 from .vector_fields import VECTOR_FIELDS
 
 __all__ = ["SEQUENCER_BASE", "SEQUENCER_MAGIC", "RECORD_FIELDS", "VECTOR_RECORD_FIELDS",
-           "RECORD_ENGINE", "RECORD_HOST", "RECORD_VECTOR", "COUNTER_WORDS", "RecordField",
+           "RECORD_ENGINE", "RECORD_HOST", "RECORD_VECTOR", "RECORD_INDEX_BITS", "MAX_RECORDS",
+           "COUNTER_WORDS", "RecordField",
            "record_bytes", "record_word", "build_sequencer_regmap"]
 
 #: Byte address of the sequencer's first register: the upper half of the 4 KiB window.
@@ -66,6 +67,11 @@ SEQUENCER_MAGIC = int.from_bytes(b"FCSQ", "little")
 #: A run-table record's operation (its first word): an engine run, a stop for the
 #: host, a vector unit run.
 RECORD_ENGINE, RECORD_HOST, RECORD_VECTOR = 1, 2, 3
+
+#: Bits of a record index (``seq_range``'s first and count, ``seq_status.index``):
+#: a program the sequencer runs has at most MAX_RECORDS records.
+RECORD_INDEX_BITS = 16
+MAX_RECORDS = (1 << RECORD_INDEX_BITS) - 1
 
 #: Words the sequencer stores per engine run at its record's ``counters``
 #: address: the engine's busy, stall-on-input and stall-on-output cycles.
@@ -146,8 +152,8 @@ def build_sequencer_regmap(config):
           doc="byte address of the program image, added to every memory address")
     b.add("seq_table", "rw", [("value", 32)],
           doc="word address (pin-byte words) of the run table's record 0")
-    b.add("seq_range", "rw", [("first", 16, False, "the record to start at"),
-                              ("count", 16, False, "records to run from first")],
+    b.add("seq_range", "rw", [("first", RECORD_INDEX_BITS, False, "the record to start at"),
+                              ("count", RECORD_INDEX_BITS, False, "records to run from first")],
           doc="the records a start runs")
     b.add("seq_control", "pulse", [
         ("start", 1, False, "run the range (ignored while busy)"),
@@ -158,7 +164,7 @@ def build_sequencer_regmap(config):
         ("done", 1, False, "every record of the range ran"),
         ("host", 1, False, "stopped before record index: the host runs it"),
         ("error", 1, False, "the engine refused record index's descriptor"),
-        ("index", 16, False, "the record the sequencer is at, or stopped at"),
+        ("index", RECORD_INDEX_BITS, False, "the record the sequencer is at, or stopped at"),
     ], doc="sequencer status")
     b.add("seq_cycles", "ro", [("value", 32)], doc="cycles from the last start to its stop")
     return b.build(config=config)

@@ -29,18 +29,34 @@ sequencer adds ``seq_memory``, the buffer's address on the board.
 import numpy as np
 
 from ..core.descriptor import DESCRIPTOR_FIELDS, complete_descriptor
+from ..core.errors import MappingError
 from ..core.pixel_reader_fields import READER_FIELDS
 from ..core.pixel_writer_fields import WRITER_FIELDS
 from ..core.regmap import build_regmap
-from ..core.sequencer import (COUNTER_WORDS, RECORD_ENGINE, RECORD_FIELDS, RECORD_HOST,
-                              RECORD_VECTOR, record_bytes, record_word)
+from ..core.sequencer import (COUNTER_WORDS, MAX_RECORDS, RECORD_ENGINE, RECORD_FIELDS,
+                              RECORD_HOST, RECORD_VECTOR, record_bytes, record_word)
 from .cycle_model import vector_run_cycles
 from .pixel_reader_setup import reader_fields
 from .pixel_writer_setup import writer_fields
 from .program_image import EngineRecord, ProgramImage, VectorRecord, alignment
 from .vector_mapping import vector_fields
 
-__all__ = ["SequencerProgram", "hardware_record"]
+__all__ = ["SequencerProgram", "check_record_count", "hardware_record"]
+
+
+def check_record_count(records):
+    """Refuse a program of more records than the sequencer counts.
+
+    Raises
+    ------
+    MappingError
+        ``records`` is over :data:`~fpgacnn.core.sequencer.MAX_RECORDS` (the
+        16-bit record index of ``seq_range`` and ``seq_status``).
+    """
+    if records > MAX_RECORDS:
+        raise MappingError(f"the program has {records:,} records, over the {MAX_RECORDS:,} "
+                           f"the sequencer's 16-bit record index counts (a smaller batch or "
+                           f"wider runs make fewer)")
 
 
 def _vector_places(image, record):
@@ -146,6 +162,7 @@ class SequencerProgram:
     """
 
     def __init__(self, image, *, allocate=None):
+        check_record_count(len(image.records))
         config = image.config
         self.config = config
         n = image.nbytes

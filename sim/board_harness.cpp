@@ -86,14 +86,12 @@ struct Board : VerilatorModel {
     uint8_t* mem = nullptr;
     uint64_t mem_len = 0;
     // Timing: responses `latency` cycles after their request; bandwidth in
-    // bytes per cycle through a token bucket shared by reads and writes.
+    // bytes per cycle on each channel, through a token bucket of its own (an
+    // AXI port's read and write channels are independent: a Zynq-7000 HP
+    // port moves 64 bits a cycle each way).
     uint32_t latency = 40;
-    double bytes_per_cycle = 8.0, tokens = 0.0, token_cap = 16.0;
-    // Arbitration state: which channel goes first when both want tokens (the
-    // one served last goes second, so neither starves), and which requests
-    // are known to be waiting (valid and not taken last cycle, so valid now:
-    // a valid is held until taken).
-    bool writes_first = false, rd_waiting = false, wr_waiting = false;
+    double bytes_per_cycle = 8.0, rd_tokens = 0.0, wr_tokens = 0.0;
+    double rd_cap = 16.0, wr_cap = 16.0;
     std::deque<MemRead> reads;
     // The first error (sticky until cleared).
     int err_reason = MEM_OK, err_kind = 0;
@@ -129,8 +127,7 @@ void mem_reset_stats(Board* b) {
 // an empty bucket. The memory's contents, the error and the statistics stay.
 void mem_idle(Board* b) {
     b->reads.clear();
-    b->tokens = 0.0;
-    b->writes_first = b->rd_waiting = b->wr_waiting = false;
+    b->rd_tokens = b->wr_tokens = 0.0;
 }
 
 // Check an access of `size` bytes at `addr`; on the first error, remember it.
@@ -148,25 +145,23 @@ bool mem_check(Board* b, int kind, uint32_t addr, uint32_t size) {
 
 // Which channels may take a request this cycle, from state only (the top's
 // valids are not looked at: its outputs are evaluated after the inputs are
-// set). Tokens are reserved here but spent only by a request taken, so a
-// ready offered and not used costs nothing. A channel known to be waiting is
-// considered first; if it cannot be served, the other gets nothing either,
-// so the tokens build up for it (a small request cannot starve a large one).
+// set). Each channel gains `bytes_per_cycle` tokens a cycle, up to its cap,
+// and offers ready while it holds a request's bytes; tokens are spent only by
+// a request taken, so a ready offered and not used costs nothing.
 void mem_offer(Board* b, bool* rd, bool* wr) {
-    b->tokens = std::min(b->token_cap, b->tokens + b->bytes_per_cycle);
-    double budget = b->tokens + 1e-9;  // 1e-9: rates such as 0.1 byte/cycle add up inexactly
-    bool rd_first = b->rd_waiting != b->wr_waiting ? b->rd_waiting : !b->writes_first;
-    *rd = *wr = false;
-    for (int k = 0; k < 2; k++) {
-        bool is_rd = (k == 0) == rd_first;
-        double size = is_rd ? READ_BYTES : WRITE_BYTES;
-        if (budget >= size) {
-            *(is_rd ? rd : wr) = true;
-            budget -= size;
-        } else if (is_rd ? b->rd_waiting : b->wr_waiting) {
-            break;
-        }
-    }
+    b->rd_tokens = std::min(b->rd_cap, b->rd_tokens + b->bytes_per_cycle);
+    b->wr_tokens = std::min(b->wr_cap, b->wr_tokens + b->bytes_per_cycle);
+    // 1e-9: rates such as 0.1 byte/cycle add up inexactly
+    *rd = b->rd_tokens + 1e-9 >= READ_BYTES;
+    *wr = b->wr_tokens + 1e-9 >= WRITE_BYTES;
+}
+
+// The caps of the buckets: two cycles' tokens, or one request's bytes.
+void mem_caps(Board* b) {
+    b->rd_cap = std::max(2 * b->bytes_per_cycle, (double)READ_BYTES);
+    b->wr_cap = std::max(2 * b->bytes_per_cycle, (double)WRITE_BYTES);
+    b->rd_tokens = std::min(b->rd_tokens, b->rd_cap);
+    b->wr_tokens = std::min(b->wr_tokens, b->wr_cap);
 }
 
 // The memory's inputs to the top for this cycle (before the low-phase eval).
@@ -187,10 +182,7 @@ void mem_drive(Board* b) {
 // The handshakes of this cycle, sampled after the low-phase eval.
 void mem_sample(Board* b) {
     Vtop* t = b->top;
-    if (t->rst) {
-        b->rd_waiting = b->wr_waiting = false;
-        return;
-    }
+    if (t->rst) return;
     bool rd_valid = MEM_RD_VALID(t), wr_valid = MEM_WR_VALID(t);
     bool rd_fire = rd_valid && MEM_RD_READY(t), wr_fire = wr_valid && MEM_WR_READY(t);
     if ((rd_valid && !rd_fire) || (wr_valid && !wr_fire)) b->stats[MEM_WAIT_CYCLES]++;
@@ -210,7 +202,7 @@ void mem_sample(Board* b) {
             std::memset(r.data, 0, READ_BYTES);
         }
         b->reads.push_back(r);
-        b->tokens -= READ_BYTES;
+        b->rd_tokens -= READ_BYTES;
         b->stats[MEM_READS]++;
         if (b->stats[MEM_FIRST_READ] == UINT64_MAX) b->stats[MEM_FIRST_READ] = b->cycle;
         b->stats[MEM_LAST_READ] = b->cycle;
@@ -224,14 +216,11 @@ void mem_sample(Board* b) {
             for (int i = 0; i < WRITE_BYTES; i++)
                 if (lanes[i]) { b->mem[addr + i] = data[i]; b->stats[MEM_BYTES_WRITTEN]++; }
         }
-        b->tokens -= WRITE_BYTES;
+        b->wr_tokens -= WRITE_BYTES;
         b->stats[MEM_WRITES]++;
         if (b->stats[MEM_FIRST_WRITE] == UINT64_MAX) b->stats[MEM_FIRST_WRITE] = b->cycle;
         b->stats[MEM_LAST_WRITE] = b->cycle;
     }
-    if (rd_fire != wr_fire) b->writes_first = rd_fire;  // the one served goes second next time
-    b->rd_waiting = rd_valid && !rd_fire;
-    b->wr_waiting = wr_valid && !wr_fire;
 }
 #endif
 
@@ -325,7 +314,7 @@ extern "C" {
 void* board_new(const char* wave_path) {
     Board* b = new Board;
 #if HAS_MEMORY_PORT
-    b->token_cap = std::max({2 * b->bytes_per_cycle, (double)READ_BYTES, (double)WRITE_BYTES});
+    mem_caps(b);
     mem_reset_stats(b);
 #endif
     b->open_model(wave_path);
@@ -501,17 +490,16 @@ int board_mem_attach(void* p, uint8_t* buf, uint64_t len) {
 }
 
 // Latency (cycles from a read taken to its response, >= 1) and bandwidth
-// (bytes per cycle shared by reads and writes, > 0; the bucket holds up to
-// max(2 * bytes_per_cycle, READ_BYTES, WRITE_BYTES)). Returns 0, -2 for a
-// value out of range (nothing changed), -1 without a memory port.
+// (bytes per cycle on each of the read and write channels, > 0; a channel's
+// bucket holds up to max(2 * bytes_per_cycle, its request's bytes)). Returns
+// 0, -2 for a value out of range (nothing changed), -1 without a memory port.
 int board_mem_timing(void* p, uint32_t latency, double bytes_per_cycle) {
 #if HAS_MEMORY_PORT
     Board* b = static_cast<Board*>(p);
     if (latency < 1 || !(bytes_per_cycle > 0) || !std::isfinite(bytes_per_cycle)) return -2;
     b->latency = latency;
     b->bytes_per_cycle = bytes_per_cycle;
-    b->token_cap = std::max({2 * bytes_per_cycle, (double)READ_BYTES, (double)WRITE_BYTES});
-    b->tokens = std::min(b->tokens, b->token_cap);
+    mem_caps(b);
     return 0;
 #else
     (void)p; (void)latency; (void)bytes_per_cycle;

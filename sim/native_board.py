@@ -646,9 +646,11 @@ class SimulatedBoard:
             Cycles from the cycle a read is taken to the first cycle its
             response can be presented, at least 1.
         bytes_per_cycle : float
-            Bandwidth shared by reads and writes, above 0: a read takes R bytes
-            of it, a write W (whatever its strobe), and up to
-            ``max(2 * bytes_per_cycle, R, W)`` bytes of unused bandwidth are kept.
+            Bandwidth of each channel, above 0: reads and writes have their own
+            (as an AXI port's read and write channels); a read takes R bytes of
+            the read channel's, a write W of the write channel's (whatever its
+            strobe), and each keeps up to ``max(2 * bytes_per_cycle, R or W)``
+            bytes of unused bandwidth.
 
         Raises
         ------

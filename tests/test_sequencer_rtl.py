@@ -20,15 +20,17 @@ import numpy as np
 import pytest
 from numpy.testing import assert_array_equal
 
-from fpgacnn.core.errors import BackendError
+from fpgacnn.core.errors import BackendError, MappingError
 from fpgacnn.core.memory_port import read_bytes, write_bytes
 from fpgacnn.core.regmap import build_regmap
-from fpgacnn.core.sequencer import record_bytes, record_word
+from fpgacnn.core.sequencer import (MAX_RECORDS, RECORD_INDEX_BITS, build_sequencer_regmap,
+                                    record_bytes, record_word)
 from fpgacnn.host.accelerator import Accelerator, open_board
 from fpgacnn.host.cycle_model import layer_cycles, sequenced_run_cycles
 from fpgacnn.host.program_image import EngineRecord, VectorRecord
 from fpgacnn.host.reference import ReferenceBackend
 from fpgacnn.host.sequencer_runner import SequencerDriver
+from fpgacnn.host.sequencer_table import check_record_count
 
 from conftest import SMALL_ENGINE
 from limit_layers import CONFIGS
@@ -82,9 +84,10 @@ def test_networks_run_from_memory_bit_exact(board, batch, memory):
             if report["weights"] != "streamed":  # warm: the weights stayed in the engine
                 assert_array_equal(acc.run_int8(x8), want, err_msg=f"{name} (warm)")
                 assert acc.report["weights"] == "resident"
-            if bandwidth >= 2 * config.stream_bytes:
+            if bandwidth >= config.stream_bytes:  # each channel a beat a cycle
                 _cycles_as_modelled(acc, latency,
-                                    vector=bandwidth >= read_bytes(config) + write_bytes(config))
+                                    vector=bandwidth >= max(read_bytes(config),
+                                                            write_bytes(config)))
     finally:
         board.set_memory_timing()
     assert sequenced_somewhere > 0
@@ -94,8 +97,8 @@ def _cycles_as_modelled(acc, latency, vector):
     """Each run the sequencer made took the model's cycles plus the reader's latency
     per section it streamed: exactly at batch 1; a batch's run that loads its
     weights may take one cycle more on the k2 engine (measured, not yet
-    modelled: docs/program.md). With ``vector`` (a memory that takes a read and
-    a write every cycle), each vector run took exactly its model's cycles."""
+    modelled: docs/program.md). With ``vector`` (a memory whose channels take a
+    read and a write every cycle), each vector run took exactly its model's cycles."""
     sequenced = acc.sequenced(acc.report["batch"])
     warm = acc.report["weights"] == "resident"
     for i, (record, on_engine) in enumerate(zip(sequenced.image.records,
@@ -271,3 +274,14 @@ def test_fpgacnn_run_with_the_sequencer(capsys, tmp_path):
     assert re.search(r"accuracy", out)
     r = json.loads(report.read_text())
     assert r["sequencer"]["sequencer_runs"] > 0
+
+
+def test_a_program_past_the_record_index_is_refused_before_it_runs():
+    """The 16-bit record index (seq_range, seq_status.index): at it, fine; one over,
+    one line that names the limit."""
+    assert MAX_RECORDS == 2 ** RECORD_INDEX_BITS - 1
+    regs = build_sequencer_regmap(ENGINES["k3"])
+    assert regs.encode("seq_range", first=MAX_RECORDS, count=MAX_RECORDS)
+    check_record_count(MAX_RECORDS)
+    with pytest.raises(MappingError, match=r"^the program has 65,536 records, over the 65,535 "):
+        check_record_count(MAX_RECORDS + 1)

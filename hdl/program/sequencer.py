@@ -37,8 +37,8 @@ from ...core.descriptor import DESCRIPTOR_FIELDS
 from ...core.pixel_reader_fields import READER_FIELDS, reader_layout
 from ...core.pixel_writer_fields import WRITER_FIELDS, writer_layout
 from ...core.regmap import ADDR_WIDTH, build_regmap
-from ...core.sequencer import (COUNTER_WORDS, RECORD_ENGINE, RECORD_HOST, RECORD_VECTOR,
-                               record_bytes, record_word)
+from ...core.sequencer import (COUNTER_WORDS, RECORD_ENGINE, RECORD_HOST, RECORD_INDEX_BITS,
+                               RECORD_VECTOR, record_bytes, record_word)
 from ...core.vector_fields import VECTOR_FIELDS, vector_layout
 from ..bus.axi_lite import RegisterBusSignature
 
@@ -74,7 +74,7 @@ class Sequencer(wiring.Component):
         aborting).
     stopped : Out(1)
         Stopped since the last start (the interrupt).
-    index : Out(16)
+    index : Out(RECORD_INDEX_BITS)
         The record it is at, or stopped at.
     cycles : Out(32)
         Cycles from the last start to its stop.
@@ -111,10 +111,11 @@ class Sequencer(wiring.Component):
         require_config(config)
         self._config = config
         super().__init__({
-            "table": In(32), "first": In(16), "count": In(16),
+            "table": In(32), "first": In(RECORD_INDEX_BITS), "count": In(RECORD_INDEX_BITS),
             "start": In(1), "abort": In(1),
             "busy": Out(1), "done": Out(1), "host": Out(1), "error": Out(1),
-            "owns": Out(1), "stopped": Out(1), "index": Out(16), "cycles": Out(32),
+            "owns": Out(1), "stopped": Out(1), "index": Out(RECORD_INDEX_BITS),
+            "cycles": Out(32),
             "engine": Out(RegisterBusSignature(ADDR_WIDTH - 2, 32)),
             "fetch_addr": Out(stream.Signature(unsigned(32))),
             "fetch_data": In(stream.Signature(unsigned(8 * config.pin))),
@@ -169,7 +170,7 @@ class Sequencer(wiring.Component):
 
         # -- state ----------------------------------------------------------------------
         rec_base = Signal(32)
-        remaining = Signal(16)
+        remaining = Signal(RECORD_INDEX_BITS)
         issued = Signal(range(nwords + 1))
         received = Signal(range(nwords + 1))
         j = Signal(range(max(len(DESCRIPTOR_FIELDS), COUNTER_WORDS) + 1))
