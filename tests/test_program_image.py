@@ -141,6 +141,19 @@ def test_records_make_the_compiled_streams_and_scatters(engine, batch):
         assert input_folds, "no run reads a fold of the network input"
 
 
+@pytest.mark.parametrize("model", ["input_fold", "random_cnn_0"])
+def test_every_record_kind_reads_back(model):
+    """Engine, host, vector (Add, pool, copy) and input-fold records: each reads back
+    as it was written (formats 1.1 and 1.2)."""
+    m = folded_cnn("input") if model == "input_fold" else random_cnn(0)
+    image = build_image(compile_model(m, SMALL_ENGINE, batch=2))
+    kinds = {type(r).__name__ for r in image.records}
+    assert kinds >= ({"FoldRecord", "EngineRecord"} if model == "input_fold"
+                     else {"EngineRecord", "VectorRecord"})
+    again = ProgramImage(image.data.tobytes())
+    assert again.records == image.records and again.tensors == image.tensors
+
+
 def test_image_reads_back_and_refuses_what_is_not_one():
     program = compile_model(random_cnn(1), SMALL_ENGINE, batch=2)
     image = build_image(program)
