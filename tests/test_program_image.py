@@ -234,3 +234,18 @@ def test_words_that_do_not_divide_the_burst_still_align():
     plain = [r for r in image.records if isinstance(r, EngineRecord) and not r.source.fold
              and not r.layout.remap and r.source.kind == SOURCE_STRIP]
     assert plain and all(reader_fields(image, r) is not None for r in plain)
+
+
+def test_an_input_of_another_shape_is_refused_before_anything_is_written():
+    image = build_image(compile_model(folded_cnn("input"), SMALL_ENGINE, batch=2))
+    before = image.data.copy()
+    x = np.zeros((1, 3, 11, 10), np.int8)  # batch 1 for a program of batch 2
+    with pytest.raises(InputError, match=r"^the program was compiled for input \(2, 3, 11, 10\), "
+                                         r"not \(1, 3, 11, 10\) \(compile the program for this "
+                                         r"batch\)$"):
+        image.write_input(x)
+    assert_array_equal(image.data, before)
+    image.write_input(np.ones((2, 3, 11, 10), np.int8))  # and the fold follows the input
+    fold = next(r for r in image.records if isinstance(r, FoldRecord))
+    assert_array_equal(image.tensors[fold.out].view(image.data),
+                       fold.gather()(np.ones((2, 3, 11, 10), np.int8)))
