@@ -2,10 +2,11 @@
 
 For each MLPerf Tiny model of the zoo (examples/model_zoo.py, full size) on
 each board's sized engine (``--boards``: the PYNQ-Z2's and the ZCU104's), in
-one process, on two simulated boards of the same engine: the plain engine, which the host drives run by run
-(``Accelerator`` over :mod:`fpgacnn.host.program_runner`), and the
-ProgramEngine with its sequencer and the memory model at its Zynq-7000
-defaults (40 cycles, 8 bytes per cycle), where the host starts the sequencer
+one process, on two simulated boards of the same engine: the plain engine,
+which the host drives run by run (``Accelerator`` over
+:mod:`fpgacnn.host.program_runner`), and the ProgramEngine with its
+sequencer and the memory model at its Zynq-7000 defaults (40 cycles, 8
+bytes per cycle each way), where the host starts the sequencer
 and runs only the records it stops at (:mod:`fpgacnn.host.sequencer_runner`).
 
 Both outputs are checked against the reference backend bit for bit. Per

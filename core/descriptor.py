@@ -8,18 +8,13 @@ never re-derives what the host already decided. See docs/engine.md.
 
 from dataclasses import dataclass
 
-from amaranth.hdl import unsigned, signed
-from amaranth.lib import data
+from .fields import Field, struct_layout
 
 __all__ = ["DescriptorField", "DESCRIPTOR_FIELDS", "descriptor_layout", "complete_descriptor"]
 
 
 @dataclass(frozen=True)
-class DescriptorField:
-    name: str
-    width: int
-    signed: bool
-    doc: str
+class DescriptorField(Field):
     #: The value a descriptor that leaves the field out means (fields added
     #: later: the behaviour before them). None: the field must be given.
     default: object = None
@@ -73,6 +68,4 @@ def complete_descriptor(desc):
 
 def descriptor_layout():
     """The descriptor as a :class:`amaranth.lib.data.StructLayout`."""
-    return data.StructLayout({
-        f.name: (signed(f.width) if f.signed else unsigned(f.width)) for f in DESCRIPTOR_FIELDS
-    })
+    return struct_layout(DESCRIPTOR_FIELDS)

@@ -45,20 +45,12 @@ of ``x_zp`` too); so are the words of the last row's pixels from
   blocks, the last row's padding pixels past ``last_cols``.
 """
 
-from dataclasses import dataclass
-
-from amaranth.hdl import signed, unsigned
-from amaranth.lib import data
+from .fields import Field, struct_layout
 
 __all__ = ["ReaderField", "READER_FIELDS", "reader_layout"]
 
-
-@dataclass(frozen=True)
-class ReaderField:
-    name: str
-    width: int
-    signed: bool
-    doc: str
+#: One reader field (:class:`fpgacnn.core.fields.Field`).
+ReaderField = Field
 
 
 #: In register order. Widths are fixed, as the descriptor's are: addresses and
@@ -97,6 +89,4 @@ READER_FIELDS = (
 
 def reader_layout():
     """The fields as a :class:`amaranth.lib.data.StructLayout`."""
-    return data.StructLayout({
-        f.name: (signed(f.width) if f.signed else unsigned(f.width)) for f in READER_FIELDS
-    })
+    return struct_layout(READER_FIELDS)

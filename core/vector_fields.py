@@ -35,12 +35,9 @@ which is, with the integer semantics of docs/semantics.md:
 """
 
 import math
-from dataclasses import dataclass
-
-from amaranth.hdl import signed, unsigned
-from amaranth.lib import data
 
 from .config import require_config
+from .fields import Field, struct_layout
 from .memory_port import write_bytes
 from .widths import MULT_BITS, SHIFT_BITS
 
@@ -64,12 +61,8 @@ VECTOR_LANE_STAGES = 5
 VECTOR_RUN_OVERHEAD = 1 + 1 + VECTOR_LANE_STAGES + 1
 
 
-@dataclass(frozen=True)
-class VectorField:
-    name: str
-    width: int
-    signed: bool
-    doc: str
+#: One vector unit field (:class:`fpgacnn.core.fields.Field`).
+VectorField = Field
 
 
 #: In record order (one 32-bit word each). Addresses and strides count ``pin``-byte words.
@@ -101,9 +94,7 @@ VECTOR_FIELDS = (
 
 def vector_layout():
     """The fields as a :class:`amaranth.lib.data.StructLayout`."""
-    return data.StructLayout({
-        f.name: (signed(f.width) if f.signed else unsigned(f.width)) for f in VECTOR_FIELDS
-    })
+    return struct_layout(VECTOR_FIELDS)
 
 
 def write_chunk_bytes(config):

@@ -28,6 +28,7 @@ Examples
 
 import math
 
+from ..core.fields import fields_fit
 from ..core.pixel_reader_fields import READER_FIELDS
 from .packing import remap_group, zero_point_rows
 from .program_image import SOURCE_BATCH, SOURCE_STRIP, SOURCE_ZERO_COLUMN, EngineRecord
@@ -39,16 +40,6 @@ def _zero_rows(layout, height):
     """``pack_pixels``'s rows of ``x_zp`` below an image of ``height`` rows (not remapped)."""
     out_h = (height + layout.top + layout.bottom - layout.kh) // layout.sy + 1
     return zero_point_rows(height, out_h, layout.sy, layout.top)
-
-
-def _fits(fields):
-    for f in READER_FIELDS:
-        v = fields[f.name]
-        lo, hi = (-(1 << f.width - 1), (1 << f.width - 1) - 1) if f.signed else \
-            (0, (1 << f.width) - 1)
-        if not lo <= v <= hi:
-            return False
-    return True
 
 
 def reader_fields(image, record):
@@ -144,7 +135,7 @@ def reader_fields(image, record):
     fields.update(images=images, words=words, channels=lanes, zp_pixels=zp_pixels,
                   zero_words=extra_pixels * words + (-image_words) % per_beat,
                   last_cols=fields["cols"])
-    return fields if _fits(fields) else None
+    return fields if fields_fit(READER_FIELDS, fields) else None
 
 
 def _remap_fields(image, record, fields):
@@ -194,4 +185,4 @@ def _remap_fields(image, record, fields):
     fields.update(images=images, rows=oh, cols=ow, words=words, channels=lanes,
                   zp_pixels=0, zero_words=(-image_words) % per_beat, blocks=k,
                   block_stride=words, ky_stride=k * words, ky_channels=k * g, last_cols=last)
-    return fields if _fits(fields) else None
+    return fields if fields_fit(READER_FIELDS, fields) else None

@@ -10,6 +10,7 @@ output the host still scatters (:func:`fpgacnn.host.program_runner.store_output`
 import math
 
 from ..core.contract import engine_contract
+from ..core.fields import fields_fit
 from ..core.pixel_writer_fields import WRITER_FIELDS
 from .program_image import DEST_BATCH, DEST_COLUMNS, EngineRecord
 
@@ -19,10 +20,6 @@ __all__ = ["unit_bytes", "writer_fields"]
 def unit_bytes(config):
     """Bytes of the writer's unit: an output word, or a beat when the word is wider."""
     return min(config.pout, config.stream_bytes)
-
-
-def _fits(fields):
-    return all(0 <= fields[f.name] < (1 << f.width) for f in WRITER_FIELDS)
 
 
 def writer_fields(image, record):
@@ -82,4 +79,4 @@ def writer_fields(image, record):
         "kept_units": kept, "last_lanes": nc - (kept - 1) * u,
         "drop_units": per_image - rows * cols * units,
     }
-    return fields if _fits(fields) else None
+    return fields if fields_fit(WRITER_FIELDS, fields) else None

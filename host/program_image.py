@@ -59,6 +59,7 @@ as a plain 1x1 strip and no host work falls between layers.
 """
 
 from dataclasses import astuple, dataclass, fields
+from typing import ClassVar
 import math
 
 import numpy as np
@@ -74,8 +75,8 @@ from .vector_mapping import vector_params
 
 __all__ = ["ALIGN", "FORMAT_MAGIC", "FORMAT_VERSION", "DestPattern", "EngineRecord",
            "FoldRecord", "Header", "HostRecord", "ProgramImage", "SourcePattern",
-           "TensorPlace", "VectorRecord", "alignment", "build_image", "dest_scatter", "pixel_packing",
-           "source_gather", "tensor_names"]
+           "TensorPlace", "VectorRecord", "alignment", "build_image", "dest_scatter",
+           "pixel_packing", "source_gather", "tensor_names"]
 
 #: ``b"FCNP"``: the first word of every program image.
 FORMAT_MAGIC = int.from_bytes(b"FCNP", "little")
@@ -242,12 +243,16 @@ class EngineRecord:
 
 @dataclass(frozen=True)
 class HostRecord:
-    """A layer the host runs: the program's step ``step``."""
+    """A layer the host runs: the program's step ``step``. Its subclasses add fields
+    and their own record kind (:attr:`KIND`); a record's words are the kind, then
+    its fields in order."""
+
+    KIND: ClassVar[int] = RECORD_HOST
 
     step: int
 
     def words(self):
-        return [RECORD_HOST, self.step]
+        return [self.KIND] + [int(getattr(self, f.name)) for f in fields(self)]
 
 
 @dataclass(frozen=True)
@@ -257,6 +262,8 @@ class VectorRecord(HostRecord):
     ``VECTOR_COPY``), reading the tensors at ``a`` and ``b`` (-1: none) of the tensor
     table and writing ``out``, with the unit's integer parameters
     (:mod:`fpgacnn.core.vector_fields`)."""
+
+    KIND: ClassVar[int] = RECORD_VECTOR
 
     kind: int = 0
     a: int = -1
@@ -274,9 +281,6 @@ class VectorRecord(HostRecord):
     lo: int = -128
     hi: int = 127
 
-    def words(self):
-        return [RECORD_VECTOR] + [int(getattr(self, f.name)) for f in fields(self)]
-
 
 @dataclass(frozen=True)
 class FoldRecord(HostRecord):
@@ -286,6 +290,8 @@ class FoldRecord(HostRecord):
     (:class:`~fpgacnn.host.conv_views.Im2Col`), which the engine records of the
     program's step ``step`` read. The host writes it with the input
     (:meth:`ProgramImage.write_input`); it is no run of its own."""
+
+    KIND: ClassVar[int] = RECORD_FOLD
 
     a: int = -1
     out: int = -1
@@ -305,9 +311,6 @@ class FoldRecord(HostRecord):
     ow: int = 1
     x_zp: int = 0
 
-    def words(self):
-        return [RECORD_FOLD] + [int(getattr(self, f.name)) for f in fields(self)]
-
     def gather(self):
         """The fold as a function of the NCHW input to the folded NCHW tensor."""
         fold = conv_views.Im2Col((self.kh, self.kw), (self.sy, self.sx),
@@ -323,12 +326,10 @@ RECORD_WORDS = 9 + len(DESCRIPTOR_FIELDS) + SourcePattern.nwords() + PixelLayout
 
 def _parse_record(words):
     kind = int(words[0])
-    if kind == RECORD_HOST:
-        return HostRecord(int(words[1]))
-    if kind == RECORD_VECTOR:
-        return VectorRecord(*(int(w) for w in words[1:1 + len(fields(VectorRecord))]))
-    if kind == RECORD_FOLD:
-        return FoldRecord(*(int(w) for w in words[1:1 + len(fields(FoldRecord))]))
+    host_kinds = {cls.KIND: cls for cls in (HostRecord, VectorRecord, FoldRecord)}
+    if kind in host_kinds:
+        cls = host_kinds[kind]
+        return cls(*(int(w) for w in words[1:1 + len(fields(cls))]))
     if kind != RECORD_ENGINE:
         raise InputError(f"program image: unknown record kind {kind}")
     head = [int(w) for w in words[1:9]]
@@ -453,6 +454,7 @@ class ProgramImage:
         self.records = [_parse_record(rw[i * RECORD_WORDS:(i + 1) * RECORD_WORDS])
                         for i in range(h.records)]
         self._config = h.config  # built once: the runner asks for it every run
+        self._folds = [r for r in self.records if isinstance(r, FoldRecord)]
 
     def _words(self, offset, count):
         return self.data[offset:offset + 4 * count].view("<i4")
@@ -489,10 +491,9 @@ class ProgramImage:
             raise InputError(f"the program was compiled for input {view.shape}, not "
                              f"{x8.shape} (compile the program for this batch)")
         view[...] = x8
-        for record in self.records:
-            if isinstance(record, FoldRecord):
-                out = self.tensors[record.out].view(self.data)
-                out[...] = record.gather()(self.tensors[record.a].view(self.data))
+        for record in self._folds:
+            out = self.tensors[record.out].view(self.data)
+            out[...] = record.gather()(self.tensors[record.a].view(self.data))
 
     @property
     def output(self):

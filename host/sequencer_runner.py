@@ -176,8 +176,7 @@ def run_sequenced(sequenced, program, driver, seq_driver, x8, *, warm=False, tim
             else:
                 totals.setdefault(record.step, StepTotals()).add(
                     result.busy_cycles, result.stall_in_cycles, result.stall_out_cycles,
-                    record.warm_predicted_cycles if warm else record.predicted_cycles,
-                    host, on_board)
+                    sequenced.predicted_cycles(i, warm=warm), host, on_board)
             i += 1
             continue
         j = i
@@ -230,11 +229,11 @@ def run_sequenced(sequenced, program, driver, seq_driver, x8, *, warm=False, tim
     y8 = np.array(image.output.view(data), copy=True)
 
     reports = []
-    for index, name, op, macs in _report_steps(sequenced, program):
-        if index in totals:
-            info = totals[index].as_report(macs, program.batch, peak)
+    for step_index, name, op, macs in _report_steps(sequenced, program):
+        if step_index in totals:
+            info = totals[step_index].as_report(macs, program.batch, peak)
         else:
-            info = {"engine": False, "host_seconds": host_reports.get(index, 0.0)}
+            info = {"engine": False, "host_seconds": host_reports.get(step_index, 0.0)}
         reports.append({"name": name, "op": op, "macs": macs, **info})
     if reports:
         # What the host did around the sequencer (the input, starting it, its

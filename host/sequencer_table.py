@@ -97,8 +97,9 @@ def hardware_record(image, record, *, warm, counters, regs=None):
     words = [0] * len(RECORD_FIELDS)
     words[record_word("op")] = RECORD_HOST
     config = image.config
-    if isinstance(record, VectorRecord):
-        fields = vector_fields(config, record, *_vector_places(image, record))
+    fields = (vector_fields(config, record, *_vector_places(image, record))
+              if isinstance(record, VectorRecord) else None)
+    if fields is not None:
         words[record_word("op")] = RECORD_VECTOR
         for name, value in fields.items():
             words[record_word(f"vector_{name}")] = int(value) & 0xFFFF_FFFF
@@ -179,9 +180,12 @@ class SequencerProgram:
         self._regs = build_regmap(config)
         self.table_words = {w: off // config.pin for w, off in tables.items()}
         self.on_engine = {}
-        self._vector_predicted = {
-            i: vector_run_cycles(config, vector_fields(config, r, *_vector_places(self.image, r)))
-            for i, r in enumerate(self.image.records) if isinstance(r, VectorRecord)}
+        self._vector_predicted = {}
+        for i, r in enumerate(self.image.records):
+            fields = (vector_fields(config, r, *_vector_places(self.image, r))
+                      if isinstance(r, VectorRecord) else None)
+            if fields is not None:
+                self._vector_predicted[i] = vector_run_cycles(config, fields)
         self._steps = [r.step for r in self.image.records]
         self._predicted = {warm: [self.predicted_cycles(i, warm=warm) for i in range(nrec)]
                            for warm in (False, True)}

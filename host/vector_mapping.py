@@ -21,6 +21,7 @@ Taken, with docs/semantics.md's integer semantics unchanged:
   the arena's order (:class:`~fpgacnn.host.nhwc_flatten.FlattenNHWC`): a copy.
 """
 
+from ..core.fields import fields_fit
 from ..core.vector_fields import VECTOR_FIELDS, VECTOR_MAX_PIXELS
 from .integer_ops import average_params
 from .layers import Add, AveragePool, GlobalAveragePool, Reshape
@@ -95,8 +96,11 @@ def vector_fields(config, record, a, b, out):
 
     Returns
     -------
-    dict
+    dict or None
         Field name -> value; addresses as ``pin``-byte words of the image.
+        None when a value does not fit its field (more images than the
+        16-bit count, an address past the 32-bit word space): the record is
+        then the host's, never run with a value cut short.
     """
     pin = config.pin
     pool = record.kind == VECTOR_POOL
@@ -110,4 +114,4 @@ def vector_fields(config, record, a, b, out):
         **{k: getattr(record, k) for k in ("has_b", "ties_to_even", "za", "zb", "ma", "mb",
                                              "shift", "zy", "lo", "hi")})
     assert set(values) == {f.name for f in VECTOR_FIELDS}
-    return values
+    return values if fields_fit(VECTOR_FIELDS, values) else None

@@ -13,7 +13,6 @@ exactly :func:`fpgacnn.host.cycle_model.vector_run_cycles`.
 
 from collections import deque
 from types import SimpleNamespace
-import math
 
 import numpy as np
 import pytest
@@ -21,7 +20,7 @@ from numpy.testing import assert_array_equal
 
 from amaranth.sim import Simulator
 
-from fpgacnn.core.config import EngineConfig
+from fpgacnn.core.arena import pixel_bytes
 from fpgacnn.core.memory_port import write_bytes
 from fpgacnn.core.vector_fields import VECTOR_MAX_PIXELS, vector_layout
 from fpgacnn.hdl.program.vector_unit import VectorUnit
@@ -32,12 +31,12 @@ from fpgacnn.host.vector_mapping import VECTOR_COPY, VECTOR_POOL, vector_fields,
 
 from conftest import SMALL_ENGINE
 from limit_layers import CONFIGS
+from test_hdl_pixel_writer import ENGINES as WRITER_ENGINES
 
 ENGINES = {
     "k3": SMALL_ENGINE,   # pin 4: one write per output word
     "k2": CONFIGS["k2"],  # pin 8, 4-byte writes: two per word
-    "one-lane": EngineConfig(pin=1, pout=1, kmax=3, stream_width=32, max_width=16,
-                             max_channels=8, max_out_channels=8, deep_pipeline=0),
+    "one-lane": WRITER_ENGINES["one-lane"],
 }
 
 
@@ -94,10 +93,9 @@ def run_unit(config, fields, memory, *, latency, pause=0.0, seed=0):
 
 
 def _place(config, offset, shape, batch):
-    lanes = math.lcm(config.pin, config.pout)
     flat = len(shape) == 1
     c, h, w = (shape[0], 1, 1) if flat else shape
-    cp = -(-c // lanes) * lanes
+    cp = pixel_bytes(config, c)
     align = alignment(config)
     stride = -(-h * w * cp // align) * align
     return TensorPlace(offset, c, h, w, cp, stride, batch, int(flat))
@@ -214,3 +212,21 @@ def test_layers_the_unit_does_not_take():
         assert vector_params(layer, {"a": layer.input_shape}) is None, layer.name
     one = Flatten("flatten1", ["a"], "y", (4, 1, 1), 0.1, 0)
     assert vector_params(one, {"a": (4, 1, 1)})["kind"] == VECTOR_COPY
+
+
+def test_fields_past_their_widths_leave_the_record_to_the_host():
+    """A vector record whose fields do not fit (images past the 16-bit count, an
+    address past the 32-bit word space) gets no fields: at the limit it does."""
+    config = SMALL_ENGINE
+    layer = Add("add", ["a", "b"], "y", (4, 2, 2), 0.02, 0, 0.02, 0, 0.025, 0)
+    record = SimpleNamespace(**vector_params(layer, {"a": (4, 2, 2), "b": (4, 2, 2)}))
+
+    def fields(batch, out_offset):
+        a, b = (_place(config, off, (4, 2, 2), batch) for off in (64, 128))
+        return vector_fields(config, record, a, b, _place(config, out_offset, (4, 2, 2), batch))
+
+    most = (1 << 32) - 1  # the last word address
+    assert fields(2 ** 16 - 1, 192)["images"] == 2 ** 16 - 1
+    assert fields(2 ** 16, 192) is None
+    assert fields(1, most * config.pin)["out_base"] == most
+    assert fields(1, (most + 1) * config.pin) is None

@@ -26,7 +26,7 @@ from fpgacnn.host.pixel_reader_setup import reader_fields
 from fpgacnn.host.program_image import (ALIGN, FORMAT_VERSION, SOURCE_BATCH, SOURCE_STRIP,
                                         SOURCE_ZERO_COLUMN, EngineRecord, FoldRecord,
                                         ProgramImage, alignment, build_image, tensor_names)
-from fpgacnn.host.program_runner import record_stream, store_output
+from fpgacnn.host.program_runner import record_stream, run_record, store_output
 
 from conftest import SMALL_ENGINE
 from limit_layers import CONFIGS
@@ -249,3 +249,14 @@ def test_an_input_of_another_shape_is_refused_before_anything_is_written():
     fold = next(r for r in image.records if isinstance(r, FoldRecord))
     assert_array_equal(image.tensors[fold.out].view(image.data),
                        fold.gather()(np.ones((2, 3, 11, 10), np.int8)))
+
+
+def test_an_input_fold_is_not_run_as_a_record():
+    program = compile_model(folded_cnn("input"), SMALL_ENGINE)
+    image = build_image(program)
+    fold = image.records[0]
+    assert isinstance(fold, FoldRecord)
+    with pytest.raises(InputError, match=r"^layer '.*': an input fold is written with the "
+                                         r"input \(ProgramImage.write_input\), not run as a "
+                                         r"record$"):
+        run_record(image, program, fold, None, {}, warm=False, timeout_of=None)

@@ -39,7 +39,6 @@ from ...core.pixel_reader_fields import reader_layout
 
 __all__ = ["PixelReader", "require_outstanding"]
 
-
 #: A command: where a word comes from, and how many of its lanes are kept.
 _READ, _ZP, _ZERO = 0, 1, 2
 

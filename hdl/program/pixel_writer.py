@@ -37,7 +37,6 @@ from ...core.pixel_writer_fields import writer_layout
 __all__ = ["PixelWriter", "write_layout"]
 
 
-
 def write_layout(unit):
     """A memory write of one ``unit``-byte unit: its address, data (byte ``k`` in bits
     ``8k..8k+7``) and byte strobes (bit ``k``: write byte ``k``)."""

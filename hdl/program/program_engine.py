@@ -206,6 +206,7 @@ class ProgramEngine(wiring.Component):
         rsp_fire = self.mem_rdata.valid & self.mem_rdata.ready
         m.d.sync += inflight.eq(inflight + req_fire - rsp_fire)
         m.d.comb += seq.drained.eq((inflight == 0) & ~req_fire)
+
         def read_port(o_addr, i_data, hold=None):
             """The memory's read port to a client's requests (word addresses) and
             responses; ``hold`` keeps its requests back (an abort)."""

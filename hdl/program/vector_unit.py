@@ -109,9 +109,11 @@ class VectorUnit(wiring.Component):
         m.submodules.out = out = SyncFIFOBuffered(width=8 * pin, depth=_OUT_DEPTH)
 
         # -- issue: the counter nest, one read per cycle -----------------------------------
-        image, word, pixel = Signal(16), Signal(32), Signal(24)
+        # Counters and addresses as wide as the fields they count to (VECTOR_FIELDS).
+        image, word, pixel = (Signal(len(f.images)), Signal(len(f.words)),
+                              Signal(len(f.pixels)))
         reading_b = Signal()
-        a_image, b_image, a_addr = Signal(32), Signal(32), Signal(32)
+        a_image, b_image, a_addr = (Signal(len(f.a_base)) for _ in range(3))
         owed = Signal(range(depth + 2))  # reads issued whose data the lanes have not taken
         issuing = Signal()
         issue_fire = self.o_addr.valid & self.o_addr.ready
@@ -169,7 +171,7 @@ class VectorUnit(wiring.Component):
         in_pipe = sum(valid[s] for s in range(_STAGES))
         room = out.level + in_pipe <= _OUT_DEPTH - _STAGES - 1
         m.d.comb += [pop.eq(responses.r_rdy & room), responses.r_en.eq(pop)]
-        c_pixel = Signal(24)
+        c_pixel = Signal(len(f.pixels))
         c_b = Signal()  # the next response is b's
         for s in range(1, _STAGES):
             m.d.sync += valid[s].eq(valid[s - 1])
@@ -224,8 +226,8 @@ class VectorUnit(wiring.Component):
         wb = write_bytes(cfg)
         chunk = write_chunk_bytes(cfg)
         per_word = pin // chunk
-        w_image, w_word = Signal(16), Signal(32)
-        w_base = Signal(32)  # word address of this output image's first word
+        w_image, w_word = Signal(len(f.images)), Signal(len(f.words))
+        w_base = Signal(len(f.out_base))  # word address of this output image's first word
         part = Signal(range(per_word))
         byte_addr = Signal(ADDRESS_BITS)
         m.d.comb += byte_addr.eq((w_base + w_word) * pin + part * chunk)
