@@ -36,6 +36,7 @@ Examples
 
 from dataclasses import dataclass
 
+from ..core.memory_port import ADDRESS_BITS, AXI_ID_BITS, read_bytes, write_bytes
 from ..core.regmap import ADDR_WIDTH, DATA_WIDTH
 from .board import BoardError
 
@@ -79,7 +80,8 @@ class BusInterface:
         ``"aximm"`` or ``"axis"`` (``xilinx.com:interface:KIND:1.0``).
     mode : str
         The ``.hwh`` ``TYPE``: ``SLAVE`` (memory-mapped subordinate),
-        ``TARGET`` (stream in) or ``INITIATOR`` (stream out).
+        ``MASTER`` (memory-mapped manager), ``TARGET`` (stream in) or
+        ``INITIATOR`` (stream out).
     signals : tuple of (str, str)
         ``(LOGICAL, direction)`` in the wrapper's port order; ``TDATA``,
         ``TKEEP``, ``AWADDR``/``ARADDR`` take their widths from the engine.
@@ -106,6 +108,27 @@ _FIXED_WIDTHS = {"AWPROT": 3, "ARPROT": 3, "WDATA": DATA_WIDTH, "RDATA": DATA_WI
                  "WSTRB": DATA_WIDTH // 8, "BRESP": 2, "RRESP": 2}
 
 
+#: AXI4 from its manager's side (the engine's memory master), in the wrapper's port order.
+_AXI4_MASTER = (
+    ("AWID", "out"), ("AWADDR", "out"), ("AWLEN", "out"), ("AWSIZE", "out"), ("AWBURST", "out"),
+    ("AWLOCK", "out"), ("AWCACHE", "out"), ("AWPROT", "out"), ("AWQOS", "out"),
+    ("AWVALID", "out"), ("AWREADY", "in"),
+    ("WDATA", "out"), ("WSTRB", "out"), ("WLAST", "out"), ("WVALID", "out"), ("WREADY", "in"),
+    ("BID", "in"), ("BRESP", "in"), ("BVALID", "in"), ("BREADY", "out"),
+    ("ARID", "out"), ("ARADDR", "out"), ("ARLEN", "out"), ("ARSIZE", "out"), ("ARBURST", "out"),
+    ("ARLOCK", "out"), ("ARCACHE", "out"), ("ARPROT", "out"), ("ARQOS", "out"),
+    ("ARVALID", "out"), ("ARREADY", "in"),
+    ("RID", "in"), ("RDATA", "in"), ("RRESP", "in"), ("RLAST", "in"), ("RVALID", "in"),
+    ("RREADY", "out"),
+)
+#: Widths of the AXI4 master's fields that do not depend on the engine.
+_AXI4_WIDTHS = {"AWADDR": ADDRESS_BITS, "ARADDR": ADDRESS_BITS, "AWLEN": 8, "ARLEN": 8,
+                "AWSIZE": 3, "ARSIZE": 3, "AWBURST": 2, "ARBURST": 2, "AWLOCK": 1, "ARLOCK": 1,
+                "AWCACHE": 4, "ARCACHE": 4, "AWPROT": 3, "ARPROT": 3, "AWQOS": 4, "ARQOS": 4,
+                "BRESP": 2, "RRESP": 2,
+                "AWID": AXI_ID_BITS, "ARID": AXI_ID_BITS, "BID": AXI_ID_BITS, "RID": AXI_ID_BITS}
+
+
 def _axis(into):
     """AXI4-Stream signals seen from the side the data flows ``into`` (True) or out of."""
     d, r = ("in", "out") if into else ("out", "in")
@@ -127,8 +150,14 @@ class EngineCell:
         The wrapper's clock and active-low reset ports.
     control, stream_in, stream_out : BusInterface
         AXI4-Lite registers, the stream from the DMA, the stream to the DMA.
+    memory : BusInterface
+        The AXI4 master the program engine reads and writes DDR through.
+    interrupt : str
+        The sequencer's interrupt output (level high).
     segment : str
         The address segment Vivado creates for ``control`` (``engine/s_axi/reg0``).
+    address_space : str
+        The address space Vivado creates for ``memory`` (``engine/m_axi``).
     """
 
     module: str = "fpgacnn_axi"
@@ -138,6 +167,8 @@ class EngineCell:
     control: BusInterface = BusInterface("s_axi", "aximm", "SLAVE", _AXI_LITE)
     stream_in: BusInterface = BusInterface("s_axis", "axis", "TARGET", _axis(into=True))
     stream_out: BusInterface = BusInterface("m_axis", "axis", "INITIATOR", _axis(into=False))
+    memory: BusInterface = BusInterface("m_axi", "aximm", "MASTER", _AXI4_MASTER)
+    interrupt: str = "irq"
     segment: str = "reg0"
 
     @property
@@ -147,31 +178,43 @@ class EngineCell:
 
     @property
     def interfaces(self):
-        return (self.control, self.stream_in, self.stream_out)
+        return (self.control, self.stream_in, self.stream_out, self.memory)
+
+    @property
+    def address_space(self):
+        return f"{self.cell}/{self.memory.name}"
 
     @property
     def register_range(self):
         """Bytes of the register window: the whole AXI4-Lite address space."""
         return 1 << ADDR_WIDTH
 
-    def ports(self, stream_width):
+    def ports(self, stream_width, memory_width):
         """Every port of the wrapper, in its Verilog order.
 
         Parameters
         ----------
         stream_width : int
             The engine's AXI4-Stream ``TDATA`` width in bits.
+        memory_width : int
+            The memory master's data width in bits (:meth:`ZynqDesign.memory_width`).
 
         Returns
         -------
         tuple of Port
         """
-        widths = dict(_FIXED_WIDTHS, AWADDR=ADDR_WIDTH, ARADDR=ADDR_WIDTH,
-                      TDATA=stream_width, TKEEP=stream_width // 8)
+        lite = dict(_FIXED_WIDTHS, AWADDR=ADDR_WIDTH, ARADDR=ADDR_WIDTH)
+        stream = {"TDATA": stream_width, "TKEEP": stream_width // 8}
+        memory = dict(_AXI4_WIDTHS, WDATA=memory_width, RDATA=memory_width,
+                      WSTRB=memory_width // 8)
+        widths = {self.control.name: lite, self.stream_in.name: stream,
+                  self.stream_out.name: stream, self.memory.name: memory}
         ports = [Port(self.clock, "in", 1), Port(self.resetn, "in", 1)]
         for bus in self.interfaces:
-            ports += [Port(f"{bus.name}_{logical.lower()}", direction, widths.get(logical, 1),
-                           bus.name, logical) for logical, direction in bus.signals]
+            ports += [Port(f"{bus.name}_{logical.lower()}", direction,
+                           widths[bus.name].get(logical, 1), bus.name, logical)
+                      for logical, direction in bus.signals]
+        ports.append(Port(self.interrupt, "out", 1))
         return tuple(ports)
 
 
@@ -266,8 +309,11 @@ class ProcessingSystem:
     engine_base, dma_base : int
         Base addresses of the engine's and the DMA's register windows.
     ddr_segment : str
-        The DDR segment the DMA sees through ``hp_slave``.
+        The DDR segment the DMA and the engine see through ``hp_slave``.
     ddr_base, ddr_range : int
+    hp_data_width : int
+        The HP port's data width in bits as the design sets it (the engine's
+        memory master is as wide).
     dma_addr_width : int
         The DMA's address width (32 on Zynq-7000, 64 on UltraScale+).
     """
@@ -290,6 +336,7 @@ class ProcessingSystem:
     ddr_base: int
     ddr_range: int
     dma_addr_width: int
+    hp_data_width: int = 64
     data_space: str = "Data"
 
     @property
@@ -328,7 +375,9 @@ class ZynqDesign:
     processing_systems : tuple of ProcessingSystem
     ctrl_xbar, mem_xbar : str
         SmartConnect cells: PS master -> engine and DMA registers; the DMA's
-        two masters -> the PS's HP port.
+        two masters and the engine's memory master -> the PS's HP port (the
+        SmartConnect converts the engine's AXI4 to the Zynq-7000 HP port's
+        AXI3; the engine's bursts are at most 16 beats, so none is split).
     reset, irq_concat : str
         The processor system reset cell and the interrupt concatenation cell.
     """
@@ -358,6 +407,23 @@ class ZynqDesign:
                 return ps
         raise BoardError(f"family {family!r} has no Zynq PS (one of {', '.join(self.families)})")
 
+    def memory_width(self, family, config):
+        """The engine's memory master data width in bits: the HP port's.
+
+        Raises
+        ------
+        BoardError
+            If the engine's memory words (``pin`` bytes read, the writer's
+            unit written) are wider than the port.
+        """
+        width = self.ps(family).hp_data_width
+        for what, nbytes in (("read (pin)", read_bytes(config)),
+                             ("write", write_bytes(config))):
+            if 8 * nbytes > width:
+                raise BoardError(f"the engine's memory {what} word of {nbytes} bytes is wider "
+                                 f"than the {family} HP port's {width} bits")
+        return width
+
     def address_map(self, family):
         """``{cell: (segment path, base, range)}`` of the register windows on the PS master."""
         ps = self.ps(family)
@@ -378,8 +444,19 @@ class ZynqDesign:
             (f"{e.cell}/{e.stream_out.name}", f"{d.cell}/{d.s2mm}"),
             (f"{d.cell}/{d.mm2s_master}", f"{m}/S00_AXI"),
             (f"{d.cell}/{d.s2mm_master}", f"{m}/S01_AXI"),
+            (f"{e.cell}/{e.memory.name}", f"{m}/S02_AXI"),
             (f"{m}/M00_AXI", f"{ps.cell}/{ps.hp_slave}"),
         )
+
+    def memory_masters(self, family):
+        """The pins that reach DDR through ``mem_xbar`` (the DMA's two and the engine's)."""
+        return tuple(a for a, b in self.interface_nets(family)
+                     if b.startswith(f"{self.mem_xbar}/S"))
+
+    def interrupts(self):
+        """``(cell, pin)`` of every interrupt, in the order of the concatenation's inputs."""
+        return (*((self.dma.cell, p) for p in self.dma.interrupts),
+                (self.engine.cell, self.engine.interrupt))
 
     def clock_net(self, family):
         """``(source pin, sink pins)``: one fabric clock for every cell."""

@@ -2,22 +2,27 @@
 
 :func:`write_zynq_project` writes, into a directory ``DIR``:
 
-- ``rtl/fpgacnn_engine.v`` (+ register map JSON / C header / summary), from
-  :func:`fpgacnn.hdl.verilog.write_engine`;
+- ``rtl/fpgacnn_zynq_engine.v`` (+ register map JSON / C header / summary):
+  :class:`~fpgacnn.hdl.program.zynq_top.ZynqProgramTop`, the engine with its
+  program sequencer and an AXI4 master for its memory port
+  (:func:`fpgacnn.hdl.program.zynq_top.zynq_top_verilog`);
 - ``rtl/fpgacnn_axi.v``: a wrapper with Vivado's port names (``aclk``,
-  ``aresetn``, ``s_axi_*``, ``s_axis_*``, ``m_axis_*``) and
-  ``X_INTERFACE_INFO`` attributes, so the block design sees one AXI4-Lite
-  slave and two AXI4-Stream interfaces; it turns ``aresetn`` into the
-  engine's active-high ``rst`` and drives ``m_axis_tkeep`` all ones (the
-  engine pads every image to whole beats);
+  ``aresetn``, ``s_axi_*``, ``s_axis_*``, ``m_axis_*``, ``m_axi_*``, ``irq``)
+  and ``X_INTERFACE_INFO`` attributes, so the block design sees one AXI4-Lite
+  slave, two AXI4-Stream interfaces, one AXI4 master and an interrupt; it
+  turns ``aresetn`` into the engine's active-high ``rst`` and drives
+  ``m_axis_tkeep`` all ones (the engine pads every image to whole beats);
 - ``NAME.tcl``: the Vivado batch script. It creates the project for the board
   part and board files, the block design (PS7 or zynq_ultra_ps_e with the
   board preset; AXI DMA with scatter-gather off, a 26-bit buffer-length
-  register, MM2S and S2MM at the engine's stream width; a SmartConnect for the
-  control registers and one for DDR; a processor system reset; the DMA
-  interrupts on the PS; the address map), synthesises, implements, writes the
-  bitstream, fails if timing is not met, and copies ``NAME.bit`` and
-  ``NAME.hwh`` side by side into ``DIR`` for ``pynq.Overlay("NAME.bit")``.
+  register, MM2S and S2MM at the engine's stream width, for the runs the
+  host makes; a SmartConnect for the control registers and one for DDR, which
+  the DMA's two masters and the engine's share on one HP port; a processor
+  system reset; the DMA's and the sequencer's interrupts on the PS; the
+  address map, the engine's master seeing DDR at its physical addresses),
+  synthesises, implements, writes the bitstream, fails if timing is not met,
+  and copies ``NAME.bit`` and ``NAME.hwh`` side by side into ``DIR`` for
+  ``pynq.Overlay("NAME.bit")``.
 
 Every module, cell, interface, net and address in the wrapper and the script
 comes from :data:`fpgacnn.boards.zynq_design.DESIGN`, which the simulated
@@ -34,6 +39,8 @@ import time
 
 from ..core.config import EngineConfig
 from ..core.errors import BackendError
+from ..core.memory_port import ADDRESS_BITS, AXI_ID_BITS, AXI_MAX_BURST
+from ..hdl.verilog import ZYNQ_TOP_NAME
 from .board import BoardError, require_board
 from .zynq_design import DESIGN
 
@@ -54,23 +61,28 @@ VIVADO_COMMANDS = (
 
 #: The engine top's bus port prefixes (Amaranth's ``s_axil__awaddr``), per
 #: wrapper interface of :data:`~fpgacnn.boards.zynq_design.DESIGN`.
-_ENGINE_BUS = {"s_axi": "s_axil", "s_axis": "s_axis", "m_axis": "m_axis"}
+_ENGINE_BUS = {"s_axi": "s_axil", "s_axis": "s_axis", "m_axis": "m_axis", "m_axi": "m_axi"}
 
 
 class VivadoError(BackendError):
     """Vivado failed, or the script could not be written."""
 
 
-def wrapper_verilog(config, *, engine_name="fpgacnn_engine"):
+def wrapper_verilog(config, *, memory_width=64, engine_name=ZYNQ_TOP_NAME):
     """Verilog of the Vivado-facing wrapper around the engine top.
 
     Its module name, ports and interfaces are those of
     ``DESIGN.engine`` (:mod:`fpgacnn.boards.zynq_design`): the names Vivado's
-    DMA and SmartConnect connect to, and that the ``.hwh`` lists.
+    DMA and SmartConnects connect to, and that the ``.hwh`` lists. Inside is
+    :class:`~fpgacnn.hdl.program.zynq_top.ZynqProgramTop`: the engine with
+    its program sequencer and its AXI4 memory master.
 
     Parameters
     ----------
     config : EngineConfig
+    memory_width : int
+        The memory master's data width in bits
+        (:meth:`~fpgacnn.boards.zynq_design.ZynqDesign.memory_width`).
     engine_name : str
         The engine top's module name.
 
@@ -80,7 +92,7 @@ def wrapper_verilog(config, *, engine_name="fpgacnn_engine"):
     """
     engine = DESIGN.engine
     sw = config.stream_width
-    ports = engine.ports(sw)
+    ports = engine.ports(sw, memory_width)
 
     def decl(port):
         rng = f"[{port.width - 1}:0] " if port.width > 1 else ""
@@ -100,13 +112,23 @@ def wrapper_verilog(config, *, engine_name="fpgacnn_engine"):
         '    (* X_INTERFACE_PARAMETER = "POLARITY ACTIVE_LOW" *)',
         f"    {decl(ports[1])},",
     ]
+    kinds = {bus.name: bus.kind for bus in engine.interfaces}
     body = []
     for port in ports[2:]:
-        if port.logical == "AWADDR":
+        if port.interface is None:  # the interrupt
+            body.append(f'    (* X_INTERFACE_INFO = "xilinx.com:signal:interrupt:1.0 '
+                        f'{port.name} INTERRUPT" *)')
+            body.append('    (* X_INTERFACE_PARAMETER = "SENSITIVITY LEVEL_HIGH" *)')
+            body.append(f"    {decl(port)},")
+            continue
+        if port.interface == engine.control.name and port.logical == "AWADDR":
             body.append(f'    (* X_INTERFACE_PARAMETER = "PROTOCOL AXI4LITE, '
                         f'ADDR_WIDTH {port.width}, DATA_WIDTH 32" *)')
-        kind = "aximm" if port.interface == engine.control.name else "axis"
-        body.append(f'    (* X_INTERFACE_INFO = "xilinx.com:interface:{kind}:1.0 '
+        if port.interface == engine.memory.name and port.logical == "AWID":
+            body.append(f'    (* X_INTERFACE_PARAMETER = "PROTOCOL AXI4, '
+                        f'ADDR_WIDTH {ADDRESS_BITS}, DATA_WIDTH {memory_width}, '
+                        f'ID_WIDTH {AXI_ID_BITS}, MAX_BURST_LENGTH {AXI_MAX_BURST}" *)')
+        body.append(f'    (* X_INTERFACE_INFO = "xilinx.com:interface:{kinds[port.interface]}:1.0 '
                     f'{port.interface} {port.logical}" *)')
         body.append(f"    {decl(port)},")
     body[-1] = body[-1].rstrip(",")
@@ -123,7 +145,8 @@ def wrapper_verilog(config, *, engine_name="fpgacnn_engine"):
     lines.append(f"    {engine_name} engine (")
     conns = ["        .clk(clk)", "        .rst(rst)"]
     conns += [f"        .{_ENGINE_BUS[p.interface]}__{p.logical.lower()}({p.name})"
-              for p in ports[2:] if p.logical != "TKEEP"]
+              for p in ports[2:] if p.interface is not None and p.logical != "TKEEP"]
+    conns.append(f"        .irq({engine.interrupt})")
     lines.append(",\n".join(conns))
     lines.append("    );")
     lines.append("endmodule")
@@ -180,7 +203,8 @@ def ps_config(family, mhz, stream_width):
     }
 
 
-def zynq_tcl(board, config, *, name="fpgacnn", jobs=2, engine_files=("rtl/fpgacnn_engine.v",)):
+def zynq_tcl(board, config, *, name="fpgacnn", jobs=2,
+             engine_files=(f"rtl/{ZYNQ_TOP_NAME}.v",)):
     """The Vivado batch script (text) for ``board`` and ``config``.
 
     Every cell, interface, net and address in it comes from
@@ -210,14 +234,23 @@ def zynq_tcl(board, config, *, name="fpgacnn", jobs=2, engine_files=("rtl/fpgacn
                           for a, b in DESIGN.interface_nets(board.family))
     clk, clk_sinks = DESIGN.clock_net(board.family)
     rst, rst_sinks = DESIGN.reset_net(board.family)
-    irq_ins = [f"{DESIGN.irq_concat}/In{i}" for i in range(len(dma.interrupts))]
-    irq_nets = "\n".join(f"connect_bd_net [get_bd_pins {dma.cell}/{p}] [get_bd_pins {i}]"
-                         for p, i in zip(dma.interrupts, irq_ins))
+    interrupts = DESIGN.interrupts()
+    irq_ins = [f"{DESIGN.irq_concat}/In{i}" for i in range(len(interrupts))]
+    irq_nets = "\n".join(f"connect_bd_net [get_bd_pins {cell}/{p}] [get_bd_pins {i}]"
+                         for (cell, p), i in zip(interrupts, irq_ins))
+    masters = DESIGN.memory_masters(board.family)
     amap = DESIGN.address_map(board.family)
     addresses = "\n".join(
         f"assign_bd_address -offset {base:#010x} -range {rng:#010x} -target_address_space "
         f"[get_bd_addr_spaces {ps.cell}/{ps.data_space}] [get_bd_addr_segs {seg}] -force"
         for seg, base, rng in amap.values())
+    # The engine's memory master sees DDR at its physical addresses (the driver
+    # writes a buffer's physical address as seq_memory).
+    ddr = f"{ps.cell}/{ps.hp_slave}/{ps.ddr_segment}"
+    addresses += (f"\nassign_bd_address -offset {ps.ddr_base:#010x} -range {ps.ddr_range:#010x} "
+                  f"-target_address_space [get_bd_addr_spaces {engine.address_space}] "
+                  f"[get_bd_addr_segs {ddr}] -force")
+    memory_width = DESIGN.memory_width(board.family, config)
     x, m = DESIGN.ctrl_xbar, DESIGN.mem_xbar
 
     return f"""\
@@ -258,15 +291,15 @@ set_property -dict [list {props(ps_config(ps.family, mhz, sw))}] [get_bd_cells {
 create_bd_cell -type ip -vlnv [latest_ip {dma.vlnv_prefix}] {dma.cell}
 set_property -dict [list {props(dma.config(sw, ps.dma_addr_width))}] [get_bd_cells {dma.cell}]
 
-# The engine, from the generated Verilog.
+# The engine with its program sequencer and a {memory_width}-bit AXI4 memory master, from the generated Verilog.
 create_bd_cell -type module -reference {engine.module} {engine.cell}
 
 # Control: PS master -> engine registers and DMA registers.
 create_bd_cell -type ip -vlnv [latest_ip xilinx.com:ip:smartconnect] {x}
 set_property -dict [list CONFIG.NUM_SI {{1}} CONFIG.NUM_MI {{2}}] [get_bd_cells {x}]
-# Data: both DMA channels -> one high-performance PS port into DDR.
+# Data: both DMA channels and the engine's memory master -> one high-performance PS port into DDR.
 create_bd_cell -type ip -vlnv [latest_ip xilinx.com:ip:smartconnect] {m}
-set_property -dict [list CONFIG.NUM_SI {{2}} CONFIG.NUM_MI {{1}}] [get_bd_cells {m}]
+set_property -dict [list CONFIG.NUM_SI {{{len(masters)}}} CONFIG.NUM_MI {{1}}] [get_bd_cells {m}]
 create_bd_cell -type ip -vlnv [latest_ip xilinx.com:ip:proc_sys_reset] {DESIGN.reset}
 create_bd_cell -type ip -vlnv [latest_ip xilinx.com:ip:xlconcat] {DESIGN.irq_concat}
 set_property -dict [list CONFIG.NUM_PORTS {{{len(irq_ins)}}}] [get_bd_cells {DESIGN.irq_concat}]
@@ -280,7 +313,8 @@ connect_bd_net [get_bd_pins {rst}] {pins(rst_sinks)}
 {irq_nets}
 connect_bd_net [get_bd_pins {DESIGN.irq_concat}/dout] [get_bd_pins {ps.cell}/{ps.irq}]
 
-# Address map: fixed register windows, DDR for the DMA wherever Vivado puts it.
+# Address map: fixed register windows, DDR for the engine at its physical addresses,
+# DDR for the DMA wherever Vivado puts it.
 {addresses}
 assign_bd_address
 
@@ -358,6 +392,7 @@ def write_zynq_project(board, config, out_dir, *, name="fpgacnn", jobs=2):
     VivadoError
         If the directory cannot be written or ``name`` is unusable.
     """
+    from ..hdl.program.zynq_top import zynq_top_verilog
     from ..hdl.verilog import write_engine
     require_board(board)
     if not isinstance(config, EngineConfig):
@@ -368,10 +403,15 @@ def write_zynq_project(board, config, out_dir, *, name="fpgacnn", jobs=2):
     if not re.fullmatch(r"[a-z][a-z0-9_]*", name):
         raise VivadoError(f"design name must be lower-case letters, digits and '_', "
                           f"not {name!r}")
+    if board.family not in DESIGN.families:
+        raise BoardError(f"{board.path}: family {board.family!r} has no Zynq PS")
+    width = DESIGN.memory_width(board.family, config)
     out = Path(out_dir).resolve()
+    top = zynq_top_verilog(config, data_width=width)
     try:
-        write_engine(config, out / "rtl")
-        (out / "rtl" / f"{DESIGN.engine.module}.v").write_text(wrapper_verilog(config))
+        write_engine(config, out / "rtl", name=ZYNQ_TOP_NAME, verilog_text=top)
+        (out / "rtl" / f"{DESIGN.engine.module}.v").write_text(
+            wrapper_verilog(config, memory_width=width))
         project = ZynqProject(out, name)
         project.script.write_text(zynq_tcl(board, config, name=name, jobs=jobs))
     except OSError as e:

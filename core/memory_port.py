@@ -16,16 +16,32 @@ Read channel (requests out, responses in, both valid/ready streams)::
     mem_rdata__valid  in   1        responses come in the order of the requests
     mem_rdata__ready  out  1
 
-Write channel (no response: a write taken is done)::
+Write channel (no response)::
 
     mem_wr__addr   out  32          byte address of a write of W bytes, a multiple of W
     mem_wr__data   out  8*W
     mem_wr__strb   out  W           bit k: write byte k
     mem_wr__valid  out  1
     mem_wr__ready  in   1
+    mem_wr__pending  in  1          writes taken and not yet done (AXI4: before their B)
+
+Faults (a memory that answers every access holds ``kind`` 0)::
+
+    mem_fault__kind   in   2        FAULT_NONE, FAULT_READ or FAULT_WRITE: the first since a clear
+    mem_fault__addr   in   32       byte address of the access (an AXI4 burst) that failed
+    mem_fault__clear  out  1        forget it
 
 and ``irq`` (out, 1): the sequencer has stopped (done, stopped for the
 host, or error) and not been started again.
+
+The sequencer shows the fault in ``seq_fault`` / ``seq_fault_addr``; the
+simulated board's memory model reports its own (an access outside the
+buffer) to the host directly and holds the port's at 0.
+
+The engine waits for ``mem_wr__pending`` low before a record's reads and
+before it stops: an AXI4 port orders no read after a write, and the host
+reads the output once the engine has stopped. The simulated board's memory
+does a write when it takes it and holds it low.
 
 ``R`` is the engine's input word, ``pin`` bytes (what the pixel reader
 reads); ``W`` is the larger of the pixel writer's unit
@@ -37,10 +53,23 @@ a Zynq board, physical addresses.
 
 from .config import require_config
 
-__all__ = ["ADDRESS_BITS", "MEMORY_PORTS", "read_bytes", "write_bytes", "memory_port_widths"]
+__all__ = ["ADDRESS_BITS", "FAULT_NONE", "FAULT_READ", "FAULT_WRITE", "FAULT_KIND_BITS",
+           "AXI_ID_BITS", "AXI_MAX_BURST",
+           "MEMORY_PORTS", "read_bytes", "write_bytes", "memory_port_widths"]
 
 #: Bits of a memory byte address.
 ADDRESS_BITS = 32
+
+#: ``mem_fault__kind``: no fault, a read or a write answered with an error.
+FAULT_NONE, FAULT_READ, FAULT_WRITE = 0, 1, 2
+FAULT_KIND_BITS = 2
+
+#: The ID width of the AXI4 master a Zynq top puts on this port: one ID, so
+#: every response comes back in order.
+AXI_ID_BITS = 1
+#: Beats of its bursts at most: the Zynq-7000 HP ports are AXI3 (16 beats), so
+#: the interconnect's AXI4-to-AXI3 conversion never splits one.
+AXI_MAX_BURST = 16
 
 #: Every port of the memory interface: name -> (direction from the top, width key).
 #: Width keys: an int, ``"R"`` / ``"W"`` (bytes: 8 bits each) or ``"Wstrb"`` (W bits).
@@ -56,6 +85,10 @@ MEMORY_PORTS = {
     "mem_wr__strb": ("out", "Wstrb"),
     "mem_wr__valid": ("out", 1),
     "mem_wr__ready": ("in", 1),
+    "mem_wr__pending": ("in", 1),
+    "mem_fault__kind": ("in", FAULT_KIND_BITS),
+    "mem_fault__addr": ("in", ADDRESS_BITS),
+    "mem_fault__clear": ("out", 1),
     "irq": ("out", 1),
 }
 

@@ -158,6 +158,7 @@ def build_sequencer_regmap(config):
     b.add("seq_control", "pulse", [
         ("start", 1, False, "run the range (ignored while busy)"),
         ("abort", 1, False, "stop at once: the engine is soft-reset, reads in flight drained"),
+        ("clear_fault", 1, False, "forget the memory fault (seq_fault)"),
     ], doc="write 1 to pulse")
     b.add("seq_status", "ro", [
         ("busy", 1, False, "a start was taken and the sequencer has not stopped"),
@@ -167,5 +168,11 @@ def build_sequencer_regmap(config):
         ("index", RECORD_INDEX_BITS, False, "the record the sequencer is at, or stopped at"),
     ], doc="sequencer status")
     b.add("seq_cycles", "ro", [("value", 32)], doc="cycles from the last start to its stop")
+    b.add("seq_fault", "ro", [
+        ("kind", 2, False, "the first memory access answered with an error since clear_fault: "
+                           "0 none, 1 a read, 2 a write (an AXI4 port's SLVERR or DECERR)"),
+    ], doc="memory fault (a memory that answers every access holds it 0)")
+    b.add("seq_fault_addr", "ro", [("value", 32)],
+          doc="byte address of the burst that failed (seq_fault)")
     return b.build(config=config)
 

@@ -12,13 +12,15 @@ from ..core.config import require_config
 from ..core.contract import PARAM_RECORD_BYTES, engine_contract
 from ..core.regmap import build_regmap
 
-__all__ = ["TOP_NAME", "PROGRAM_TOP_NAME", "UART_TOP_NAME", "engine_verilog", "uart_top_verilog",
-           "config_summary", "write_engine"]
+__all__ = ["TOP_NAME", "PROGRAM_TOP_NAME", "ZYNQ_TOP_NAME", "UART_TOP_NAME", "engine_verilog",
+           "uart_top_verilog", "config_summary", "write_engine"]
 
 #: Verilog module name of the generated top.
 TOP_NAME = "fpgacnn_engine"
 #: Verilog module name of the engine with its program sequencer and memory port.
 PROGRAM_TOP_NAME = "fpgacnn_program_engine"
+#: Verilog module name of the Zynq boards' top: the program engine with an AXI4 memory master.
+ZYNQ_TOP_NAME = "fpgacnn_zynq_engine"
 #: Verilog module name of the engine behind the UART bridge (open boards, serial-link simulation).
 UART_TOP_NAME = "fpgacnn_uart_top"
 
@@ -92,7 +94,7 @@ def config_summary(config):
     return "\n".join(lines)
 
 
-def write_engine(config, out_dir, *, name=TOP_NAME):
+def write_engine(config, out_dir, *, name=TOP_NAME, verilog_text=None):
     """Write ``<name>.v``, ``<name>_regs.json``, ``<name>_regs.h`` and ``<name>_summary.txt``.
 
     Parameters
@@ -102,6 +104,9 @@ def write_engine(config, out_dir, *, name=TOP_NAME):
         Created if missing.
     name : str
         Verilog module name and file stem.
+    verilog_text : str, optional
+        The top's Verilog, module ``name`` (default: the
+        :class:`~fpgacnn.hdl.engine.ConvEngine`'s, :func:`engine_verilog`).
 
     Returns
     -------
@@ -117,7 +122,8 @@ def write_engine(config, out_dir, *, name=TOP_NAME):
         "c_header": out_dir / f"{name}_regs.h",
         "summary": out_dir / f"{name}_summary.txt",
     }
-    paths["verilog"].write_text(engine_verilog(config, name=name))
+    paths["verilog"].write_text(engine_verilog(config, name=name) if verilog_text is None
+                                else verilog_text)
     paths["regmap_json"].write_text(regs.to_json())
     paths["c_header"].write_text(regs.c_header())
     paths["summary"].write_text(config_summary(config))

@@ -5,7 +5,15 @@ DMA and the engine's AXI4-Lite window (``pynq.MMIO``). The module that provides
 ``Overlay``, ``MMIO`` and ``allocate`` is a parameter: ``pynq`` on a board
 (``pip install 'fpgacnn[board]'``), or ``cocotbpynq`` in CI, where the same code
 runs against the RTL of the wrapper the Vivado script builds, in Verilator
-(tests/test_pynq_path.py).
+(tests/test_pynq_path.py; there a DDR model on the wrapper's ``m_axi`` and an
+``allocate`` whose buffers live in it stand in for the PS's memory).
+
+When the engine's memory master reaches DDR (the designs ``fpgacnn build``
+writes), the board offers a memory (``has_memory``, ``attach_memory``) and the
+accelerator runs the network program on the engine's sequencer: the host
+writes the input into a ``pynq.allocate`` buffer, flushes it, starts the
+sequencer at the buffer's physical address, polls its status and
+invalidates the buffer before it reads the output.
 
 The engine and its DMA are found in the ``.hwh`` next to the bitstream by
 what Vivado writes for the block design of
@@ -52,9 +60,11 @@ def find_engine_in_hwh(hwh_path, design=DESIGN):
     Returns
     -------
     dict
-        ``{"engine": cell, "base": int, "range": int, "dma": cell}``; a cell is
-        its path in the block design (``engine``, or ``hier/engine`` inside a
-        hierarchy), as ``pynq.Overlay`` names it.
+        ``{"engine": cell, "base": int, "range": int, "dma": cell, "memory":
+        bool}``; a cell is its path in the block design (``engine``, or
+        ``hier/engine`` inside a hierarchy), as ``pynq.Overlay`` names it;
+        ``memory``: the engine's AXI4 master (``m_axi``) reaches DDR, so it
+        runs network programs itself.
 
     Raises
     ------
@@ -102,7 +112,12 @@ def find_engine_in_hwh(hwh_path, design=DESIGN):
         raise BackendError(f"{hwh_path}: no AXI DMA ({dma_d.vlnv_prefix}) drives the engine's "
                            f"{engine_d.stream_in.name} (found "
                            f"{', '.join(_cell(m) for m in dmas) or 'no DMA'})")
-    return {"engine": _cell(engine), "base": base, "range": rng, "dma": _cell(feeding[0])}
+    # The engine's memory master, if the design gives it DDR (a design without
+    # one runs every layer through the DMA).
+    memory = any(r.get("MASTERBUSINTERFACE") == engine_d.memory.name
+                 for r in engine.iterfind("./MEMORYMAP/MEMRANGE"))
+    return {"engine": _cell(engine), "base": base, "range": rng, "dma": _cell(feeding[0]),
+            "memory": memory}
 
 
 class PynqBoard:
@@ -149,6 +164,8 @@ class PynqBoard:
             mmio_range -= 4
         self._mmio = pynq.MMIO(found["base"], mmio_range)
         self._recv_buf = None
+        self._has_memory = found["memory"]
+        self._memory = None
 
     # -- the narrow board interface -------------------------------------------
 
@@ -197,6 +214,49 @@ class PynqBoard:
         recv.wait()
         return True
 
+    @property
+    def realtime(self):
+        """True on a board: a wall-clock timeout bounds a run. False when PYNQ's API is
+        simulated (cocotbpynq), far slower than the board: the simulator's limit does."""
+        return not _is_simulated(self._pynq)
+
+    # -- the engine's own memory (a design whose engine has its AXI4 master) -----
+
+    @property
+    def has_memory(self):
+        """True if the engine reads and writes DDR itself (it runs network programs)."""
+        return self._has_memory
+
+    def attach_memory(self, buf):
+        """Make ``buf`` (from :meth:`allocate`) the program's memory; returns its bus address.
+
+        The engine's master sees DDR at physical addresses, so the sequencer's
+        ``seq_memory`` is the buffer's physical address.
+
+        Raises
+        ------
+        BackendError
+            If the design has no memory master, or ``buf`` is not a buffer
+            :meth:`allocate` made (no physical address).
+        """
+        if not self._has_memory:
+            raise BackendError("this design's engine has no memory master (m_axi): it cannot "
+                               "run a program from DDR")
+        address = getattr(buf, "physical_address", None)
+        if address is None:
+            raise BackendError("the program's memory must be a buffer from allocate() "
+                               "(pynq.allocate: contiguous, with a physical address)")
+        self._memory = buf
+        return int(address)
+
+    def memory_to_device(self):
+        """Write the CPU's cached copy of the program's memory back to DDR (before a start)."""
+        self._memory.flush()
+
+    def memory_from_device(self):
+        """Drop the CPU's cached copy, so reads see what the engine wrote (after a stop)."""
+        self._memory.invalidate()
+
     def dma_abort(self):
         """Reset both DMA channels (PYNQ: stop and start them again)."""
         for channel in (self._dma.sendchannel, self._dma.recvchannel):
@@ -206,4 +266,5 @@ class PynqBoard:
 
 
 def _is_simulated(module):
+    """cocotbpynq, or a stand-in built on it (its name starts the same: ``cocotbpynq_ddr``)."""
     return module.__name__.startswith("cocotbpynq")

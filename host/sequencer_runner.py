@@ -19,6 +19,7 @@ import weakref
 import numpy as np
 
 from ..core.errors import BackendError
+from ..core.memory_port import FAULT_NONE, FAULT_READ, FAULT_WRITE
 from ..core.sequencer import SEQUENCER_MAGIC, build_sequencer_regmap, record_bytes
 from .program_image import FoldRecord, tensor_names
 from .program_runner import StepTotals, run_record
@@ -32,8 +33,11 @@ class SequencerDriver:
     Parameters
     ----------
     board
-        A board with a memory port (``has_memory``) whose top answers the
-        sequencer's magic.
+        A board with a memory port whose top answers the sequencer's magic:
+        ``has_memory``, ``attach_memory(buf)`` (returns the buffer's address
+        on the engine's bus), ``memory_to_device()`` / ``memory_from_device()``
+        (a CPU cache's write-back and invalidate; no-ops without one), and
+        either ``wait_irq(timeout)`` or nothing (the status is polled).
     config : EngineConfig
 
     Raises
@@ -75,11 +79,69 @@ class SequencerDriver:
         return self.regs.decode(name, word)
 
     def attach(self, program):
-        """Make ``program``'s buffer the board's memory (once per program)."""
+        """Make ``program``'s buffer the board's memory (once per program).
+
+        ``seq_memory`` is where the buffer is on the engine's bus, as the
+        board says (the simulated board: 0, its addresses are offsets into
+        the buffer; a Zynq board: the buffer's physical address).
+        """
         if self.attached is not program:
-            self.board.attach_memory(program.memory)
-            self.write("seq_memory", 0)  # the simulated board's addresses are buffer offsets
+            address = self.board.attach_memory(program.memory)
+            self.write("seq_memory", address)
             self.attached = program
+
+    def start(self, first, count):
+        """Start the sequencer on ``count`` records from ``first``, the memory
+        first made the device's (a board with a CPU cache writes it back)."""
+        self.board.memory_to_device()
+        self.write("seq_range", first=first, count=count)
+        self.write("seq_control", start=1)
+
+    def wait(self, timeout):
+        """Wait until the sequencer stops; False if ``timeout`` board seconds pass first.
+
+        A board that simulates the engine runs it until its ``irq``
+        (``wait_irq``); a real one is polled over its registers (the status'
+        ``busy``), a wall-clock timeout. Either way the memory is then the
+        host's again (a board with a CPU cache drops its copy).
+        """
+        wait_irq = getattr(self.board, "wait_irq", None)
+        if wait_irq is not None:
+            stopped = wait_irq(timeout)
+        else:
+            # The polls are waiting, not bus time the host spends (the caller
+            # counts the whole wait as the board's).
+            # A board that is simulated behind the PYNQ API (cocotbpynq) runs far
+            # slower than real time: there the simulator's own limit bounds the run.
+            status = self.regs.address("seq_status")
+            deadline = (time.monotonic() + timeout if getattr(self.board, "realtime", True)
+                        else float("inf"))
+            while not (stopped := not self.regs.decode("seq_status",
+                                                       self.board.mmio_read(status))["busy"]):
+                if time.monotonic() > deadline:
+                    break
+        self.board.memory_from_device()
+        return stopped
+
+    def memory_fault(self):
+        """The first failed memory access since the last call (then forgotten), or None.
+
+        The engine's ``seq_fault`` (an AXI4 error response on a Zynq board)
+        and the board's own memory model's (the simulated board's check of
+        every address against its buffer), whichever there is.
+        """
+        faults = []
+        fault = self.read("seq_fault")["kind"]
+        if fault != FAULT_NONE:
+            what = {FAULT_READ: "read", FAULT_WRITE: "write"}.get(fault, f"access (kind {fault})")
+            address = self.read("seq_fault_addr")["value"]
+            faults.append(f"a memory {what} at 0x{address:08x} was answered with an error")
+            self.write("seq_control", clear_fault=1)
+        memory_error = getattr(self.board, "memory_error", None)
+        if memory_error is not None and (error := memory_error()) is not None:
+            self.board.clear_memory_error()
+            faults.append(error)
+        return "; ".join(faults) or None
 
 
 _report_steps_cache = weakref.WeakKeyDictionary()
@@ -137,7 +199,6 @@ def run_sequenced(sequenced, program, driver, seq_driver, x8, *, warm=False, tim
     image = sequenced.image
     config = image.config
     data = image.data
-    board = seq_driver.board
     # The host's time is everything here but the waits for the board (the
     # sequencer's runs, the runs the host makes through the driver, and the
     # register accesses, as in those runs); the host records' and host-made
@@ -185,16 +246,15 @@ def run_sequenced(sequenced, program, driver, seq_driver, x8, *, warm=False, tim
         predicted = sequenced.predicted_range(i, j, warm=warm)
         if progress:
             progress(f"records {i + 1}-{j} of {n} on the sequencer")
-        seq_driver.write("seq_range", first=i, count=j - i)
-        seq_driver.write("seq_control", start=1)
+        seq_driver.start(i, j - i)
         # Per record: the fetch, 20 register writes and the counters, besides the run.
         timeout = timeout_of(predicted + 200 * (j - i))
         t_wait = time.perf_counter()
-        stopped = board.wait_irq(timeout)
+        stopped = seq_driver.wait(timeout)
         waited += time.perf_counter() - t_wait  # the board's time, not the host's work
         if not stopped:
             seq_driver.write("seq_control", abort=1)
-            board.wait_irq(timeout)
+            seq_driver.wait(timeout)
             at = seq_driver.read("seq_status")["index"]
             name = program.steps[records[min(at, n - 1)].step].name
             raise BackendError(f"layer {name!r}: the sequencer did not stop within {timeout:g} s "
@@ -202,9 +262,8 @@ def run_sequenced(sequenced, program, driver, seq_driver, x8, *, warm=False, tim
         status = seq_driver.read("seq_status")
         seq["sequencer_cycles"] += seq_driver.read("seq_cycles")["value"]
         seq["sequencer_starts"] += 1
-        fault = board.memory_error()
+        fault = seq_driver.memory_fault()
         if fault is not None:
-            board.clear_memory_error()
             first, last = (program.steps[records[k].step].name for k in (i, j - 1))
             raise BackendError(f"layers {first!r} to {last!r} (records {i}-{j - 1}): the "
                                f"sequencer's memory access failed: {fault}")

@@ -176,6 +176,9 @@ void mem_drive(Board* b) {
     MEM_RD_READY(t) = rd;
     MEM_WR_READY(t) = wr;
     MEM_RDATA_VALID(t) = rsp;
+    MEM_WR_PENDING(t) = 0;  // a write taken is in the buffer at once: none is ever pending
+    MEM_FAULT_KIND(t) = 0;  // the model's errors go to the host by board_mem_error
+    MEM_FAULT_ADDR(t) = 0;
     if (rsp) set_mem_rdata(t, b->reads.front().data);  // held until taken: the front stays
 }
 

@@ -174,7 +174,9 @@ class TopPorts:
             ("MEM_RD_ADDR", "mem_rd__addr"), ("MEM_RD_VALID", "mem_rd__valid"),
             ("MEM_RD_READY", "mem_rd__ready"), ("MEM_RDATA_VALID", "mem_rdata__valid"),
             ("MEM_RDATA_READY", "mem_rdata__ready"), ("MEM_WR_ADDR", "mem_wr__addr"),
-            ("MEM_WR_VALID", "mem_wr__valid"), ("MEM_WR_READY", "mem_wr__ready"), ("MEM_IRQ", "irq"),
+            ("MEM_WR_VALID", "mem_wr__valid"), ("MEM_WR_READY", "mem_wr__ready"),
+            ("MEM_WR_PENDING", "mem_wr__pending"), ("MEM_FAULT_KIND", "mem_fault__kind"),
+            ("MEM_FAULT_ADDR", "mem_fault__addr"), ("MEM_IRQ", "irq"),
         ]:
             lines.append(f"#define {macro}(t) ((t)->{_mangle(port)})")
         lines.append(self._data_accessor("set_mem_rdata", "mem_rdata__data", write=True))
@@ -621,6 +623,12 @@ class SimulatedBoard:
             A C-contiguous, writeable ``uint8`` array; None detaches the memory
             (every access is then an error).
 
+        Returns
+        -------
+        int or None
+            The buffer's address on the engine's bus: 0 (addresses are
+            offsets into it); None when detached.
+
         Raises
         ------
         BackendError
@@ -636,6 +644,15 @@ class SimulatedBoard:
             raise BackendError("the board's memory must be a C-contiguous, writeable uint8 array")
         self._lib.board_mem_attach(h, buf.ctypes.data, buf.nbytes)
         self._memory = buf
+        return 0
+
+    def memory_to_device(self):
+        """Nothing: the model reads the buffer itself, no cache between (a Zynq
+        board writes the CPU's cached copy back here)."""
+
+    def memory_from_device(self):
+        """Nothing: the host reads the buffer the model wrote (a Zynq board drops
+        the CPU's cached copy here)."""
 
     def set_memory_timing(self, latency=40, bytes_per_cycle=8.0):
         """Set the memory's latency and bandwidth (defaults: a Zynq-7000 HP port at 100 MHz).

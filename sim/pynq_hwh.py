@@ -33,11 +33,14 @@ hwh_frontend.py`` in Xilinx/PYNQ and Xilinx/PYNQ-Metadata; cocotbpynq's
   ``PORT`` of its own MODULE, and a ``PORT``'s ``CONNECTION`` names a port of
   another MODULE in the file;
 - the DMA lists its IP parameters both as HDL generics (``C_INCLUDE_SG``)
-  and as the lower-case ``CONFIG`` names the script sets.
+  and as the lower-case ``CONFIG`` names the script sets;
+- the engine's AXI4 memory master (``m_axi``) is a ``MASTER`` bus interface
+  with its port map, which the simulated board binds a DDR model to, and the
+  engine's ``MEMORYMAP`` holds the DDR segment it reaches.
 
 What no reader of the file needs is left out: the SmartConnects, the reset
 and interrupt cells (nets to them keep their ``SIGNAME`` but carry no
-``CONNECTION``), the port maps of the AXI4 memory masters, register
+``CONNECTION``), the port maps of the DMA's AXI4 memory masters, register
 descriptions and the PS's pins to DDR and MIO.
 """
 
@@ -47,6 +50,7 @@ from ..boards.board import BoardError, require_board
 from ..boards.zynq_design import DESIGN
 from ..boards.zynq_vivado import ps_config
 from ..core.config import require_config
+from ..core.memory_port import ADDRESS_BITS, AXI_ID_BITS, AXI_MAX_BURST
 from ..core.regmap import ADDR_WIDTH, DATA_WIDTH
 
 __all__ = ["simulation_hwh"]
@@ -243,8 +247,9 @@ def simulation_hwh(config, board, *, name="design", design=DESIGN):
         "INSTANCE": engine.cell, "IPTYPE": "PERIPHERAL", "IS_ENABLE": "1",
         "MODCLASS": "PERIPHERAL", "MODTYPE": engine.module, "VLNV": engine.vlnv})
     _parameters(m, {"Component_Name": f"{name}_{engine.cell}_0", "EDK_IPTYPE": "PERIPHERAL"})
+    memory_width = design.memory_width(family, config)
     ports = ET.SubElement(m, "PORTS")
-    for port in engine.ports(sw):
+    for port in engine.ports(sw, memory_width):
         if port.name == engine.clock:
             _port(ports, port.name, "in", 1, "clk", clock_net, [(ps.cell, ps.clock)],
                   CLKFREQUENCY=str(hz))
@@ -257,12 +262,20 @@ def simulation_hwh(config, board, *, name="design", design=DESIGN):
             _port(ports, port.name, port.direction, port.width,
                   signame=stream_out_net[port.logical],
                   connect=[(dma.cell, s2mm_ports[port.logical])])
+        elif port.name == engine.interrupt:
+            _port(ports, port.name, "out", 1, "INTERRUPT", f"{engine.cell}_{port.name}",
+                  SENSITIVITY="LEVEL_HIGH")
         else:
             _port(ports, port.name, port.direction, port.width,
                   signame=f"{engine.cell}_{port.name}")
     buses = ET.SubElement(m, "BUSINTERFACES")
     for bus in engine.interfaces:
-        if bus.kind == "aximm":
+        if bus is engine.memory:
+            params = {"PROTOCOL": "AXI4", "ADDR_WIDTH": ADDRESS_BITS, "DATA_WIDTH": memory_width,
+                      "ID_WIDTH": AXI_ID_BITS, "MAX_BURST_LENGTH": AXI_MAX_BURST,
+                      "READ_WRITE_MODE": "READ_WRITE", "FREQ_HZ": hz}
+            extra = {"DATAWIDTH": str(memory_width)}
+        elif bus.kind == "aximm":
             params = {"PROTOCOL": "AXI4LITE", "ADDR_WIDTH": ADDR_WIDTH, "DATA_WIDTH": DATA_WIDTH,
                       "FREQ_HZ": hz}
             extra = {"DATAWIDTH": str(DATA_WIDTH)}
@@ -271,6 +284,10 @@ def simulation_hwh(config, board, *, name="design", design=DESIGN):
         _busif(buses, bus.name, design.busname(f"{engine.cell}/{bus.name}", family), bus.mode,
                bus.vlnv, params,
                [(lg, f"{bus.name}_{lg.lower()}") for lg, _ in bus.signals], **extra)
+
+    memmap = ET.SubElement(m, "MEMORYMAP")  # what the engine's master reaches: DDR
+    _memrange(memmap, ps.cell, ps.ddr_segment, ps.ddr_base, ps.ddr_range, engine.memory.name,
+              ps.hp_slave, "MEMORY")
 
     # -- the processing system and its address map ---------------------------------
     m = ET.SubElement(modules, "MODULE", {
@@ -293,8 +310,8 @@ def simulation_hwh(config, board, *, name="design", design=DESIGN):
            "xilinx.com:interface:aximm:1.0", {"PROTOCOL": "AXI4", "DATA_WIDTH": 32,
                                               "FREQ_HZ": hz}, DATAWIDTH="32")
     _busif(buses, ps.hp_slave, design.busname(f"{ps.cell}/{ps.hp_slave}", family), "SLAVE",
-           "xilinx.com:interface:aximm:1.0", {"PROTOCOL": "AXI4", "DATA_WIDTH": 64,
-                                              "FREQ_HZ": hz}, DATAWIDTH="64")
+           "xilinx.com:interface:aximm:1.0", {"PROTOCOL": "AXI4", "DATA_WIDTH": ps.hp_data_width,
+                                              "FREQ_HZ": hz}, DATAWIDTH=str(ps.hp_data_width))
     memmap = ET.SubElement(m, "MEMORYMAP")
     for cell, (segment, base, rng) in design.address_map(family).items():
         _, slave, block = segment.split("/")

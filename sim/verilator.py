@@ -330,6 +330,8 @@ def generator_sources(roots=("hdl.engine", "hdl.verilog")):
 
 #: The modules a ProgramEngine's Verilog is generated from (beside the engine's own).
 PROGRAM_ROOTS = ("hdl.engine", "hdl.verilog", "hdl.program.program_engine")
+#: The generator modules of the Zynq boards' top (the program engine and its AXI4 master).
+ZYNQ_ROOTS = ("hdl.engine", "hdl.verilog", "hdl.program.zynq_top")
 
 
 def _hdl_sources_digest(roots=("hdl.engine", "hdl.verilog")):
@@ -340,10 +342,18 @@ def _hdl_sources_digest(roots=("hdl.engine", "hdl.verilog")):
     return h.hexdigest()
 
 
-def engine_build_key(config, *, waves=False):
-    """Cache key of an engine build: configuration, generator sources, tools, tracing."""
-    doc = {"config": config.as_dict(), "hdl": _hdl_sources_digest(), "waves": wave_format() if waves else None,
+def engine_build_key(config, *, waves=False, roots=None):
+    """Cache key of an engine build: configuration, generator sources, tools, tracing.
+
+    ``roots``: the generator modules of the top built, if not the
+    ConvEngine's (:data:`PROGRAM_ROOTS`, :data:`ZYNQ_ROOTS`); their sources
+    and everything they import are in the key.
+    """
+    hdl = _hdl_sources_digest() if roots is None else _hdl_sources_digest(roots)
+    doc = {"config": config.as_dict(), "hdl": hdl, "waves": wave_format() if waves else None,
            "tools": _tool_versions()}
+    if roots is not None:
+        doc["roots"] = list(roots)
     digest = hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
     return f"engine-{digest}{'-waves' if waves else ''}"
 

@@ -27,6 +27,8 @@ from fpgacnn.core.memory_port import ADDRESS_BITS
 from fpgacnn.core.regmap import RegisterMapBuilder
 from fpgacnn.hdl.bus.axi_lite import AXI4LiteSignature, AXI4LiteSlave
 from fpgacnn.hdl.bus.csr_bank import CSRBank
+from fpgacnn.hdl.bus.memory_port import (memory_fault_signature, memory_read_signature,
+                                         memory_response_signature, memory_write_signature)
 
 
 #: Reads in flight at most, by default (enough for a latency of 40 at one read a cycle).
@@ -74,10 +76,10 @@ class MemoryCopyTop(wiring.Component):
         super().__init__({
             "s_axil": In(AXI4LiteSignature(12)),
             "s_axis": In(_axis(32)), "m_axis": Out(_axis(32)),
-            "mem_rd": Out(Signature({"addr": Out(ADDRESS_BITS), "valid": Out(1), "ready": In(1)})),
-            "mem_rdata": In(Signature({"data": Out(8 * r), "valid": Out(1), "ready": In(1)})),
-            "mem_wr": Out(Signature({"addr": Out(ADDRESS_BITS), "data": Out(8 * w), "strb": Out(w),
-                                     "valid": Out(1), "ready": In(1)})),
+            "mem_rd": Out(memory_read_signature()),
+            "mem_rdata": In(memory_response_signature(8 * r)),
+            "mem_wr": Out(memory_write_signature(w)),
+            "mem_fault": Out(memory_fault_signature()),
             "irq": Out(1),
         })
 

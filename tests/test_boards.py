@@ -7,6 +7,7 @@ import re
 import pytest
 
 from fpgacnn.core.contract import engine_contract
+from fpgacnn.hdl.verilog import ZYNQ_TOP_NAME
 
 from fpgacnn.boards.board import BOARD_DIR, BoardError, list_boards, load_board, load_board_file
 from fpgacnn.boards.engine_sizing import (bram_blocks_needed, fifo_reserve, multipliers_needed,
@@ -300,7 +301,7 @@ def test_cli_build_zynq_without_vivado(tmp_path, capsys, monkeypatch):
     out = capsys.readouterr().out
     assert status == 3
     assert (out_dir / "fpgacnn.tcl").is_file()
-    assert (out_dir / "rtl" / "fpgacnn_engine.v").is_file()
+    assert (out_dir / "rtl" / f"{ZYNQ_TOP_NAME}.v").is_file()
     assert (out_dir / "rtl" / "fpgacnn_axi.v").is_file()
     assert EngineConfig.from_toml(out_dir / "engine.toml") == EngineConfig.from_toml(config)
     assert re.search(r"^vivado is not on PATH, so nothing was built\. To build, run:\n"

@@ -1,7 +1,8 @@
 """The pynq backend's code (PynqBoard) on what a Zynq build ships, cocotbpynq standing in for pynq.
 
 The simulated top is the wrapper ``fpgacnn_axi`` that ``fpgacnn build``
-writes for Vivado, around the generated engine (one Verilator build, cached),
+writes for Vivado, around the generated Zynq top (the program engine and its
+AXI4 memory master; one Verilator build, cached),
 and the ``.hwh`` is the one fpgacnn.sim.pynq_hwh writes for the same block
 design. The driver finds the engine and the DMA in that file as it does on a
 board, and cocotbpynq binds its AXI4-Lite master and DMA channels to the
@@ -35,18 +36,20 @@ BOARD = "pynq-z2"
 @pytest.fixture(scope="module")
 def wrapper_build():
     """Verilator build of the wrapper and engine exactly as the Vivado project adds them."""
-    from fpgacnn.sim.verilator import build_verilog, engine_build_key, prune_cache
+    from fpgacnn.hdl.verilog import ZYNQ_TOP_NAME
+    from fpgacnn.sim.verilator import ZYNQ_ROOTS, build_verilog, engine_build_key, prune_cache
     board = load_board(BOARD)
     module = DESIGN.engine.module
-    text = wrapper_verilog(SMALL_ENGINE)
+    text = wrapper_verilog(SMALL_ENGINE, memory_width=DESIGN.memory_width(board.family,
+                                                                         SMALL_ENGINE))
     key = "zynq-axi-" + hashlib.sha256(
-        (engine_build_key(SMALL_ENGINE) + text).encode()).hexdigest()[:16]
+        (engine_build_key(SMALL_ENGINE, roots=ZYNQ_ROOTS) + text).encode()).hexdigest()[:16]
 
     def write(d):
         project = write_zynq_project(board, SMALL_ENGINE, d)
         rtl = project.directory / "rtl"
         assert (rtl / f"{module}.v").read_text() == text
-        return [rtl / "fpgacnn_engine.v", rtl / f"{module}.v"]
+        return [rtl / f"{ZYNQ_TOP_NAME}.v", rtl / f"{module}.v"]
 
     build = build_verilog(key, module, write)
     prune_cache(prefix="zynq-axi-", keep=2)
@@ -70,8 +73,26 @@ def test_pynq_board_reaches_the_engine_registers_through_the_wrapper(wrapper_bui
 
 
 def test_pynq_backend_runs_the_example_model_on_the_wrapper(wrapper_build, tmp_path):
-    """Accelerator(backend="pynq") on the shipped RTL: same output as the reference."""
+    """Accelerator(backend="pynq", sequencer=False) on the shipped RTL, every layer a run
+    through the DMA: same output as the reference."""
     result = run_on_wrapper(wrapper_build, tmp_path, "pynq_backend_runs_the_example_model")
+    assert result.failed == [], result.messages
+    assert len(result.passed) == 1
+
+
+def test_pynq_backend_runs_the_example_program_from_ddr(wrapper_build, tmp_path):
+    """Accelerator(backend="pynq") on the shipped RTL with a DDR on its AXI4 master: the
+    whole network in one sequencer start, twice, bit-exact; buffers flushed and
+    invalidated as on a board; writes seen by reads only after their B responses."""
+    result = run_on_wrapper(wrapper_build, tmp_path, "pynq_backend_runs_the_example_program")
+    assert result.failed == [], result.messages
+    assert len(result.passed) == 1
+
+
+def test_a_memory_access_the_ddr_refuses_is_reported(wrapper_build, tmp_path):
+    """An AXI4 error response (the program's base moved out of DDR) is kept in
+    seq_fault with its burst's address and reported by the driver, then cleared."""
+    result = run_on_wrapper(wrapper_build, tmp_path, "a_memory_access_the_ddr_refuses_is_reported")
     assert result.failed == [], result.messages
     assert len(result.passed) == 1
 
@@ -82,7 +103,8 @@ def test_hwh_locates_engine_and_dma(tmp_path, name):
     ps = DESIGN.ps(board.family)
     (tmp_path / "d.hwh").write_text(simulation_hwh(SMALL_ENGINE, board))
     assert find_engine_in_hwh(tmp_path / "d.hwh") == {
-        "engine": "engine", "base": ps.engine_base, "range": 0x1000, "dma": "dma"}
+        "engine": "engine", "base": ps.engine_base, "range": 0x1000, "dma": "dma",
+        "memory": True}
 
 
 def _hwh(tmp_path, edit):
@@ -109,7 +131,7 @@ def test_engine_is_found_by_its_module_reference_inside_a_hierarchy(tmp_path):
                     el.set("INSTANCE", f"accel_{cell}")
     found = find_engine_in_hwh(_hwh(tmp_path, nest))
     assert found == {"engine": "accel/engine", "base": 0x43C0_0000, "range": 0x1000,
-                     "dma": "accel/dma"}
+                     "dma": "accel/dma", "memory": True}
 
 
 def test_missing_hwh_is_named(tmp_path):

