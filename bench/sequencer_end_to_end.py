@@ -95,7 +95,8 @@ def _published(rows):
         ours = {r[1]: r[10] for r in rows if r[0] == board and r[2] == 1 and r[3] == "sequencer"}
         cells = " | ".join(f"{ours[m]:.3f}" if m in ours else "-" for m in models)
         lines.append(f"| fpgacnn, sequencer | {board} sized engine (simulated) | {cells} | "
-                     "one bitstream, all models; the engine not yet built for Zynq |")
+                     "one bitstream, all models; its Zynq top generated and simulated, not yet "
+                     "built with Vivado |")
     for system, board, figures, notes in PUBLISHED:
         cells = " | ".join(f"{figures[m]:g}" if m in figures else "-" for m in models)
         lines.append(f"| {system} | {board} | {cells} | {notes} |")

@@ -311,9 +311,9 @@ class ProcessingSystem:
     ddr_segment : str
         The DDR segment the DMA and the engine see through ``hp_slave``.
     ddr_base, ddr_range : int
-    hp_data_width : int
-        The HP port's data width in bits as the design sets it (the engine's
-        memory master is as wide).
+    hp_max_width : int
+        The widest data the HP port takes, in bits (the design sets it, and
+        the engine's memory master, to :meth:`ZynqDesign.memory_width`).
     dma_addr_width : int
         The DMA's address width (32 on Zynq-7000, 64 on UltraScale+).
     """
@@ -336,7 +336,7 @@ class ProcessingSystem:
     ddr_base: int
     ddr_range: int
     dma_addr_width: int
-    hp_data_width: int = 64
+    hp_max_width: int = 64
     data_space: str = "Data"
 
     @property
@@ -360,7 +360,7 @@ _PS = (
         clock="pl_clk0", resetn="pl_resetn0", irq="pl_ps_irq0",
         engine_base=0xA000_0000, dma_base=0xA001_0000,   # the HPM0_FPD window
         ddr_segment="HP0_DDR_LOW", ddr_base=0, ddr_range=0x8000_0000,
-        dma_addr_width=64),
+        dma_addr_width=64, hp_max_width=128),
 )
 
 
@@ -408,21 +408,21 @@ class ZynqDesign:
         raise BoardError(f"family {family!r} has no Zynq PS (one of {', '.join(self.families)})")
 
     def memory_width(self, family, config):
-        """The engine's memory master data width in bits: the HP port's.
+        """The data width in bits of the engine's memory master and the HP port: 64, or
+        the engine's memory read or write if wider (:mod:`fpgacnn.core.memory_port`).
 
         Raises
         ------
         BoardError
-            If the engine's memory words (``pin`` bytes read, the writer's
-            unit written) are wider than the port.
+            If that is wider than the family's HP port takes.
         """
-        width = self.ps(family).hp_data_width
-        for what, nbytes in (("read (pin)", read_bytes(config)),
-                             ("write", write_bytes(config))):
-            if 8 * nbytes > width:
-                raise BoardError(f"the engine's memory {what} word of {nbytes} bytes is wider "
-                                 f"than the {family} HP port's {width} bits")
-        return width
+        limit = self.ps(family).hp_max_width
+        for what, nbytes in (("read", read_bytes(config)), ("write", write_bytes(config))):
+            if 8 * nbytes > limit:
+                raise BoardError(f"the engine's memory {what} of {nbytes} bytes (its beat or "
+                                 f"input word) is wider than the {family} HP port's "
+                                 f"{limit} bits")
+        return max(64, 8 * read_bytes(config), 8 * write_bytes(config))
 
     def address_map(self, family):
         """``{cell: (segment path, base, range)}`` of the register windows on the PS master."""

@@ -168,19 +168,21 @@ _PS_AUTOMATION = {
 }
 
 
-def ps_config(family, mhz, stream_width):
+def ps_config(family, mhz, memory_width):
     """The PS's ``CONFIG.*`` settings the script applies after the board preset.
 
-    The master port to the registers, the HP port for the DMA, fabric clock 0
-    at ``mhz`` and the fabric interrupt. The simulated ``.hwh`` lists the same
-    values as the PS's parameters.
+    The master port to the registers, the HP port for the DMA and the
+    engine's memory master, fabric clock 0 at ``mhz`` and the fabric
+    interrupt. The simulated ``.hwh`` lists the same values as the PS's
+    parameters.
 
     Parameters
     ----------
     family : str
         ``zynq7`` or ``zynqmp``.
     mhz : float
-    stream_width : int
+    memory_width : int
+        The HP port's data width (:meth:`~fpgacnn.boards.zynq_design.ZynqDesign.memory_width`).
 
     Returns
     -------
@@ -191,13 +193,13 @@ def ps_config(family, mhz, stream_width):
         return {
             "PSU__USE__M_AXI_GP0": "1", "PSU__USE__M_AXI_GP1": "0", "PSU__USE__M_AXI_GP2": "0",
             "PSU__MAXIGP0__DATA_WIDTH": "32",
-            "PSU__USE__S_AXI_GP2": "1", "PSU__SAXIGP2__DATA_WIDTH": str(max(stream_width, 64)),
+            "PSU__USE__S_AXI_GP2": "1", "PSU__SAXIGP2__DATA_WIDTH": str(memory_width),
             "PSU__FPGA_PL0_ENABLE": "1", "PSU__CRL_APB__PL0_REF_CTRL__FREQMHZ": f"{mhz:g}",
             "PSU__USE__IRQ0": "1",
         }
     return {
         "PCW_USE_M_AXI_GP0": "1", "PCW_USE_S_AXI_HP0": "1",
-        "PCW_S_AXI_HP0_DATA_WIDTH": "64",
+        "PCW_S_AXI_HP0_DATA_WIDTH": str(memory_width),
         "PCW_FPGA0_PERIPHERAL_FREQMHZ": f"{mhz:g}",
         "PCW_USE_FABRIC_INTERRUPT": "1", "PCW_IRQ_F2P_INTR": "1",
     }
@@ -285,7 +287,7 @@ create_bd_design $name
 # Processing system with the board preset (DDR, MIO, clocks as the board needs).
 create_bd_cell -type ip -vlnv [latest_ip xilinx.com:ip:{ps.ip}] {ps.cell}
 apply_bd_automation -rule {rule} -config {automation} [get_bd_cells {ps.cell}]
-set_property -dict [list {props(ps_config(ps.family, mhz, sw))}] [get_bd_cells {ps.cell}]
+set_property -dict [list {props(ps_config(ps.family, mhz, memory_width))}] [get_bd_cells {ps.cell}]
 
 # AXI DMA: simple mode, {dma.length_width}-bit length, MM2S -> engine -> S2MM at {sw} bits.
 create_bd_cell -type ip -vlnv [latest_ip {dma.vlnv_prefix}] {dma.cell}

@@ -43,8 +43,8 @@ before it stops: an AXI4 port orders no read after a write, and the host
 reads the output once the engine has stopped. The simulated board's memory
 does a write when it takes it and holds it low.
 
-``R`` is the engine's input word, ``pin`` bytes (what the pixel reader
-reads); ``W`` is the larger of the pixel writer's unit
+``R`` is the engine's beat (``stream_bytes``), or its input word (``pin``
+bytes) where that is wider; ``W`` is the larger of the pixel writer's unit
 (``min(pout, stream_bytes)``, a power of two) and 4 (a 32-bit counter), so
 also a power of two. Addresses are byte addresses of a 32-bit space: on the
 simulated board, offsets into the buffer attached as the board's memory; on
@@ -94,9 +94,15 @@ MEMORY_PORTS = {
 
 
 def read_bytes(config):
-    """R: bytes of one memory read, the engine's input word (``pin``)."""
+    """R: bytes of one memory read: the engine's beat, or its input word (``pin``) if wider.
+
+    A client that reads ``pin``-byte words (the record fetch, the vector
+    unit, the pixel reader's narrow sections) gets the word's bytes out of
+    the R read at the word's R-aligned address; the pixel reader's wide
+    sections take all R (docs/program.md, "The beat-wide read port").
+    """
     require_config(config)
-    return config.pin
+    return max(config.pin, config.stream_bytes)
 
 
 def write_bytes(config):

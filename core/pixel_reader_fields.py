@@ -6,7 +6,12 @@ reads them as an Amaranth struct, and the host
 program image's engine record. See docs/program.md, "How a program runs".
 
 The reader walks one affine counter nest and emits ``pin``-byte words (a
-*word* below; addresses count words, not bytes)::
+*word* below; addresses count words, not bytes), or, with ``wide``, words of
+the read port's ``R = read_bytes(config)`` bytes (a whole beat on an engine
+whose ``pin`` is narrower than its beat: the PYNQ-Z2's 4 in 8), so that it
+gives the engine a beat a cycle; the host sets ``wide`` where every count of
+words, stride and base is a multiple of ``R / pin``
+(:func:`fpgacnn.host.pixel_reader_setup.wide_fields`)::
 
     for image in range(images):
         for row in range(rows):                        # read from memory
@@ -25,7 +30,7 @@ The reader walks one affine counter nest and emits ``pin``-byte words (a
 
 Of the channels of a tensor pixel that the reads of one ``(row, col)`` walk
 (``channels`` of them, from ``ky * ky_channels + (kx * words + word) * pin``
-on), only those below ``channels`` are kept: a word wholly past them is not
+on; ``R`` for ``pin`` with ``wide``), only those below ``channels`` are kept: a word wholly past them is not
 read (0), and in the word they end in the lanes past them are 0 (in a pixel
 of ``x_zp`` too); so are the words of the last row's pixels from
 ``last_cols`` on. That nest is every pixel section the reader takes:
@@ -84,6 +89,9 @@ READER_FIELDS = (
                 "(the remap: blocks * words * pin)"),
     ReaderField("last_cols", 16, False, "pixels of the last row that are read, 1..cols; the "
                 "rest are 0 (a remapped Gemm chunk's padding pixels)"),
+    ReaderField("wide", 1, False, "1: a word is the read port's R bytes (a whole beat where "
+                "pin is narrower: read_bytes(config)), and every field counting words counts "
+                "those; 0: pin-byte words"),
 )
 
 

@@ -273,7 +273,7 @@ def conv_cycles(config, x_shape, w_shape, *, stride=1, pads=(0, 0, 0, 0), pool=F
     return layer_cycles(config, desc, macs=geo["macs"])
 
 
-def sequenced_run_cycles(config, desc, latency):
+def sequenced_run_cycles(config, desc, latency, *, wide=False):
     """Busy cycles of a run that the program sequencer makes from board memory.
 
     The run as :func:`layer_cycles` predicts it with its input delayed by the
@@ -292,17 +292,21 @@ def sequenced_run_cycles(config, desc, latency):
         The run's descriptor.
     latency : int
         The memory's read latency in cycles.
+    wide : bool
+        The run's sections stream as wide words (the reader's ``wide``: a
+        beat a cycle), needed on an engine whose ``pin`` is narrower than a
+        beat.
 
     Raises
     ------
     ValueError
         On an engine whose input word (``pin`` bytes) is narrower than a
-        beat: the reader gives one word per cycle there, less than the
-        engine takes, which this does not model yet.
+        beat, for a run that is not wide: the reader gives one word per cycle
+        there, less than the engine takes, which this does not model yet.
     """
-    if config.pin < config.stream_bytes:
+    if config.pin < config.stream_bytes and not wide:
         raise ValueError(f"the sequenced-run model needs pin ({config.pin}) >= the beat's "
-                         f"{config.stream_bytes} bytes")
+                         f"{config.stream_bytes} bytes, or a wide run")
     sections = 2 if desc.get("load_weights", 0) or desc.get("load_params", 0) else 1
     delay = sections * (int(latency) + 4) + sections - 1
     return layer_cycles(config, desc, feed_delay=delay).cycles

@@ -29,11 +29,12 @@ Examples
 import math
 
 from ..core.fields import fields_fit
+from ..core.memory_port import read_bytes
 from ..core.pixel_reader_fields import READER_FIELDS
 from .packing import remap_group, zero_point_rows
 from .program_image import SOURCE_BATCH, SOURCE_STRIP, SOURCE_ZERO_COLUMN, EngineRecord
 
-__all__ = ["reader_fields"]
+__all__ = ["reader_fields", "wide_fields"]
 
 
 def _zero_rows(layout, height):
@@ -134,8 +135,45 @@ def reader_fields(image, record):
     fields.update({k: fields[k] // pin for k in byte_values})
     fields.update(images=images, words=words, channels=lanes, zp_pixels=zp_pixels,
                   zero_words=extra_pixels * words + (-image_words) % per_beat,
-                  last_cols=fields["cols"])
+                  last_cols=fields["cols"], wide=0)
     return fields if fields_fit(READER_FIELDS, fields) else None
+
+
+#: The fields that count words (or addresses in words): the ones ``wide`` rescales.
+_WORD_FIELDS = ("base", "image_stride", "row_stride", "pixel_stride", "words", "zero_words",
+                "block_stride", "ky_stride")
+
+
+def wide_fields(config, fields):
+    """``fields`` (:func:`reader_fields`'s, ``pin``-byte words) as a wide section, or None.
+
+    On an engine whose read port is wider than ``pin`` (``k = R / pin`` words
+    of a read, R the beat: :func:`~fpgacnn.core.memory_port.read_bytes`) the
+    reader gives a beat a cycle when it reads R-byte words; the section is
+    the same bytes in that unit exactly when every base, stride and count of
+    words is a multiple of ``k`` (then every run of words the nest reads, and
+    every run it synthesizes, starts and ends on an R-byte word, and on a
+    beat of the stream). Channel counts (``channels``, ``ky_channels``)
+    stay as they are.
+
+    Parameters
+    ----------
+    config : EngineConfig
+    fields : dict or None
+        With ``wide`` 0.
+
+    Returns
+    -------
+    dict or None
+        The fields with ``wide`` 1 and the word counts divided by ``k``; None
+        when ``fields`` is, when the port is no wider than ``pin`` or when a
+        count is not a multiple of ``k``.
+    """
+    k = read_bytes(config) // config.pin
+    if fields is None or k == 1 or any(fields[name] % k for name in _WORD_FIELDS):
+        return None
+    wide = dict(fields, wide=1, **{name: fields[name] // k for name in _WORD_FIELDS})
+    return wide if fields_fit(READER_FIELDS, wide) else None
 
 
 def _remap_fields(image, record, fields):
@@ -184,5 +222,6 @@ def _remap_fields(image, record, fields):
     fields.update({name: v // pin for name, v in byte_values.items()})
     fields.update(images=images, rows=oh, cols=ow, words=words, channels=lanes,
                   zp_pixels=0, zero_words=(-image_words) % per_beat, blocks=k,
-                  block_stride=words, ky_stride=k * words, ky_channels=k * g, last_cols=last)
+                  block_stride=words, ky_stride=k * words, ky_channels=k * g, last_cols=last,
+                  wide=0)
     return fields if fields_fit(READER_FIELDS, fields) else None

@@ -36,7 +36,7 @@ from ..core.regmap import build_regmap
 from ..core.sequencer import (COUNTER_WORDS, MAX_RECORDS, RECORD_ENGINE, RECORD_FIELDS,
                               RECORD_HOST, RECORD_VECTOR, record_bytes, record_word)
 from .cycle_model import vector_run_cycles
-from .pixel_reader_setup import reader_fields
+from .pixel_reader_setup import reader_fields, wide_fields
 from .pixel_writer_setup import writer_fields
 from .program_image import EngineRecord, ProgramImage, VectorRecord, alignment
 from .vector_mapping import vector_fields
@@ -108,6 +108,8 @@ def hardware_record(image, record, *, warm, counters, regs=None):
     if not isinstance(record, EngineRecord):
         return words, False
     reader, writer = reader_fields(image, record), writer_fields(image, record)
+    # A beat a cycle where the read port is wider than pin and the section allows it.
+    reader = wide_fields(config, reader) or reader
     desc = complete_descriptor(record.warm_descriptor() if warm else record.descriptor)
     if desc["load_weights"]:
         const_nbytes = record.const_nbytes
@@ -247,6 +249,12 @@ class SequencerProgram:
         """The counters the sequencer stored for record ``index``: busy, stall-in, stall-out."""
         off = self.counters + 4 * COUNTER_WORDS * index
         return [int(v) for v in self.memory[off:off + 4 * COUNTER_WORDS].view("<u4")]
+
+    def table_word(self, index, name, *, warm=False):
+        """Word ``name`` (:data:`~fpgacnn.core.sequencer.RECORD_FIELDS`: ``reader_wide``,
+        ``const_words``, ...) of record ``index`` in a run table, read from board memory."""
+        at = self.table_words[warm] * self.config.pin + index * record_bytes(self.config)
+        return int(self.memory[at:at + 4 * len(RECORD_FIELDS)].view("<u4")[record_word(name)])
 
     def descriptor(self, index, *, warm=False):
         """The descriptor record ``index`` of a run table holds, as the sequencer

@@ -295,7 +295,7 @@ def simulation_hwh(config, board, *, name="design", design=DESIGN):
         "INSTANCE": ps.cell, "IPTYPE": "PERIPHERAL", "IS_ENABLE": "1", "IS_PL": "FALSE",
         "MODTYPE": ps.ip, "VLNV": ps.vlnv})
     _parameters(m, {**_clock_parameters(family, board.clock.target_mhz),
-                    **ps_config(family, board.clock.target_mhz, sw)})
+                    **ps_config(family, board.clock.target_mhz, memory_width)})
     ports = ET.SubElement(m, "PORTS")
     sinks = [(engine.cell, engine.clock), *((dma.cell, c) for c in dma.clocks),
              (ps.cell, ps.master_aclk), (ps.cell, ps.hp_aclk)]
@@ -310,8 +310,8 @@ def simulation_hwh(config, board, *, name="design", design=DESIGN):
            "xilinx.com:interface:aximm:1.0", {"PROTOCOL": "AXI4", "DATA_WIDTH": 32,
                                               "FREQ_HZ": hz}, DATAWIDTH="32")
     _busif(buses, ps.hp_slave, design.busname(f"{ps.cell}/{ps.hp_slave}", family), "SLAVE",
-           "xilinx.com:interface:aximm:1.0", {"PROTOCOL": "AXI4", "DATA_WIDTH": ps.hp_data_width,
-                                              "FREQ_HZ": hz}, DATAWIDTH=str(ps.hp_data_width))
+           "xilinx.com:interface:aximm:1.0", {"PROTOCOL": "AXI4", "DATA_WIDTH": memory_width,
+                                              "FREQ_HZ": hz}, DATAWIDTH=str(memory_width))
     memmap = ET.SubElement(m, "MEMORYMAP")
     for cell, (segment, base, rng) in design.address_map(family).items():
         _, slave, block = segment.split("/")

@@ -1,14 +1,20 @@
 """The pixel reader (issue 16 item 3): a run's pixel section read from the program
 image's arena equals the host's (``record_stream`` after the constants) byte for byte.
 
-Amaranth simulator, a memory model holding the whole image (word address ``A``:
-bytes ``pin*A ..``), with a latency, random pauses of requests and responses
-and random back-pressure on ``o_stream``; the records of compiled programs
+Amaranth simulator, a memory model holding the whole image that answers as
+the program engine's top does (a request for word address ``A``, bytes
+``pin*A ..``, gets the ``R = read_bytes(config)`` bytes from there: the word
+in the low bytes, random bytes above it, or a whole R-aligned R in a wide
+section), with a latency, random pauses of requests and responses and
+random back-pressure on ``o_stream``; the records of compiled programs
 (random CNNs, single convolutions, a Gemm chunk with padding pixels) at
-batches 1 and 2, on the two engines of tests/limit_layers.py and on one with
-several words to a beat and one with several beats to a word. The arena is
-first filled with random bytes (so a lane the reader must zero is never zero
-by chance), then each record's input tensor is written in, as
+batches 1 and 2, on the two engines of tests/limit_layers.py, on one with
+several words to a beat, the PYNQ-Z2's shape (two words to a beat) and one
+with several beats to a word. Every record runs as
+:func:`~fpgacnn.host.pixel_reader_setup.reader_fields` gives it and, where
+:func:`~fpgacnn.host.pixel_reader_setup.wide_fields` takes it, wide. The
+arena is first filled with random bytes (so a lane the reader must zero is
+never zero by chance), then each record's input tensor is written in, as
 tests/test_program_image.py does.
 """
 
@@ -21,16 +27,17 @@ import numpy as np
 import pytest
 from numpy.testing import assert_array_equal
 
-from amaranth.hdl import UnusedElaboratable
+from amaranth.hdl import UnusedElaboratable, unsigned
 from amaranth.sim import Simulator
 
 from fpgacnn.core.config import EngineConfig
+from fpgacnn.core.memory_port import ADDRESS_BITS, read_bytes
 from fpgacnn.core.pixel_reader_fields import READER_FIELDS, reader_layout
 from fpgacnn.hdl.program.pixel_reader import PixelReader
 from fpgacnn.host.compiler import EngineStep, compile_model
 from fpgacnn.host.layers import Gemm
 from fpgacnn.host.model import QuantizedModel, TensorSpec
-from fpgacnn.host.pixel_reader_setup import reader_fields
+from fpgacnn.host.pixel_reader_setup import reader_fields, wide_fields
 from fpgacnn.host.program_image import (SOURCE_BATCH, SOURCE_STRIP, SOURCE_ZERO_COLUMN,
                                         EngineRecord, FoldRecord, HostRecord, build_image)
 from fpgacnn.host.program_runner import record_stream
@@ -41,12 +48,16 @@ from random_models import convolution_model, folded_cnn, random_cnn
 from test_program_image import CONVOLUTIONS, _tensors
 
 #: Engines with one word to a beat (the two of tests/limit_layers.py), four
-#: words to a beat, and a word of four beats.
+#: words to a beat, two (the PYNQ-Z2's engine's shape: pin 4 in 8-byte beats),
+#: and a word of four beats. Where a word is narrower than a beat the read port
+#: is a beat wide, and sections can be wide.
 ENGINES = {
     "k3": SMALL_ENGINE,
     "k2": CONFIGS["k2"],
     "words-per-beat": EngineConfig(pin=2, pout=2, kmax=3, stream_width=64, max_width=16,
                                    max_channels=8, max_out_channels=8),
+    "pynq": EngineConfig(pin=4, pout=4, kmax=3, stream_width=64, max_width=16,
+                         max_channels=16, max_out_channels=16),
     "beats-per-word": EngineConfig(pin=16, pout=4, kmax=2, stream_width=32, max_width=8,
                                    max_channels=32, max_out_channels=8),
 }
@@ -94,7 +105,25 @@ CASES = {
            ("remap_gemm", lambda: gemm_model(np.random.default_rng(4), 21, 3), 13, 2)],
     "words-per-beat": [("conv", lambda: convolution_model(np.random.default_rng(3), 3, 4, 1,
                                                           (3, 3), (1, 1), (1, 1), (1, 1, 1, 1),
-                                                          (3, 5)), 2, 1)],
+                                                          (3, 5)), 2, 1),
+                       # Its third record: 8 channels, 4 words (wide: 1).
+                       ("random_cnn_3", lambda: random_cnn(3), 1, 3)],
+    # Wide: pixels of 2 words with masked lanes (6 channels: the mask ends past
+    # the first pin word of a wide one) at batch 2, 4 words of 13 channels, rows
+    # of x_zp (masked), the 1x1 remap (positions past the channels: not read),
+    # a remapped Gemm chunk with padding pixels. Narrow: 1 and 3 words (not
+    # wide), a group of 2 words in pixels of 3 (12 channels: every other pixel
+    # starts mid-read, so not wide either), a Gemm chunk's padding pixels.
+    "pynq": [("random_cnn_0", lambda: random_cnn(0), 1, 3),
+             ("random_cnn_1", lambda: random_cnn(1), 2, 2),
+             ("zero_rows", lambda: convolution_model(np.random.default_rng(0), 6,
+                                                     *ZERO_ROWS[1:]), 2, 1),
+             ("remap", lambda: convolution_model(np.random.default_rng(7), 40, 9, 1, (1, 1),
+                                                 (2, 2), (1, 1), (0, 0, 0, 0), (7, 9)), 2, 1),
+             ("remap_gemm", lambda: gemm_model(np.random.default_rng(3), 41, 5), 23, 1),
+             ("groups", lambda: convolution_model(np.random.default_rng(1), *CONVOLUTIONS[1]),
+              1, 2),
+             ("gemm", lambda: gemm_model(np.random.default_rng(1), 3, 5), 100, 1)],
     "beats-per-word": [("conv", lambda: convolution_model(np.random.default_rng(4), 20, 4, 1,
                                                           (2, 2), (1, 1), (1, 1), (0, 0, 1, 1),
                                                           (3, 4)), 1, 1),
@@ -118,12 +147,20 @@ def run_reader(config, image, runs, *, latency=3, stall=0.3, backpressure=0.3, s
     """Run the reader over ``runs`` = [(fields, prepare), ...] back to back, on one memory
     holding ``image.data``; ``prepare()`` (may be None) is called before its run starts
     (it may write the arena). Returns per run the bytes sent and the cycles from
-    the cycle of ``start`` to the cycle of ``done``."""
+    the cycle of ``start`` to the cycle of ``done``.
+
+    The memory answers as the program engine's top does, with ``R`` bytes: for a
+    narrow section the requested word in the low ``pin`` bytes and random bytes
+    above it (the reader must drop them), for a wide one the R bytes at the
+    (R-aligned) address."""
     dut = PixelReader(config, outstanding=outstanding)
     rng = np.random.default_rng(seed)
-    pin = config.pin
+    # Apart from `rng`, so that the pauses are the same whatever the port's width.
+    junk = np.random.default_rng(seed + 1)
+    pin, rb = config.pin, read_bytes(config)
     layout = reader_layout()
     results = []
+    current = {"wide": 0}  # the run in progress: its requests are wide
 
     async def memory(ctx):
         pending, cycle, presenting = deque(), 0, False
@@ -147,15 +184,25 @@ def run_reader(config, image, runs, *, latency=3, stall=0.3, backpressure=0.3, s
             assert offered is None or (a_valid and addr == offered), "o_addr withdrawn"
             offered = addr if a_valid and not a_ready else None
             if a_valid and a_ready:
-                word = image.data[addr * pin:(addr + 1) * pin]
-                assert word.size == pin, f"read past the image at word {addr}"
-                pending.append((cycle + latency, int.from_bytes(word.tobytes(), "little")))
+                at = addr * pin
+                if current["wide"]:
+                    assert at % rb == 0, f"a wide read at word {addr}, not on {rb} bytes"
+                    word = image.data[at:at + rb]
+                    assert word.size == rb, f"read past the image at word {addr}"
+                    value = int.from_bytes(word.tobytes(), "little")
+                else:
+                    word = image.data[at:at + pin]
+                    assert word.size == pin, f"read past the image at word {addr}"
+                    value = (int.from_bytes(word.tobytes(), "little")
+                             | int.from_bytes(junk.bytes(rb - pin), "little") << 8 * pin)
+                pending.append((cycle + latency, value))
             cycle += 1
 
     async def bench(ctx):
         for fields, prepare in runs:
             if prepare is not None:
                 prepare()
+            current["wide"] = fields["wide"]
             ctx.set(dut.fields, layout.const(fields))
             ctx.set(dut.start, 1)
             beats, cycles, offered = [], 0, None
@@ -215,6 +262,12 @@ def reader_runs(engine):
         yield name, image, chosen
 
 
+def modes(config, fields):
+    """``fields`` (narrow) and, where :func:`wide_fields` takes them, their wide form."""
+    wide = wide_fields(config, fields)
+    return [fields] if wide is None else [fields, wide]
+
+
 def arrange_input(image, record, x):
     """Write a run's input ``x`` where ``record`` reads it: a tensor of the arena, or,
     when it reads a fold of the network input, the input and its folds as a program
@@ -227,8 +280,10 @@ def arrange_input(image, record, x):
 
 @pytest.mark.parametrize("engine", list(ENGINES))
 def test_reader_makes_the_hosts_pixel_sections(engine):
+    """Every record narrow and, where it can be, wide (after its narrow run, so the
+    mode changes between runs both ways), with pauses and back-pressure."""
     config = ENGINES[engine]
-    kinds = set()
+    kinds, wide_runs = set(), 0
     for name, image, chosen in reader_runs(engine):
         expected = []
 
@@ -237,15 +292,19 @@ def test_reader_makes_the_hosts_pixel_sections(engine):
             arrange_input(image, record, x)
             expected.append(pixel_section(image, record))
 
-        runs = [(fields, partial(prepare, record, x)) for record, fields, x in chosen]
-        results = run_reader(config, image, runs, seed=len(name))
-        for (record, fields, _), want, (got, _) in zip(chosen, expected, results):
+        runs = [(record, f, x) for record, fields, x in chosen for f in modes(config, fields)]
+        results = run_reader(config, image, [(f, partial(prepare, record, x))
+                                             for record, f, x in runs], seed=len(name))
+        for (record, fields, _), want, (got, _) in zip(runs, expected, results):
             kinds.add(record.source.kind)
+            wide_runs += fields["wide"]
             assert_array_equal(got, want, err_msg=f"{engine} {name} step {record.step} "
                                                   f"{fields}")
     assert SOURCE_STRIP in kinds
     if engine in ("k3", "k2"):
         assert kinds == {SOURCE_STRIP, SOURCE_ZERO_COLUMN, SOURCE_BATCH}
+    # Wide mode is there to test exactly where the read port is wider than a word.
+    assert (wide_runs > 0) == (read_bytes(config) > config.pin), wide_runs
 
 
 def test_the_tested_sections_have_every_part():
@@ -253,28 +312,46 @@ def test_the_tested_sections_have_every_part():
     masked too), a zero column, a Gemm chunk's padding pixels, the padding of an
     image to a whole beat, masked lanes, several words to a pixel, a batch of 2, the
     1x1 remap (with block positions wholly past the channels: not read), a
-    remapped Gemm chunk with padding pixels."""
-    seen = dict.fromkeys(("zp_rows", "masked_zp", "zero_column", "pad_pixels", "beat_padding",
-                          "masked", "words", "images", "remap", "remap_unread",
-                          "remap_gemm_padding"), False)
+    remapped Gemm chunk with padding pixels; and wide: several words to a pixel,
+    masked lanes (the mask ending past a wide word's first pin word), masked rows of
+    x_zp, a batch of 2, the 1x1 remap of a strip (positions not read) and of a Gemm
+    chunk with padding pixels. (No record here gives zero words or a zero column
+    wide: a wide section's word counts are even, so it needs no padding to a beat,
+    and the zero columns here are of one word; the synthesized test has both.)"""
+    parts = ("zp_rows", "masked_zp", "zero_column", "pad_pixels", "beat_padding", "masked",
+             "words", "images", "remap", "remap_unread", "remap_gemm_padding")
+    seen = dict.fromkeys(parts, False)
+    seen.update(dict.fromkeys(("wide_words", "wide_masked_past_pin", "wide_masked_zp",
+                               "wide_images", "wide_remap_unread", "wide_remap_gemm_padding"),
+                              False))
     for engine, config in ENGINES.items():
         for name, image, chosen in reader_runs(engine):
-            for record, f, _ in chosen:
-                kind, masked = record.source.kind, f["channels"] % config.pin != 0
-                if f["blocks"] > 1:
-                    seen["remap"] = True
-                    seen["remap_unread"] |= f["channels"] <= (f["blocks"] ** 2 - 1) \
-                        * f["words"] * config.pin
-                    seen["remap_gemm_padding"] |= kind == SOURCE_BATCH \
-                        and f["last_cols"] < f["cols"]
-                seen["zp_rows"] |= f["rows"] > 0 and f["zp_pixels"] > 0
-                seen["masked_zp"] |= f["zp_pixels"] > 0 and masked
-                seen["zero_column"] |= kind == SOURCE_ZERO_COLUMN and f["rows"] == 0
-                seen["pad_pixels"] |= kind == SOURCE_BATCH and f["zero_words"] > 0
-                seen["beat_padding"] |= kind == SOURCE_STRIP and f["zero_words"] > 0
-                seen["masked"] |= masked
-                seen["words"] |= f["words"] > 1
-                seen["images"] |= f["images"] > 1
+            for record, fields, _ in chosen:
+                for f in modes(config, fields):
+                    kind, wide = record.source.kind, f["wide"]
+                    unit = read_bytes(config) if wide else config.pin
+                    masked = f["channels"] % unit != 0
+                    now = dict.fromkeys(parts, False)
+                    if f["blocks"] > 1:
+                        now["remap"] = True
+                        now["remap_unread"] = f["channels"] <= (f["blocks"] ** 2 - 1) \
+                            * f["words"] * unit
+                        now["remap_gemm_padding"] = kind == SOURCE_BATCH \
+                            and f["last_cols"] < f["cols"]
+                    now["zp_rows"] = f["rows"] > 0 and f["zp_pixels"] > 0
+                    now["masked_zp"] = f["zp_pixels"] > 0 and masked
+                    now["zero_column"] = kind == SOURCE_ZERO_COLUMN and f["rows"] == 0
+                    now["pad_pixels"] = kind == SOURCE_BATCH and f["zero_words"] > 0
+                    now["beat_padding"] = kind == SOURCE_STRIP and f["zero_words"] > 0
+                    now["masked"] = masked
+                    now["words"] = f["words"] > 1
+                    now["images"] = f["images"] > 1
+                    for part, there in now.items():
+                        seen[part] |= there
+                        if wide and f"wide_{part}" in seen:
+                            seen[f"wide_{part}"] |= there
+                    seen["wide_masked_past_pin"] |= bool(wide) \
+                        and f["channels"] % unit > config.pin
     assert all(seen.values()), seen
 
 
@@ -289,26 +366,88 @@ def throughput_case():
 
 def expected_cycles(config, fields, nbytes, latency):
     """PixelReader's Latency section: ``max(W, B) + L + 4`` cycles from ``start`` to
-    ``done``, or ``max(W, B) + 3`` when nothing is read."""
-    words, beats = nbytes // config.pin, nbytes // config.stream_bytes
+    ``done``, or ``max(W, B) + 3`` when nothing is read; ``W`` in the section's words
+    (R bytes when wide, so ``W = B``: a beat per cycle)."""
+    word = read_bytes(config) if fields["wide"] else config.pin
+    words, beats = nbytes // word, nbytes // config.stream_bytes
     return max(words, beats) + (latency + 4 if fields["rows"] else 3)
 
 
 @pytest.mark.parametrize("engine, latency", [("k3", 1), ("k3", 6), ("k2", 2),
-                                             ("words-per-beat", 3), ("beats-per-word", 3)])
+                                             ("words-per-beat", 3), ("pynq", 5),
+                                             ("beats-per-word", 3)])
 def test_one_word_per_cycle_without_stalls(engine, latency):
-    """Every section of the engine's cases, with a memory of latency L that never
-    pauses and ``outstanding = L + 3``: one word (or beat) per cycle, and a fixed
-    number of cycles more."""
+    """Every section of the engine's cases, narrow and (where it can be) wide, with a
+    memory of latency L that never pauses and ``outstanding = L + 3``: one word (or
+    beat) per cycle, a beat per cycle when wide, and a fixed number of cycles more."""
     config = ENGINES[engine]
     for name, image, chosen in reader_runs(engine):
         for record, fields, x in chosen:
             arrange_input(image, record, x)
-            [(got, cycles)] = run_reader(config, image, [(fields, None)], latency=latency,
-                                         stall=0, backpressure=0, outstanding=latency + 3)
-            assert_array_equal(got, pixel_section(image, record))
-            assert cycles == expected_cycles(config, fields, got.size, latency), \
-                f"{engine} {name} step {record.step}"
+            runs = modes(config, fields)
+            results = run_reader(config, image, [(f, None) for f in runs], latency=latency,
+                                 stall=0, backpressure=0, outstanding=latency + 3)
+            want = pixel_section(image, record)
+            for f, (got, cycles) in zip(runs, results):
+                assert_array_equal(got, want)
+                assert cycles == expected_cycles(config, f, got.size, latency), \
+                    f"{engine} {name} step {record.step} wide {f['wide']}"
+
+
+def _synthesized(**values):
+    """Fields of a section that reads nothing: every field 0 but ``values``."""
+    return dict(dict.fromkeys((f.name for f in READER_FIELDS), 0), images=1, blocks=1,
+                **values)
+
+
+def test_wide_and_narrow_synthesize_the_same_section():
+    """A zero column (rows of x_zp, lanes past 13 channels masked) and zero words,
+    the parts of a section that no memory read gives: the same bytes in both modes,
+    a beat per cycle when wide."""
+    config = ENGINES["pynq"]  # two words to a read, a beat
+    narrow = _synthesized(words=4, channels=13, x_zp=-7, zp_pixels=3, zero_words=4)
+    wide = wide_fields(config, narrow)
+    assert wide is not None and (wide["words"], wide["zero_words"]) == (2, 2)
+    pixel = np.r_[np.full(13, -7 & 0xFF), np.zeros(3)].astype(np.uint8)
+    want = np.r_[np.tile(pixel, 3), np.zeros(4 * config.pin, np.uint8)]
+    image = build_image(compile_model(random_cnn(0), config))  # a memory nothing reads
+    results = run_reader(config, image, [(narrow, None), (wide, None)], latency=2, stall=0,
+                         backpressure=0, outstanding=5)
+    for f, (got, cycles) in zip((narrow, wide), results):
+        assert_array_equal(got, want)
+        assert cycles == expected_cycles(config, f, got.size, 2)
+    assert results[1][1] == want.size // config.stream_bytes + 3
+
+
+def test_wide_fields_take_only_whole_read_words():
+    """Where the read port is two words (the PYNQ-Z2's shape), a section of an odd
+    number of words per pixel (strips of 4 and 9 channels: 1 and 3 words) is not
+    wide; where it is one word, no section is, even one of 2 words per pixel."""
+    config = ENGINES["pynq"]
+    image = build_image(compile_model(random_cnn(1), config))
+    sections = [(r, reader_fields(image, r)) for r in image.records
+                if isinstance(r, EngineRecord)]
+    odd = [(r, f) for r, f in sections if f is not None and f["words"] % 2]
+    assert {(r.source.c1 - r.source.c0, f["words"]) for r, f in odd} >= {(4, 1), (9, 3)}
+    assert all(wide_fields(config, f) is None for _, f in odd)
+    assert any(wide_fields(config, f) is not None for _, f in sections if f is not None)
+    assert read_bytes(SMALL_ENGINE) == SMALL_ENGINE.pin
+    image = build_image(compile_model(random_cnn(1), SMALL_ENGINE))
+    sections = [reader_fields(image, r) for r in image.records if isinstance(r, EngineRecord)]
+    assert any(f is not None and f["words"] == 2 for f in sections)
+    assert all(wide_fields(SMALL_ENGINE, f) is None for f in sections)
+
+
+@pytest.mark.parametrize("engine", ["k3", "pynq", "beats-per-word"])
+def test_responses_are_as_wide_as_the_read_port(engine):
+    config = ENGINES[engine]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UnusedElaboratable)
+        dut = PixelReader(config)
+        assert dut.i_data.payload.shape() == unsigned(8 * read_bytes(config))
+        assert dut.o_addr.payload.shape() == unsigned(ADDRESS_BITS)
+        del dut
+        gc.collect()
 
 
 def test_fewer_words_in_flight_than_the_latency_slow_it_down():

@@ -14,7 +14,6 @@ import importlib.util
 import logging
 from pathlib import Path
 
-import numpy as np
 import pytest
 from numpy.testing import assert_array_equal
 
@@ -24,7 +23,8 @@ from fpgacnn.host.accelerator import Accelerator, open_board
 from fpgacnn.host.compiler import EngineStep, compile_model
 from fpgacnn.host.layers import Gemm, _Convolution
 from fpgacnn.host.onnx_import import load_onnx
-from fpgacnn.host.program_image import FoldRecord
+from fpgacnn.host.cycle_model import sequenced_run_cycles
+from fpgacnn.host.program_image import EngineRecord, FoldRecord
 from fpgacnn.host.reference import ReferenceBackend
 
 logging.getLogger().setLevel(logging.ERROR)
@@ -38,6 +38,8 @@ CONFIG = size_engine(load_board("pynq-z2")).config
 #: Images per model (a batch; ResNet-18's stem at 224x224 takes ~2.6M cycles each).
 IMAGES = {"resnet8": 2, "mobilenet_v1_025": 2, "ds_cnn": 3, "autoencoder": 4,
           "resnet18_stem": 1}
+#: The simulated board's memory latency (its default, a Zynq-7000 HP port's).
+MEMORY_LATENCY = 40
 #: Input beats withheld / output not ready, per model (0, 0: none).
 PAUSES = {"resnet8": (0, 0), "mobilenet_v1_025": (3, 2), "ds_cnn": (2, 5), "autoencoder": (0, 0),
           "resnet18_stem": (0, 0)}
@@ -98,6 +100,7 @@ SEQUENCER_STOPS = {"resnet8": [], "mobilenet_v1_025": [], "ds_cnn": [], "autoenc
 def program_board():
     """The PYNQ-Z2 engine with its program sequencer and the memory model (issue 16)."""
     b = open_board("sim", CONFIG, sequencer=True)
+    b.set_memory_timing(latency=MEMORY_LATENCY)
     yield b
     b.close()
 
@@ -128,3 +131,13 @@ def test_zoo_model_is_exact_through_the_sequencer(written, program_board, name):
     taken = [on for r, on in zip(records, on_engine) if not isinstance(r, FoldRecord)]
     runs = sum(on and not before for on, before in zip(taken, [False] + taken))
     assert acc.report["sequencer"]["sequencer_starts"] == runs
+    # The reader's wide sections (a beat a cycle: pin 4 in 8-byte beats) take the cycles
+    # the DMA's runs would, the reader's latency added; most runs are wide.
+    sequenced = acc.sequenced(1)
+    wide = [i for i, r in enumerate(records) if isinstance(r, EngineRecord) and on_engine[i]
+            and sequenced.table_word(i, "reader_wide", warm=True)]
+    assert len(wide) >= sum(isinstance(r, EngineRecord) for r in records) // 2
+    for i in wide:
+        desc = sequenced.descriptor(i, warm=True)
+        assert sequenced.counter_words(i)[0] == sequenced_run_cycles(
+            CONFIG, desc, MEMORY_LATENCY, wide=True), (name, i)

@@ -214,6 +214,21 @@ def test_stream_width_reaches_the_dma(tmp_path):
     (dma,) = [_dict_arg(c)[0] for c in _calls(calls, "set_property")
               if "-dict" in c and _dict_arg(c)[1] == "dma"]
     assert dma["CONFIG.c_m_axis_mm2s_tdata_width"] == "128"
+    # The engine's master reads 16-byte beats: the UltraScale+ HP port is set as wide.
+    (ps,) = [_dict_arg(c)[0] for c in _calls(calls, "set_property")
+             if "-dict" in c and _dict_arg(c)[1] == "zynq_ps"]
+    assert ps["CONFIG.PSU__SAXIGP2__DATA_WIDTH"] == "128"
+
+
+def test_a_beat_wider_than_the_hp_port_is_refused(tmp_path):
+    """The engine's memory master reads a beat; a Zynq-7000 HP port takes 64 bits."""
+    config = EngineConfig(pin=4, pout=4, max_width=8, max_channels=8, max_out_channels=8,
+                          stream_width=128)
+    with pytest.raises(BoardError, match=r"^the engine's memory read of 16 bytes \(its beat or "
+                                         r"input word\) is wider than the zynq7 HP port's 64 "
+                                         r"bits$"):
+        write_zynq_project(load_board("pynq-z2"), config, tmp_path)
+    assert not (tmp_path / "fpgacnn.tcl").exists()  # refused before anything is written
 
 
 def test_open_board_is_refused(tmp_path):

@@ -13,28 +13,40 @@ Structure::
     fields --> issue (counter nest) --+--> o_addr -----> memory
                                       |                    |
                                       v                    v
-                              command FIFO           response FIFO <-- i_data
+                              command FIFO           response FIFO <-- i_data (R bytes)
                                       |                    |
                                       +--> word (read / x_zp / 0, lanes masked)
                                              --> beat packer --> o_stream
 
-Each word of the section is one *command* (read, ``x_zp`` or zero; is it a
-pixel's last word), pushed in order by the counter nest; a read command is
-pushed in the same cycle as its address is taken. The output side pops the
-commands in order and pairs each read command with the next response, so
-responses need no tags. A command stays in its FIFO until its word has left,
-so the commands in flight bound the reads in flight: the response FIFO can
-take every response the moment it arrives, and ``i_data.ready`` stays high
-(the memory is never stalled by the reader; it may stall the reader).
+A word is ``pin`` bytes, or with the ``wide`` field the memory read port's
+``R = read_bytes(config)`` (a whole beat on an engine whose ``pin`` is
+narrower than its beat; where R is ``pin`` the two are one, and ``wide`` is
+not built); either way the nest issues one word a cycle, so a wide section
+gives the engine a beat a cycle where a narrow one gives it ``pin / R`` of
+one. The response FIFO and the masking are R bytes wide in both modes: a
+narrow word's lanes past ``pin`` are masked off with the channels past the
+pixel's, so the bytes the memory returns above the word never reach the
+stream.
+
+Each word of the section is one *command* (read, ``x_zp`` or zero, and how
+many of its lanes are kept), pushed in order by the counter nest; a read
+command is pushed in the same cycle as its address is taken. The output side
+pops the commands in order and pairs each read command with the next
+response, so responses need no tags. A command stays in its FIFO until its
+word has left, so the commands in flight bound the reads in flight: the
+response FIFO can take every response the moment it arrives, and
+``i_data.ready`` stays high (the memory is never stalled by the reader; it
+may stall the reader).
 """
 
 from amaranth.hdl import Cat, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFO, SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
+from amaranth.utils import exact_log2
 
 from ...core.config import require_config
-from ...core.memory_port import ADDRESS_BITS  # the fields' addresses are as wide
+from ...core.memory_port import ADDRESS_BITS, read_bytes  # the fields' addresses are as wide
 from ...core.pixel_reader_fields import reader_layout
 
 __all__ = ["PixelReader", "require_outstanding"]
@@ -55,8 +67,9 @@ def require_outstanding(outstanding):
         raise TypeError(f"outstanding must be an integer of at least 2, not {outstanding!r}")
 
 
-def _command_layout(pin):
-    return data.StructLayout({"kind": 2, "lanes": unsigned(pin.bit_length())})
+def _command_layout(lanes):
+    """A command of words of at most ``lanes`` lanes."""
+    return data.StructLayout({"kind": 2, "lanes": unsigned(lanes.bit_length())})
 
 
 class PixelReader(wiring.Component):
@@ -84,16 +97,22 @@ class PixelReader(wiring.Component):
         High for one cycle, the cycle after the last beat was taken.
     o_addr : Out(stream.Signature(unsigned(ADDRESS_BITS)))
         Read requests: the address of one ``pin``-byte memory word (byte
-        address ``pin * o_addr``). Any back-pressure.
-    i_data : In(stream.Signature(unsigned(8*pin)))
-        The words read, in the order of the requests, little-endian (byte
-        ``pin * addr + k`` in bits ``8k..8k+7``); any latency of at least a
-        cycle, any pauses. ``ready`` is high whenever a response is owed.
+        address ``pin * o_addr``), in both modes; a wide section's word
+        address ``a`` (in R-byte words) is requested as ``a * R / pin``, so
+        its reads are R-aligned. Any back-pressure.
+    i_data : In(stream.Signature(unsigned(8 * R)))
+        The responses, ``R = read_bytes(config)`` bytes each, in the order of
+        the requests, little-endian: byte ``pin * o_addr + k`` in bits
+        ``8k..8k+7``. A narrow section takes the low ``pin`` bytes and ignores
+        the rest (whatever the top leaves there); a wide one takes all R.
+        Any latency of at least a cycle, any pauses. ``ready`` is high
+        whenever a response is owed.
     o_stream : Out(stream.Signature(unsigned(stream_width)))
         The section, in the engine's ``i_stream`` format: ``stream_bytes /
         pin`` words to a beat, the first in the low bytes (or, when a word is
         wider than a beat, ``pin / stream_bytes`` beats to a word, low bytes
-        first). Any back-pressure.
+        first); a wide word is one whole beat (R is the beat where ``pin`` is
+        narrower, and the host sets ``wide`` only there). Any back-pressure.
 
     Latency
     -------
@@ -103,7 +122,9 @@ class PixelReader(wiring.Component):
     cycles from the cycle in which ``start`` is high to the cycle in which
     ``done`` is (``max(W, B) + 3`` when it reads nothing): one word per cycle,
     or one beat per cycle when a word is wider than a beat, with no bubble
-    between pixels, rows, parts or images. The four cycles are the issue
+    between pixels, rows, parts or images. ``W`` counts the section's words
+    in its own unit: a wide section of ``W`` R-byte words is ``B = W`` beats,
+    ``max(W, B) = W``, a beat per cycle. The four cycles are the issue
     state, the command FIFO, the response FIFO's output register and the
     packer's register; the output side sees a read's data ``L + 2`` cycles
     after it issued the read, hence ``outstanding >= L + 3`` for full rate.
@@ -126,22 +147,29 @@ class PixelReader(wiring.Component):
             "busy": Out(1),
             "done": Out(1),
             "o_addr": Out(stream.Signature(unsigned(ADDRESS_BITS))),
-            "i_data": In(stream.Signature(unsigned(8 * config.pin))),
+            "i_data": In(stream.Signature(unsigned(8 * read_bytes(config)))),
             "o_stream": Out(stream.Signature(unsigned(config.stream_width))),
         })
 
     def elaborate(self, platform):
         cfg = self._config
         pin, word_bits, beat_bits = cfg.pin, 8 * cfg.pin, cfg.stream_width
+        rb = read_bytes(cfg)
+        # pin words to a read: more than one only where pin divides a wider beat,
+        # so a power of two; only then is there a wide mode to build.
+        per_read = rb // pin
         f = self.fields
+        wide = f.wide if per_read > 1 else None
+        # A word's lanes: what `left` steps by, and the most a command keeps.
+        word_lanes = Mux(wide, rb, pin) if wide is not None else pin
         m = Module()
 
-        command_layout = _command_layout(pin)
+        command_layout = _command_layout(rb)
         m.submodules.commands = commands = SyncFIFO(width=command_layout.size,
                                                     depth=self._outstanding)
         # One more than the commands: the buffered FIFO's write side counts
         # its inner memory only, so a response still always finds room.
-        m.submodules.responses = responses = SyncFIFOBuffered(width=word_bits,
+        m.submodules.responses = responses = SyncFIFOBuffered(width=8 * rb,
                                                               depth=self._outstanding + 1)
 
         # -- issue: the counter nest, one word per cycle ----------------------------------
@@ -160,13 +188,18 @@ class PixelReader(wiring.Component):
         step = Signal()  # a word is issued this cycle
         packer_empty = Signal()  # no word waits in the packer for the rest of its beat
         word_last = word == f.words - 1
-        lanes = Mux(left >= pin, pin, Mux(left > 0, left[:pin.bit_length()], 0))
+        lanes = Mux(left >= word_lanes, word_lanes,
+                    Mux(left > 0, left[:rb.bit_length()], 0))
         m.d.comb += [
             commands.w_data.eq(command),
             commands.w_en.eq(step),
-            self.o_addr.payload.eq(addr),
             command.lanes.eq(lanes),
         ]
+        if wide is not None:
+            # The nest counts R-byte words; the port counts pin-byte ones.
+            m.d.comb += self.o_addr.payload.eq(Mux(wide, addr << exact_log2(per_read), addr))
+        else:
+            m.d.comb += self.o_addr.payload.eq(addr)
 
         def at(base):
             """Every address register to a new tensor pixel block at ``base``."""
@@ -227,11 +260,12 @@ class PixelReader(wiring.Component):
                              command.kind.eq(Mux(read, _READ, _ZERO))]
                 with m.If(step):
                     with m.If(~word_last):
-                        m.d.sync += [word.eq(word + 1), addr.eq(addr + 1), left.eq(left - pin)]
+                        m.d.sync += [word.eq(word + 1), addr.eq(addr + 1),
+                                     left.eq(left - word_lanes)]
                     with m.Elif(kx != f.blocks - 1):
                         following = block_base + f.block_stride
                         m.d.sync += [word.eq(0), kx.eq(kx + 1), block_base.eq(following),
-                                     addr.eq(following), left.eq(left - pin)]
+                                     addr.eq(following), left.eq(left - word_lanes)]
                     with m.Elif(col != f.cols - 1):
                         pixel = pixel_base + f.pixel_stride
                         m.d.sync += [word.eq(0), kx.eq(0), col.eq(col + 1), pixel_base.eq(pixel),
@@ -258,7 +292,7 @@ class PixelReader(wiring.Component):
                 m.d.comb += [step.eq(commands.w_rdy), command.kind.eq(_ZP)]
                 with m.If(step):
                     with m.If(~word_last):
-                        m.d.sync += [word.eq(word + 1), left.eq(left - pin)]
+                        m.d.sync += [word.eq(word + 1), left.eq(left - word_lanes)]
                     with m.Elif(count != f.zp_pixels - 1):
                         m.d.sync += [word.eq(0), count.eq(count + 1), left.eq(f.channels)]
                     with m.Else():
@@ -291,9 +325,11 @@ class PixelReader(wiring.Component):
         m.d.comb += head.eq(commands.r_data)
         head_ready = commands.r_rdy & ((head.kind != _READ) | responses.r_rdy)
         # Lanes past the pixel's `channels` are channels the run does not have
-        # (the next channel group's, or the tensor's padding): zero.
-        keep = Cat(*((k < head.lanes).replicate(8) for k in range(pin)))
-        zp_word = Cat(*([f.x_zp] * pin))
+        # (the next channel group's, or the tensor's padding): zero. A narrow
+        # word keeps at most pin lanes, which also drops the response's bytes
+        # above it (the next words of its R-byte read, or anything).
+        keep = Cat(*((k < head.lanes).replicate(8) for k in range(rb)))
+        zp_word = Cat(*([f.x_zp] * rb))
         value = Mux(head.kind == _READ, responses.r_data,
                     Mux(head.kind == _ZP, zp_word, 0)) & keep
         take = Signal()  # the packer takes a word this cycle
@@ -313,13 +349,27 @@ class PixelReader(wiring.Component):
             filled = Signal(range(per_beat))
             m.d.comb += [o.payload.eq(beat), take.eq(~out_valid | o.ready)]
             m.d.comb += packer_empty.eq(filled == 0)
-            with m.If(pop):
+
+            def narrow_word():
                 # Words come in at the top: after `per_beat` of them the first is lowest.
-                m.d.sync += beat.eq(Cat(beat[word_bits:], value) if per_beat > 1 else value)
+                word_value = value[:word_bits]
+                m.d.sync += beat.eq(Cat(beat[word_bits:], word_value) if per_beat > 1
+                                    else word_value)
                 with m.If(filled == per_beat - 1):
                     m.d.sync += [filled.eq(0), out_valid.eq(1)]
                 with m.Else():
                     m.d.sync += filled.eq(filled + 1)
+
+            with m.If(pop):
+                if wide is not None:
+                    # A wide word is a whole beat (R is the beat here), and a wide
+                    # section starts on one: every section ends on a beat.
+                    with m.If(wide):
+                        m.d.sync += [beat.eq(value), out_valid.eq(1)]
+                    with m.Else():
+                        narrow_word()
+                else:
+                    narrow_word()
         else:
             per_word = word_bits // beat_bits
             held = Signal(word_bits)

@@ -21,12 +21,16 @@ does for a program). While it owns the engine, the engine's streams are the
 reader's and the writer's and the DMA ports are held off (``s_axis.tready``
 and ``m_axis.tvalid`` low).
 
-The memory interface is :mod:`fpgacnn.core.memory_port`'s: reads of ``pin``
-bytes at byte addresses, writes of ``W`` bytes with strobes.
+The memory interface is :mod:`fpgacnn.core.memory_port`'s: reads of ``R``
+bytes (the beat, or ``pin`` where that is wider) at R-aligned byte
+addresses, writes of ``W`` bytes with strobes. ``seq_memory`` must be a
+multiple of ``R``.
 """
 
 from amaranth.back import verilog
 from amaranth.hdl import Cat, Module, Mux, ResetInserter, Signal
+from amaranth.lib.fifo import SyncFIFO
+from amaranth.utils import exact_log2
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -69,8 +73,8 @@ class ProgramEngine(wiring.Component):
     mem_rd : Out(memory_read_signature())
         Read requests (every address is ``seq_memory`` plus an offset into
         the program image): ``addr``, ``valid``, ``ready``.
-    mem_rdata : In(memory_response_signature(8 * pin))
-        Read responses in request order: ``data`` (``pin`` bytes), ``valid``,
+    mem_rdata : In(memory_response_signature(8 * R))
+        Read responses in request order: ``data`` (``R`` bytes), ``valid``,
         ``ready``.
     mem_wr : Out(memory_write_signature(W))
         Writes: ``addr``, ``data``, ``strb`` (``W`` bytes), ``valid``, ``ready``;
@@ -198,8 +202,8 @@ class ProgramEngine(wiring.Component):
             ]
 
         # -- memory reads: the record fetch or the pixel reader, word addresses to bytes ----
-        pin = cfg.pin
-        image = csr.seq_memory.value  # every address is an offset into the image
+        pin, rb = cfg.pin, read_bytes(cfg)
+        image = csr.seq_memory.value  # every address is an offset into the image (R-aligned)
         # Reads in flight: the reader's or the vector unit's (at most `outstanding`) or a
         # record fetch's (all of its words at once), never two of them but after an abort.
         fetch_words = record_bytes(cfg) // pin
@@ -209,6 +213,26 @@ class ProgramEngine(wiring.Component):
         m.d.sync += inflight.eq(inflight + req_fire - rsp_fire)
         m.d.comb += seq.drained.eq((inflight == 0) & ~req_fire)
 
+        # Clients ask for pin-byte words; the port reads R bytes at R-aligned addresses
+        # (R: the beat, where pin is narrower). Each read's word within its R bytes goes
+        # into a FIFO as the read is taken and shifts its response down when it comes
+        # back (responses are in order), so a client finds its word in the low bytes; a
+        # wide read of the pixel reader is R-aligned and keeps all R.
+        per_read = rb // pin
+        req_byte = Signal(ADDRESS_BITS)
+        rsp_data = Signal(8 * rb)
+        if per_read > 1:
+            m.submodules.read_lanes = lanes = SyncFIFO(width=exact_log2(per_read),
+                                                       depth=self._outstanding + fetch_words)
+            m.d.comb += [
+                lanes.w_en.eq(req_fire), lanes.w_data.eq(req_byte[exact_log2(pin):
+                                                                  exact_log2(rb)]),
+                lanes.r_en.eq(rsp_fire),
+                rsp_data.eq(self.mem_rdata.data >> (lanes.r_data * (8 * pin))),
+            ]
+        else:
+            m.d.comb += rsp_data.eq(self.mem_rdata.data)
+
         def read_port(o_addr, i_data, hold=None):
             """The memory's read port to a client's requests (word addresses) and
             responses; ``hold`` keeps its requests back (an abort)."""
@@ -216,10 +240,11 @@ class ProgramEngine(wiring.Component):
             if hold is not None:
                 valid, ready = valid & ~hold, ready & ~hold
             return [
-                self.mem_rd.addr.eq(image + o_addr.payload * pin),
+                req_byte.eq(image + o_addr.payload * pin),
+                self.mem_rd.addr.eq(req_byte & ~(rb - 1)),
                 self.mem_rd.valid.eq(valid),
                 o_addr.ready.eq(ready),
-                i_data.payload.eq(self.mem_rdata.data),
+                i_data.payload.eq(rsp_data),
                 i_data.valid.eq(self.mem_rdata.valid),
                 self.mem_rdata.ready.eq(i_data.ready),
             ]

@@ -29,11 +29,13 @@ fetched record and pulses their ``start``; the top
 memory sides and the streams.
 """
 
-from amaranth.hdl import Array, Cat, Const, Module, Signal, unsigned
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
+from amaranth.utils import exact_log2
 
 from ...core.config import require_config
+from ...core.memory_port import read_bytes
 from ...core.descriptor import DESCRIPTOR_FIELDS
 from ...core.pixel_reader_fields import READER_FIELDS, reader_layout
 from ...core.pixel_writer_fields import WRITER_FIELDS, writer_layout
@@ -160,11 +162,24 @@ class Sequencer(wiring.Component):
 
         # -- fields of the reader (constants or pixels) and of the writer ----------------
         pixels_phase = Signal()
+        # The constants stream as wide words (R bytes, a beat a cycle) where the port
+        # is wider than pin and their base and length are whole R-byte words
+        # (core/pixel_reader_fields.py); they always are in an image the host builds
+        # (its sections start on a beat), and the host's cycle model assumes so.
+        per_read = read_bytes(cfg) // cfg.pin
+        const_base, const_words = word("const_base"), word("const_words")[:16]
+        if per_read > 1:
+            shift = exact_log2(per_read)
+            const_wide = (const_base[:shift] == 0) & (const_words[:shift] == 0)
+            const_base = Mux(const_wide, const_base >> shift, const_base)
+            const_words = Mux(const_wide, const_words >> shift, const_words)
+        else:
+            const_wide = 0
         for f in READER_FIELDS:
             target = self.reader_fields[f.name]
             value = word(f"reader_{f.name}")[:f.width]
-            constant = {"base": word("const_base"), "images": 1, "rows": 1, "cols": 1,
-                        "words": word("const_words")[:16],
+            constant = {"base": const_base, "images": 1, "rows": 1, "cols": 1,
+                        "words": const_words, "wide": const_wide,
                         # Every byte of the constants is kept: more channels than words.
                         "channels": (1 << 32) - 1, "blocks": 1, "last_cols": 1}.get(f.name, 0)
             with m.If(pixels_phase):
