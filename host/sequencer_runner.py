@@ -19,7 +19,7 @@ import weakref
 import numpy as np
 
 from ..core.errors import BackendError
-from ..core.memory_port import FAULT_NONE, FAULT_READ, FAULT_WRITE
+from ..core.memory_port import FAULT_NONE, FAULT_READ, FAULT_WRITE, read_bytes
 from ..core.sequencer import SEQUENCER_MAGIC, build_sequencer_regmap, record_bytes
 from .program_image import FoldRecord, tensor_names
 from .program_runner import StepTotals, run_record
@@ -50,6 +50,7 @@ class SequencerDriver:
     def __init__(self, board, config):
         self.board = board
         self.regs = build_sequencer_regmap(config)
+        self.read_bytes = read_bytes(config)
         #: Seconds the register accesses took (the board's bus, not the host's work:
         #: on the simulated board, simulated cycles).
         self.bus_seconds = 0.0
@@ -87,6 +88,11 @@ class SequencerDriver:
         """
         if self.attached is not program:
             address = self.board.attach_memory(program.memory)
+            if address % self.read_bytes:
+                # The engine reads R-byte words at R-aligned addresses: a buffer
+                # elsewhere would read the wrong bytes.
+                raise BackendError(f"the program's buffer is at 0x{address:08x}, not on a "
+                                   f"{self.read_bytes}-byte boundary (the engine's memory read)")
             self.write("seq_memory", address)
             self.attached = program
 

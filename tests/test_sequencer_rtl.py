@@ -247,6 +247,31 @@ def test_a_read_outside_the_program_is_reported_with_its_address(board):
     _runs_the_next_program(board, acc.config, seed=2)
 
 
+class _MemoryAt:
+    """The simulated board with its memory seen at bus address ``offset`` (a buffer
+    that is not where the engine's reads fall: it reads R-byte words, R-aligned)."""
+
+    def __init__(self, board, offset):
+        self._board, self._offset = board, offset
+
+    def __getattr__(self, name):
+        return getattr(self._board, name)
+
+    def attach_memory(self, buf):
+        return self._board.attach_memory(buf) + self._offset
+
+
+def test_a_program_buffer_off_the_read_boundary_is_refused(board):
+    _, acc, sequenced = _sequenced_model(board, 1)
+    r = read_bytes(acc.config)
+    driver = SequencerDriver(_MemoryAt(board, r // 2), acc.config)
+    with pytest.raises(BackendError, match=rf"^the program's buffer is at 0x{r // 2:08x}, not "
+                                           rf"on a {r}-byte boundary \(the engine's memory "
+                                           rf"read\)$"):
+        driver.attach(sequenced)
+    assert driver.attached is None
+
+
 def test_an_empty_range_is_done_at_once(board):
     driver = SequencerDriver(board, ENGINES[board.config_name])
     driver.write("seq_range", first=0, count=0)
