@@ -8,7 +8,11 @@ model (:func:`fpgacnn.host.cycle_model.vector_run_cycles`) reads the same
 numbers. See docs/program.md, "Layers between the convolutions".
 
 The unit reads ``pin``-byte words of the arena (addresses count words) and
-writes ``pin``-byte words, one lane per channel byte, in one counter nest::
+writes ``pin``-byte words, one lane per channel byte, in one counter nest
+(with ``wide``, words of the read port's R bytes, a beat where ``pin`` is
+narrower: an Add's two reads a word then move twice the bytes; the host sets
+it where every address and count is a whole number of them,
+:func:`fpgacnn.host.vector_mapping.wide_vector_fields`)::
 
     for image in range(images):
         for word in range(words):                    # one output word each
@@ -38,12 +42,12 @@ import math
 
 from .config import require_config
 from .fields import Field, struct_layout
-from .memory_port import write_bytes
+from .memory_port import read_bytes, write_bytes
 from .widths import MULT_BITS, SHIFT_BITS
 
 __all__ = ["VectorField", "VECTOR_FIELDS", "VECTOR_ACC_BITS", "VECTOR_MAX_PIXELS",
-           "VECTOR_LANE_STAGES", "VECTOR_RUN_OVERHEAD", "vector_layout", "write_chunk_bytes",
-           "vector_accesses"]
+           "VECTOR_LANE_STAGES", "VECTOR_RUN_OVERHEAD", "vector_layout", "vector_word_bytes",
+           "write_chunk_bytes", "vector_accesses"]
 
 #: Bits of the unit's per-lane accumulator (signed): a pixel adds ``x - za`` of at
 #: most 255 in magnitude.
@@ -89,6 +93,9 @@ VECTOR_FIELDS = (
     VectorField("zy", 8, True, "the output zero point"),
     VectorField("lo", 8, True, "the clamp's lower bound"),
     VectorField("hi", 8, True, "the clamp's upper bound"),
+    VectorField("wide", 1, False, "1: a word is the read port's R bytes (R lanes: "
+                "read_bytes(config)) and every address and count of words counts those; "
+                "0: pin-byte words"),
 )
 
 
@@ -97,17 +104,23 @@ def vector_layout():
     return struct_layout(VECTOR_FIELDS)
 
 
-def write_chunk_bytes(config):
-    """Bytes of one memory write of the unit: a ``pin``-byte output word is written in
-    ``pin / chunk`` writes of ``chunk = gcd(pin, W)`` bytes (``W`` the memory port's
-    write width)."""
+def vector_word_bytes(config, wide=False):
+    """Bytes of one of the unit's words: ``pin``, or with ``wide`` the read port's R."""
     require_config(config)
-    return math.gcd(config.pin, write_bytes(config))
+    return read_bytes(config) if wide else config.pin
+
+
+def write_chunk_bytes(config, wide=False):
+    """Bytes of one memory write of the unit: an output word of ``word`` bytes
+    (:func:`vector_word_bytes`) is written in ``word / chunk`` writes of ``chunk =
+    gcd(word, W)`` bytes (``W`` the memory port's write width)."""
+    return math.gcd(vector_word_bytes(config, wide), write_bytes(config))
 
 
 def vector_accesses(config, fields):
     """``(reads, writes)``: the memory accesses of a run of ``fields`` (a mapping of
     field name to value)."""
+    wide = bool(fields.get("wide", 0))
     out_words = fields["images"] * fields["words"]
     return (out_words * (fields["pixels"] + fields["has_b"]),
-            out_words * (config.pin // write_chunk_bytes(config)))
+            out_words * (vector_word_bytes(config, wide) // write_chunk_bytes(config, wide)))

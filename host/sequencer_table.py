@@ -39,9 +39,9 @@ from .cycle_model import vector_run_cycles
 from .pixel_reader_setup import reader_fields, wide_fields
 from .pixel_writer_setup import writer_fields
 from .program_image import EngineRecord, ProgramImage, VectorRecord, alignment
-from .vector_mapping import vector_fields
+from .vector_mapping import vector_fields, wide_vector_fields
 
-__all__ = ["SequencerProgram", "check_record_count", "hardware_record"]
+__all__ = ["SequencerProgram", "check_record_count", "hardware_record", "vector_record_fields"]
 
 
 def check_record_count(records):
@@ -64,6 +64,15 @@ def _vector_places(image, record):
     and output."""
     t = image.tensors
     return t[record.a], t[record.b] if record.has_b else None, t[record.out]
+
+
+def vector_record_fields(image, record):
+    """The vector unit's fields for a vector ``record`` of ``image``, in R-byte words
+    where they can be (:func:`~fpgacnn.host.vector_mapping.wide_vector_fields`: twice
+    the bytes a read on an engine whose pin is half its beat), or None (the host's)."""
+    config = image.config
+    fields = vector_fields(config, record, *_vector_places(image, record))
+    return wide_vector_fields(config, fields) or fields
 
 #: The most constant words one reader section streams (its ``words`` field).
 _MAX_CONST_WORDS = (1 << 16) - 1
@@ -97,8 +106,7 @@ def hardware_record(image, record, *, warm, counters, regs=None):
     words = [0] * len(RECORD_FIELDS)
     words[record_word("op")] = RECORD_HOST
     config = image.config
-    fields = (vector_fields(config, record, *_vector_places(image, record))
-              if isinstance(record, VectorRecord) else None)
+    fields = vector_record_fields(image, record) if isinstance(record, VectorRecord) else None
     if fields is not None:
         words[record_word("op")] = RECORD_VECTOR
         for name, value in fields.items():
@@ -184,8 +192,7 @@ class SequencerProgram:
         self.on_engine = {}
         self._vector_predicted = {}
         for i, r in enumerate(self.image.records):
-            fields = (vector_fields(config, r, *_vector_places(self.image, r))
-                      if isinstance(r, VectorRecord) else None)
+            fields = vector_record_fields(self.image, r) if isinstance(r, VectorRecord) else None
             if fields is not None:
                 self._vector_predicted[i] = vector_run_cycles(config, fields)
         self._steps = [r.step for r in self.image.records]

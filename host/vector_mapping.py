@@ -22,12 +22,14 @@ Taken, with docs/semantics.md's integer semantics unchanged:
 """
 
 from ..core.fields import fields_fit
+from ..core.memory_port import read_bytes
 from ..core.vector_fields import VECTOR_FIELDS, VECTOR_MAX_PIXELS
 from .integer_ops import average_params
 from .layers import Add, AveragePool, GlobalAveragePool, Reshape
 from .nhwc_flatten import FlattenNHWC
 
-__all__ = ["VECTOR_ADD", "VECTOR_POOL", "VECTOR_COPY", "vector_params", "vector_fields"]
+__all__ = ["VECTOR_ADD", "VECTOR_POOL", "VECTOR_COPY", "vector_params", "vector_fields",
+           "wide_vector_fields"]
 
 #: What a vector record computes (a program image's word).
 VECTOR_ADD, VECTOR_POOL, VECTOR_COPY = 1, 2, 3
@@ -112,6 +114,31 @@ def vector_fields(config, record, a, b, out):
         out_image_stride=out.image_stride // pin, images=a.batch, words=words,
         pixels=record.pixels, pixel_words=a.cp // pin if pool else 0,
         **{k: getattr(record, k) for k in ("has_b", "ties_to_even", "za", "zb", "ma", "mb",
-                                             "shift", "zy", "lo", "hi")})
+                                             "shift", "zy", "lo", "hi")}, wide=0)
     assert set(values) == {f.name for f in VECTOR_FIELDS}
     return values if fields_fit(VECTOR_FIELDS, values) else None
+
+
+#: The fields that count words (or are addresses in words): the ones ``wide`` rescales.
+_WORD_FIELDS = ("a_base", "b_base", "out_base", "a_image_stride", "b_image_stride",
+                "out_image_stride", "words", "pixel_words")
+
+
+def wide_vector_fields(config, fields):
+    """``fields`` (:func:`vector_fields`'s, ``pin``-byte words) in the read port's R-byte
+    words (``wide``), or None.
+
+    Where the port reads more than ``pin`` bytes (``k = R / pin`` words), the
+    unit moves R bytes a read when every address and count of words is a
+    multiple of ``k``: the same bytes in, the same bytes out.
+
+    Returns
+    -------
+    dict or None
+        None when ``fields`` is, when ``k`` is 1 or a count is not a multiple of it.
+    """
+    k = read_bytes(config) // config.pin
+    if fields is None or k == 1 or any(fields[name] % k for name in _WORD_FIELDS):
+        return None
+    wide = dict(fields, wide=1, **{name: fields[name] // k for name in _WORD_FIELDS})
+    return wide if fields_fit(VECTOR_FIELDS, wide) else None

@@ -3,11 +3,17 @@ memory to memory, bit-exact with the layers' reference semantics.
 
 Amaranth simulator, a memory model holding a random arena (word address
 ``A``: bytes ``pin*A ..``) with a latency, random pauses of requests,
-responses and writes; the operands are written into the arena at the places
-a program image gives them (NHWC, padded channels), the unit runs from the
-fields :func:`fpgacnn.host.vector_mapping.vector_fields` makes, and the
-output tensor read back must equal the layer's ``evaluate`` (docs/semantics.md)
-while every byte outside it is left as it was. Without pauses, a run takes
+responses and writes, answering R bytes (the read port's,
+:func:`fpgacnn.core.memory_port.read_bytes`) as the program engine's top
+does: the word in the low ``pin`` bytes and garbage above, or for a wide
+run's R-aligned request all R. The operands are written into the arena at
+the places a program image gives them (NHWC, padded channels), the unit runs
+from the fields :func:`fpgacnn.host.vector_mapping.vector_fields` makes, and
+where :func:`~fpgacnn.host.vector_mapping.wide_vector_fields` gives them in
+R-byte words, from those too. The output tensor read back must equal the
+layer's ``evaluate`` (docs/semantics.md), and the whole arena the counter
+nest's (core/vector_fields.py) computed in numpy from the fields, its
+padding lanes and untouched bytes included. Without pauses, a run takes
 exactly :func:`fpgacnn.host.cycle_model.vector_run_cycles`.
 """
 
@@ -21,29 +27,39 @@ from numpy.testing import assert_array_equal
 from amaranth.sim import Simulator
 
 from fpgacnn.core.arena import pixel_bytes
-from fpgacnn.core.memory_port import write_bytes
-from fpgacnn.core.vector_fields import VECTOR_MAX_PIXELS, vector_layout
+from fpgacnn.core.config import EngineConfig
+from fpgacnn.core.memory_port import read_bytes, write_bytes
+from fpgacnn.core.vector_fields import (VECTOR_MAX_PIXELS, VECTOR_RUN_OVERHEAD, vector_layout,
+                                        vector_word_bytes)
 from fpgacnn.hdl.program.vector_unit import VectorUnit
 from fpgacnn.host.cycle_model import vector_run_cycles
 from fpgacnn.host.layers import Add, AveragePool, Flatten, GlobalAveragePool
 from fpgacnn.host.program_image import TensorPlace, alignment
-from fpgacnn.host.vector_mapping import VECTOR_COPY, VECTOR_POOL, vector_fields, vector_params
+from fpgacnn.host.requant import round_shift
+from fpgacnn.host.vector_mapping import (VECTOR_COPY, VECTOR_POOL, vector_fields, vector_params,
+                                         wide_vector_fields)
 
 from conftest import SMALL_ENGINE
 from limit_layers import CONFIGS
 from test_hdl_pixel_writer import ENGINES as WRITER_ENGINES
 
+#: The PYNQ-Z2's engine: 4-byte words, 8-byte beats (a wide word is two of them).
+PYNQ_Z2_ENGINE = EngineConfig(pin=4, pout=4, kmax=3, stream_width=64, max_width=16,
+                              max_channels=16, max_out_channels=16)
+
 ENGINES = {
-    "k3": SMALL_ENGINE,   # pin 4: one write per output word
-    "k2": CONFIGS["k2"],  # pin 8, 4-byte writes: two per word
-    "one-lane": WRITER_ENGINES["one-lane"],
+    "k3": SMALL_ENGINE,   # pin 4, R 4: one write per output word, no wide runs
+    "k2": CONFIGS["k2"],  # pin 8, R 8, 4-byte writes: two per word, no wide runs
+    "one-lane": WRITER_ENGINES["one-lane"],  # pin 1, R 4: wide words of four
+    "pynq-z2": PYNQ_Z2_ENGINE,  # pin 4, R 8: a wide word in two 4-byte writes
 }
 
 
 def run_unit(config, fields, memory, *, latency, pause=0.0, seed=0):
     """Run the unit on ``memory`` (uint8, changed in place); cycles from start to done."""
     dut = VectorUnit(config)
-    pin, wb = config.pin, write_bytes(config)
+    pin, rb, wb = config.pin, read_bytes(config), write_bytes(config)
+    wide = bool(fields["wide"]) and rb > pin  # where R is pin the field is ignored
     rng = np.random.default_rng(seed)
     result = {}
 
@@ -57,9 +73,14 @@ def run_unit(config, fields, memory, *, latency, pause=0.0, seed=0):
             ctx.set(dut.o_addr.ready, int(rng.random() >= pause))
             if ctx.get(dut.o_addr.valid) and ctx.get(dut.o_addr.ready):
                 a = ctx.get(dut.o_addr.payload) * pin
-                assert 0 <= a and a + pin <= memory.size, f"read outside the memory at {a}"
-                owed.append((cycle + latency, int.from_bytes(memory[a:a + pin].tobytes(),
-                                                              "little")))
+                # The port reads the R bytes at R-aligned addresses.
+                assert a - a % rb + rb <= memory.size, f"read outside the memory at {a}"
+                if wide:
+                    assert a % rb == 0, f"a wide read at {a}, not a multiple of R = {rb}"
+                    data = memory[a:a + rb].tobytes()
+                else:  # the word in the low bytes, the rest other data
+                    data = memory[a:a + pin].tobytes() + rng.bytes(rb - pin)
+                owed.append((cycle + latency, int.from_bytes(data, "little")))
             answer = bool(owed) and owed[0][0] <= cycle and rng.random() >= pause
             ctx.set(dut.i_data.valid, int(answer))
             if answer:
@@ -131,6 +152,28 @@ def _layers(rng):
     yield Flatten("flatten", ["a"], "y", (12, 1, 1), 0.1, 3), {"a": (12, 1, 1)}
 
 
+def _nest(config, fields, memory):
+    """The arena after a run of ``fields`` on ``memory``: the counter nest of
+    core/vector_fields.py in numpy (every lane of a word, padding included)."""
+    f = SimpleNamespace(**fields)
+    n = vector_word_bytes(config, f.wide)
+    signed = memory.view(np.int8).astype(np.int64)
+    after = memory.copy()
+
+    def word(address):
+        return signed[address * n:(address + 1) * n]
+
+    for image in range(f.images):
+        for w in range(f.words):
+            acc = sum(word(f.a_base + image * f.a_image_stride + p * f.pixel_words + w) - f.za
+                      for p in range(f.pixels))
+            b = (word(f.b_base + image * f.b_image_stride + w) - f.zb) * f.mb if f.has_b else 0
+            y = np.clip(round_shift(acc * f.ma + b, f.shift, f.ties_to_even) + f.zy, f.lo, f.hi)
+            at = (f.out_base + image * f.out_image_stride + w) * n
+            after[at:at + n] = y.astype(np.int8).view(np.uint8)
+    return after
+
+
 def _case(config, layer, shapes, batch, rng):
     params = vector_params(layer, shapes)
     assert params is not None, layer.name
@@ -150,25 +193,78 @@ def _case(config, layer, shapes, batch, rng):
     return fields, memory, places["y"], layer.evaluate(*inputs)
 
 
+def _runs(config, fields):
+    """The fields of each run of a case: narrow, and wide where the words allow."""
+    wide = wide_vector_fields(config, fields)
+    return [("narrow", fields)] + ([("wide", wide)] if wide is not None else [])
+
+
 @pytest.mark.parametrize("engine", list(ENGINES))
 def test_unit_computes_the_layers_bit_exact(engine):
     config = ENGINES[engine]
     rng = np.random.default_rng(11)
+    wide_runs = 0
     for i, (layer, shapes) in enumerate(_layers(rng)):
         for batch, latency, pause in ((1, 3, 0.0), (2, 1, 0.35)):
-            fields, memory, out, want = _case(config, layer, shapes, batch, rng)
+            narrow, memory, out, want = _case(config, layer, shapes, batch, rng)
             before = memory.copy()
-            cycles, counters = run_unit(config, fields, memory, latency=latency,
-                                        pause=pause, seed=i)
-            assert_array_equal(out.view(memory), want, err_msg=f"{layer.name} batch {batch}")
-            # Nothing but the output's bytes changed (its padding lanes may).
-            mask = np.ones(memory.size, bool)
-            mask[out.offset:out.offset + out.nbytes] = False
-            assert_array_equal(memory[mask], before[mask], err_msg=layer.name)
-            assert counters[0] == cycles
-            if pause == 0.0:
-                assert cycles == vector_run_cycles(config, fields, latency), (layer.name, batch)
-                assert counters[1:] == (0, 0) or latency > 1
+            for mode, fields in _runs(config, narrow):
+                wide_runs += mode == "wide"
+                what = f"{layer.name} batch {batch} {mode}"
+                memory = before.copy()
+                cycles, counters = run_unit(config, fields, memory, latency=latency,
+                                            pause=pause, seed=i)
+                assert_array_equal(out.view(memory), want, err_msg=what)
+                # Every byte as the nest says: the output's padding lanes, and nothing
+                # outside the output changed.
+                assert_array_equal(memory, _nest(config, fields, before), err_msg=what)
+                mask = np.ones(memory.size, bool)
+                mask[out.offset:out.offset + out.nbytes] = False
+                assert_array_equal(memory[mask], before[mask], err_msg=what)
+                assert counters[0] == cycles
+                if pause == 0.0:
+                    assert cycles == vector_run_cycles(config, fields, latency), what
+                    assert counters[1:] == (0, 0) or latency > 1
+    # Engines whose read port is wider than the word run some of the cases wide.
+    assert (wide_runs > 0) == (read_bytes(config) > config.pin), wide_runs
+
+
+def test_a_wide_add_halves_the_reads_time():
+    """On the PYNQ-Z2's engine an Add's wide run reads 8 bytes of each operand a
+    read instead of 4: its reads take half the cycles, its writes the same."""
+    config = PYNQ_Z2_ENGINE
+    layer = Add("add", ["a", "b"], "y", (16, 4, 4), 0.03, 5, 0.02, -3, 0.025, 1)
+    shapes = {"a": (16, 4, 4), "b": (16, 4, 4)}
+    narrow, memory, out, want = _case(config, layer, shapes, 1, np.random.default_rng(5))
+    wide = wide_vector_fields(config, narrow)
+    assert wide is not None and wide["words"] * 2 == narrow["words"]
+    latency = 2
+    fixed = latency + VECTOR_RUN_OVERHEAD
+    cycles = {}
+    for mode, fields in (("narrow", narrow), ("wide", wide)):
+        run = memory.copy()
+        cycles[mode], _ = run_unit(config, fields, run, latency=latency)
+        assert_array_equal(out.view(run), want, err_msg=mode)
+        assert cycles[mode] == vector_run_cycles(config, fields, latency), mode
+    assert cycles["wide"] < cycles["narrow"]
+    # Two reads a word, of 64 words narrow and 32 wide; the last word's writes after
+    # its last read (one narrow, two wide).
+    assert cycles["narrow"] - fixed == 2 * 64 + 1
+    assert cycles["wide"] - fixed == 2 * 32 + 2
+
+
+def test_the_wide_field_is_ignored_where_the_port_reads_a_word():
+    """Where R is ``pin`` (no beat wider than the word) the unit has no wide mode:
+    a record with ``wide`` set runs as a narrow one."""
+    config = SMALL_ENGINE
+    assert read_bytes(config) == config.pin
+    layer = Add("add", ["a", "b"], "y", (8, 2, 2), 0.03, 5, 0.02, -3, 0.025, 1)
+    fields, memory, out, want = _case(config, layer, {"a": (8, 2, 2), "b": (8, 2, 2)}, 1,
+                                      np.random.default_rng(6))
+    before = memory.copy()
+    cycles, _ = run_unit(config, dict(fields, wide=1), memory, latency=2)
+    assert_array_equal(memory, _nest(config, fields, before))
+    assert cycles == vector_run_cycles(config, fields, 2)
 
 
 def test_ties_round_to_even_in_pools_and_up_in_adds():

@@ -23,8 +23,9 @@ from fpgacnn.host.accelerator import Accelerator, open_board
 from fpgacnn.host.compiler import EngineStep, compile_model
 from fpgacnn.host.layers import Gemm, _Convolution
 from fpgacnn.host.onnx_import import load_onnx
-from fpgacnn.host.cycle_model import sequenced_run_cycles
-from fpgacnn.host.program_image import EngineRecord, FoldRecord
+from fpgacnn.host.cycle_model import sequenced_run_cycles, vector_run_cycles
+from fpgacnn.host.program_image import EngineRecord, FoldRecord, VectorRecord
+from fpgacnn.host.sequencer_table import vector_record_fields
 from fpgacnn.host.reference import ReferenceBackend
 
 logging.getLogger().setLevel(logging.ERROR)
@@ -141,3 +142,15 @@ def test_zoo_model_is_exact_through_the_sequencer(written, program_board, name):
         desc = sequenced.descriptor(i, warm=True)
         assert sequenced.counter_words(i)[0] == sequenced_run_cycles(
             CONFIG, desc, MEMORY_LATENCY, wide=True), (name, i)
+    # The vector unit's runs (Adds, pools, copies) take their modelled cycles, R bytes a
+    # read where their words pair up (every Add of ResNet-8 does).
+    vector = [i for i, r in enumerate(records) if isinstance(r, VectorRecord) and on_engine[i]]
+    for i in vector:
+        fields = vector_record_fields(sequenced.image, records[i])
+        assert sequenced.table_word(i, "vector_wide", warm=True) == fields["wide"]
+        assert sequenced.counter_words(i)[0] == vector_run_cycles(
+            CONFIG, fields, MEMORY_LATENCY), (name, i)
+    if name == "resnet8":  # its three Adds, the global pool and the flatten
+        adds = [i for i in vector if records[i].has_b]
+        assert len(adds) == 3 and all(
+            sequenced.table_word(i, "vector_wide", warm=True) for i in adds)

