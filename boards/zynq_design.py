@@ -414,10 +414,14 @@ class ZynqDesign:
         Raises
         ------
         BoardError
-            If that is wider than the family's HP port takes.
+            If that is wider than the family's HP port takes, or not a power of
+            two (a ``pin`` of 12, say).
         """
         limit = self.ps(family).hp_max_width
         for what, nbytes in (("read", read_bytes(config)), ("write", write_bytes(config))):
+            if nbytes & (nbytes - 1):
+                raise BoardError(f"the engine's memory {what} of {nbytes} bytes (its input "
+                                 f"word) is not a power of two, which an AXI4 beat must be")
             if 8 * nbytes > limit:
                 raise BoardError(f"the engine's memory {what} of {nbytes} bytes (its beat or "
                                  f"input word) is wider than the {family} HP port's "

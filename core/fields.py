@@ -15,7 +15,9 @@ from dataclasses import dataclass
 from amaranth.hdl import signed, unsigned
 from amaranth.lib import data
 
-__all__ = ["Field", "field_range", "fields_fit", "struct_layout"]
+from .memory_port import read_bytes
+
+__all__ = ["Field", "field_range", "fields_fit", "in_wide_words", "struct_layout"]
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,22 @@ def fields_fit(fields, values):
         if not lo <= values[f.name] <= hi:
             return False
     return True
+
+
+def in_wide_words(config, fields, values, word_fields):
+    """``values`` (counts of ``pin``-byte words in ``word_fields``) in the read port's
+    R-byte words with ``wide`` set, or None.
+
+    None when ``values`` is, when the port reads no more than ``pin``
+    (:func:`~fpgacnn.core.memory_port.read_bytes`), when a count in
+    ``word_fields`` is not a whole number of R-byte words, or when a value
+    does not fit its field of ``fields``.
+    """
+    k = read_bytes(config) // config.pin
+    if values is None or k == 1 or any(values[name] % k for name in word_fields):
+        return None
+    wide = dict(values, wide=1, **{name: values[name] // k for name in word_fields})
+    return wide if fields_fit(fields, wide) else None
 
 
 def struct_layout(fields):

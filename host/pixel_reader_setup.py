@@ -28,8 +28,7 @@ Examples
 
 import math
 
-from ..core.fields import fields_fit
-from ..core.memory_port import read_bytes
+from ..core.fields import fields_fit, in_wide_words
 from ..core.pixel_reader_fields import READER_FIELDS
 from .packing import remap_group, zero_point_rows
 from .program_image import SOURCE_BATCH, SOURCE_STRIP, SOURCE_ZERO_COLUMN, EngineRecord
@@ -169,11 +168,7 @@ def wide_fields(config, fields):
         when ``fields`` is, when the port is no wider than ``pin`` or when a
         count is not a multiple of ``k``.
     """
-    k = read_bytes(config) // config.pin
-    if fields is None or k == 1 or any(fields[name] % k for name in _WORD_FIELDS):
-        return None
-    wide = dict(fields, wide=1, **{name: fields[name] // k for name in _WORD_FIELDS})
-    return wide if fields_fit(READER_FIELDS, wide) else None
+    return in_wide_words(config, READER_FIELDS, fields, _WORD_FIELDS)
 
 
 def _remap_fields(image, record, fields):

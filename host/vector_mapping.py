@@ -21,8 +21,7 @@ Taken, with docs/semantics.md's integer semantics unchanged:
   the arena's order (:class:`~fpgacnn.host.nhwc_flatten.FlattenNHWC`): a copy.
 """
 
-from ..core.fields import fields_fit
-from ..core.memory_port import read_bytes
+from ..core.fields import fields_fit, in_wide_words
 from ..core.vector_fields import VECTOR_FIELDS, VECTOR_MAX_PIXELS
 from .integer_ops import average_params
 from .layers import Add, AveragePool, GlobalAveragePool, Reshape
@@ -137,8 +136,4 @@ def wide_vector_fields(config, fields):
     dict or None
         None when ``fields`` is, when ``k`` is 1 or a count is not a multiple of it.
     """
-    k = read_bytes(config) // config.pin
-    if fields is None or k == 1 or any(fields[name] % k for name in _WORD_FIELDS):
-        return None
-    wide = dict(fields, wide=1, **{name: fields[name] // k for name in _WORD_FIELDS})
-    return wide if fields_fit(VECTOR_FIELDS, wide) else None
+    return in_wide_words(config, VECTOR_FIELDS, fields, _WORD_FIELDS)

@@ -231,6 +231,15 @@ def test_a_beat_wider_than_the_hp_port_is_refused(tmp_path):
     assert not (tmp_path / "fpgacnn.tcl").exists()  # refused before anything is written
 
 
+def test_an_input_word_that_is_no_axi_beat_is_refused(tmp_path):
+    config = EngineConfig(pin=12, pout=4, kmax=1, max_width=4, max_channels=12,
+                          max_out_channels=4, stream_width=32)
+    with pytest.raises(BoardError, match=r"^the engine's memory read of 12 bytes \(its input "
+                                         r"word\) is not a power of two, which an AXI4 beat "
+                                         r"must be$"):
+        write_zynq_project(load_board("pynq-z2"), config, tmp_path)
+
+
 def test_open_board_is_refused(tmp_path):
     with pytest.raises(BoardError, match=r"ulx3s-85f\.toml: board 'ulx3s-85f' is built with "
                                          r"the open toolchain, not Vivado$"):

@@ -241,7 +241,9 @@ class ProgramEngine(wiring.Component):
                 valid, ready = valid & ~hold, ready & ~hold
             return [
                 req_byte.eq(image + o_addr.payload * pin),
-                self.mem_rd.addr.eq(req_byte & ~(rb - 1)),
+                # The R bytes around the word; where R is pin (which need not be a
+                # power of two) the word's own address.
+                self.mem_rd.addr.eq(req_byte & ~(rb - 1) if per_read > 1 else req_byte),
                 self.mem_rd.valid.eq(valid),
                 o_addr.ready.eq(ready),
                 i_data.payload.eq(rsp_data),
