@@ -21,18 +21,18 @@ compiler, the stream packing and the :class:`~fpgacnn.host.engine_driver.EngineD
 
 import time
 
-import numpy as np
-
 from ..core.config import EngineConfig
-from .compiler import compile_model
-from .engine_driver import EngineDriver, set_weights_owner, weights_owner
 from ..core.errors import InputError
+from .compiler import compile_model
+from .engine_driver import EngineDriver, set_weights_owner, warm_start
 from .onnx_import import load_onnx
 from .program_image import build_image
 from .program_runner import run_program
+from .program_slots import ProgramSlots
 from .reference import ReferenceBackend
 from .sequencer_runner import SequencerDriver, run_sequenced
 from .sequencer_table import SequencerProgram
+from .stream import run_stream
 
 __all__ = ["Accelerator", "BACKENDS", "open_board"]
 
@@ -180,10 +180,13 @@ class Accelerator:
         self.config = config if config is not None else EngineConfig()
         self.clock_hz = float(clock_hz)
         self.progress = progress
-        self.report = None
+        self._report_value = None
+        self._report_pending = None
+        self._io_seconds = 0.0
         self._programs = {}
         self._images = {}
         self._sequenced = {}
+        self._slots = {}
         self.board = board
         self.driver = None
         self.sequencer = None
@@ -204,6 +207,24 @@ class Accelerator:
                 if board is None:  # ours: do not leave a port or a model open
                     self.close()
                 raise
+
+    @property
+    def report(self):
+        """The last run's report (None before the first run); see the class' attributes.
+
+        A sequenced run's report is made when it is first read, from the
+        counters the run copied out of board memory: its host time is the
+        inference's, not the report's.
+        """
+        if self._report_pending is not None:
+            pending, self._report_pending = self._report_pending, None
+            self._report_value = pending()
+        return self._report_value
+
+    @report.setter
+    def report(self, value):
+        self._report_pending = None
+        self._report_value = value
 
     def close(self):
         """Release the board (a simulated board frees its model and waveform)."""
@@ -233,14 +254,20 @@ class Accelerator:
 
     def run(self, x):
         """Run a batch: ``x`` and the result in the model's own graph dtype and shape."""
-        self.model.check_input(x)
-        x8 = self.model.quantize_input(x)
+        t0 = time.perf_counter()
+        x8 = self.model.quantize_input(x)  # checks x
+        quantize = time.perf_counter() - t0
         y8 = self.run_int8(x8)
-        return self.model.dequantize_output(y8)
+        t0 = time.perf_counter()
+        y = self.model.dequantize_output(y8)
+        # The report (made when read) counts these as the host's too.
+        self._io_seconds = quantize + time.perf_counter() - t0
+        return y
 
     def run_int8(self, x8):
         """Run a batch of int8 graph inputs; returns the int8 graph output."""
         start = time.perf_counter()
+        self._io_seconds = 0.0
         if self.backend == "reference":
             y8 = ReferenceBackend().run_int8(self.model, x8)
             self.report = self._report([], len(x8), time.perf_counter() - start)
@@ -252,17 +279,22 @@ class Accelerator:
         # A resident program whose weights this board holds (it ran last, to the
         # end) runs warm: no weights streamed. Anything else on the board in
         # between (a run that loads weights) makes the driver forget the owner.
-        warm = program.resident and weights_owner(self.board) is program
-        if program.resident and not warm:
-            set_weights_owner(self.board, None)
+        warm = warm_start(self.board, program)
         y8, layer_reports = run_program(
             image, program, self.driver, x8, warm=warm, timeout_of=self._timeout,
             link_seconds=getattr(self.board, "link_seconds", None), progress=self.progress)
         if program.resident:
             set_weights_owner(self.board, program)
-        self.report = self._report(layer_reports, len(x8), time.perf_counter() - start)
-        self.report["weights"] = ("resident" if warm else "loaded, now resident"
-                                  if program.resident else "streamed")
+        seconds, batch = time.perf_counter() - start, len(x8)
+        weights = "resident" if warm else "loaded, now resident" if program.resident else "streamed"
+
+        def report():
+            value = self._report(layer_reports, batch, seconds)
+            value["weights"] = weights
+            return value
+
+        self.report = None
+        self._report_pending = report
         return y8
 
     def sequenced(self, batch):
@@ -273,20 +305,74 @@ class Accelerator:
             self._sequenced[batch] = SequencerProgram(self.image(batch), allocate=allocate)
         return self._sequenced[batch]
 
+    def slots(self, batch):
+        """The program for ``batch`` images twice in board memory
+        (:class:`~fpgacnn.host.program_slots.ProgramSlots`, cached): what
+        :meth:`run_stream` alternates between."""
+        if batch not in self._slots:
+            allocate = getattr(self.board, "allocate", None)
+            self._slots[batch] = ProgramSlots(self.image(batch), allocate=allocate)
+        return self._slots[batch]
+
+    def run_stream(self, batches, *, int8=False):
+        """Run a stream of batches, each batch's input written while the engine runs
+        the one before; yields each output in order (a generator).
+
+        Where the engine runs the whole network in one start of its sequencer,
+        the program is twice in board memory and the batches alternate between
+        the two copies: the host's quantizing, writing, dequantizing (and the
+        caller's own work between two outputs) overlap the engine's runs.
+        Elsewhere the batches run one after another. When the stream ends,
+        :attr:`report` gives its throughput: ``end_to_end_seconds_per_image``,
+        ``images_per_second``, the engine's and the host's time (overlapped and
+        not); :meth:`run`'s report gives the latency of one batch.
+
+        Parameters
+        ----------
+        batches : iterable of numpy.ndarray
+            Batches as :meth:`run` takes them (or :meth:`run_int8`, with
+            ``int8``). Batches of the first's size stream; one of another size
+            (a smaller last batch) and those after it run one after another.
+        int8 : bool
+
+        Yields
+        ------
+        numpy.ndarray
+
+        Raises
+        ------
+        InputError, BackendError
+            As :meth:`run`; the outputs yielded before stand, and the board is
+            left idle (a batch in flight is waited for).
+
+        Examples
+        --------
+        >>> batches = (x[i:i + 8] for i in range(0, len(x), 8))   # doctest: +SKIP
+        >>> outputs = list(acc.run_stream(batches))                 # doctest: +SKIP
+        >>> acc.report["images_per_second"]                         # doctest: +SKIP
+        """
+        return run_stream(self, batches, int8=int8)
+
     def _run_sequenced(self, program, x8, start):
         sequenced = self.sequenced(len(x8))
-        warm = program.resident and weights_owner(self.board) is program
-        if program.resident and not warm:
-            set_weights_owner(self.board, None)
-        y8, layer_reports, totals = run_sequenced(
+        warm = warm_start(self.board, program)
+        y8, run = run_sequenced(
             sequenced, program, self.driver, self.sequencer, x8, warm=warm,
             timeout_of=self._timeout, progress=self.progress)
         if program.resident:
             set_weights_owner(self.board, program)
-        self.report = self._report(layer_reports, len(x8), time.perf_counter() - start,
-                                   sequencer=totals)
-        self.report["weights"] = ("resident" if warm else "loaded, now resident"
-                                  if program.resident else "streamed")
+        seconds, batch = time.perf_counter() - start, len(x8)
+        host = seconds - run.board_seconds  # all of run_int8 but the board's time
+        weights = "resident" if warm else "loaded, now resident" if program.resident else "streamed"
+
+        def report():
+            layer_reports, totals = run.reports(host)
+            value = self._report(layer_reports, batch, seconds, sequencer=totals)
+            value["weights"] = weights
+            return value
+
+        self.report = None
+        self._report_pending = report
         return y8
 
     def _timeout(self, predicted_cycles):
@@ -308,7 +394,9 @@ class Accelerator:
             "macs_per_image": self.model.macs,
         }
         if self.backend != "reference":
-            host = sum(l["host_seconds"] for l in layers)
+            # The layers' host work, and run()'s quantizing of the input and
+            # dequantizing of the output.
+            host = sum(l["host_seconds"] for l in layers) + self._io_seconds
             engine = cycles / self.clock_hz
             report.update({
                 "engine": self.config.as_dict(),
@@ -321,6 +409,7 @@ class Accelerator:
                 # less the link's transfer time.
                 "engine_seconds": engine,
                 "host_seconds": host,
+                "quantize_seconds": self._io_seconds,
                 "end_to_end_seconds_per_image": (engine + host) / batch,
                 "images_per_second": batch / (engine + host) if engine + host else None,
                 "host_share": host / engine if engine else None,

@@ -23,7 +23,8 @@ from ..core.descriptor import DESCRIPTOR_FIELDS, complete_descriptor
 from ..core.regmap import RegisterMapError, build_regmap
 from ..core.errors import BackendError, MappingError
 
-__all__ = ["EngineDriver", "LayerRun", "config_differences", "set_weights_owner", "weights_owner"]
+__all__ = ["EngineDriver", "LayerRun", "config_differences", "set_weights_owner", "warm_start",
+           "weights_owner"]
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,22 @@ def set_weights_owner(board, program):
         _WEIGHTS_OWNER[board] = program
     except TypeError:
         pass
+
+
+def warm_start(board, program):
+    """Whether ``program`` runs warm on ``board`` (its weights resident there), and
+    the board's record of resident weights made right for the run to come.
+
+    A run that is not warm loads weights (a cold or a streaming program's),
+    which overwrite whatever the engine held: the board is then nobody's until
+    the caller marks its own program after the run
+    (:func:`set_weights_owner`). The engine's own sequencer loads weights
+    without the driver, so the caller says it here, before every start.
+    """
+    warm = bool(program.resident) and weights_owner(board) is program
+    if not warm:
+        set_weights_owner(board, None)
+    return warm
 
 
 class EngineDriver:

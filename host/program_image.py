@@ -455,6 +455,10 @@ class ProgramImage:
                         for i in range(h.records)]
         self._config = h.config  # built once: the runner asks for it every run
         self._folds = [r for r in self.records if isinstance(r, FoldRecord)]
+        # The input's and the output's views, made once: the host writes and
+        # reads them every inference.
+        self._input_view = self.input.view(self.data)
+        self._output_view = self.output.view(self.data)
 
     def _words(self, offset, count):
         return self.data[offset:offset + 4 * count].view("<i4")
@@ -486,7 +490,7 @@ class ProgramImage:
         InputError
             ``x8`` is not of the shape the program was compiled for.
         """
-        view = self.input.view(self.data)
+        view = self._input_view
         if x8.shape != view.shape:
             raise InputError(f"the program was compiled for input {view.shape}, not "
                              f"{x8.shape} (compile the program for this batch)")
@@ -498,6 +502,10 @@ class ProgramImage:
     @property
     def output(self):
         return self.tensors[self.header.output_tensor]
+
+    def read_output(self):
+        """A copy of the network output in the arena (int8, the output's view shape)."""
+        return self._output_view.copy()
 
 
 # -- the patterns as the compiler's gathers and scatters -------------------------------------

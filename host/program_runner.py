@@ -121,6 +121,11 @@ class StepTotals:
         self.host += host
         self.board += board
 
+    def copy(self):
+        other = StepTotals()
+        other.__dict__.update(self.__dict__)
+        return other
+
     def as_report(self, macs, batch, peak):
         return {
             "engine": True, "runs": self.runs, "cycles": self.cycles,
@@ -205,7 +210,6 @@ def run_program(image, program, driver, x8, *, warm=False, timeout_of, link_seco
     """
     config = image.config
     x8 = np.asarray(x8, dtype=np.int8)
-    data = image.data
     t0 = time.perf_counter()
     image.write_input(x8)  # and the input's folds
     write_input = time.perf_counter() - t0
@@ -241,7 +245,7 @@ def run_program(image, program, driver, x8, *, warm=False, timeout_of, link_seco
     if current in totals:
         finish(current)
     t0 = time.perf_counter()
-    y8 = np.array(image.output.view(data), copy=True)
+    y8 = image.read_output()
     if reports:  # the input's and the output's copies are host work too
         reports[0]["host_seconds"] += write_input
         reports[-1]["host_seconds"] += time.perf_counter() - t0

@@ -24,7 +24,26 @@ from ..core.sequencer import SEQUENCER_MAGIC, build_sequencer_regmap, record_byt
 from .program_image import FoldRecord, tensor_names
 from .program_runner import StepTotals, run_record
 
-__all__ = ["SequencerDriver", "run_sequenced"]
+__all__ = ["InFlight", "SequencedRun", "SequencerDriver", "finish_sequenced", "one_start",
+           "run_sequenced", "stage_input", "start_sequenced"]
+
+
+#: board -> (the buffer attached as its memory, its address on the engine's bus).
+_ATTACHED = weakref.WeakKeyDictionary()
+
+
+def _attached_buffer(board):
+    try:
+        return _ATTACHED.get(board)
+    except TypeError:  # a board that cannot be weakly referenced: attach every time
+        return None
+
+
+def _set_attached_buffer(board, held):
+    try:
+        _ATTACHED[board] = held
+    except TypeError:
+        pass
 
 
 class SequencerDriver:
@@ -54,6 +73,9 @@ class SequencerDriver:
         #: Seconds the register accesses took (the board's bus, not the host's work:
         #: on the simulated board, simulated cycles).
         self.bus_seconds = 0.0
+        #: Seconds spent in :meth:`wait` (the board's time: on the simulated board,
+        #: the simulation of the engine's run).
+        self.wait_seconds = 0.0
         if not getattr(board, "has_memory", False):
             raise BackendError("this board has no memory port: its engine cannot sequence a "
                                "program (the host runs it record by record)")
@@ -80,21 +102,29 @@ class SequencerDriver:
         return self.regs.decode(name, word)
 
     def attach(self, program):
-        """Make ``program``'s buffer the board's memory (once per program).
+        """Make ``program``'s buffer the board's memory and point the sequencer at it
+        (before every inference).
 
-        ``seq_memory`` is where the buffer is on the engine's bus, as the
-        board says (the simulated board: 0, its addresses are offsets into
-        the buffer; a Zynq board: the buffer's physical address).
+        ``seq_memory`` is where the buffer is on the engine's bus, as the board
+        says (the simulated board: 0, its addresses are offsets into the
+        buffer; a Zynq board: the buffer's physical address). The buffer is
+        attached when the board holds another (every driver of the board sees
+        what the board holds: each Accelerator has its own driver); the
+        register is written every time, one bus write, so no other driver's
+        program and no reset leaves it pointing elsewhere.
         """
-        if self.attached is not program:
+        held = _attached_buffer(self.board)
+        if held is None or held[0] is not program.memory:
             address = self.board.attach_memory(program.memory)
             if address % self.read_bytes:
                 # The engine reads R-byte words at R-aligned addresses: a buffer
                 # elsewhere would read the wrong bytes.
                 raise BackendError(f"the program's buffer is at 0x{address:08x}, not on a "
                                    f"{self.read_bytes}-byte boundary (the engine's memory read)")
-            self.write("seq_memory", address)
-            self.attached = program
+            held = (program.memory, address)
+            _set_attached_buffer(self.board, held)
+        self.write("seq_memory", held[1])
+        self.attached = program
 
     def start(self, first, count):
         """Start the sequencer on ``count`` records from ``first``, the memory
@@ -111,6 +141,20 @@ class SequencerDriver:
         ``busy``), a wall-clock timeout. Either way the memory is then the
         host's again (a board with a CPU cache drops its copy).
         """
+        t0 = time.perf_counter()
+        try:
+            return self._wait(timeout)
+        finally:
+            self.wait_seconds += time.perf_counter() - t0
+
+    @property
+    def board_seconds(self):
+        """:attr:`bus_seconds` plus :attr:`wait_seconds`: the board's share of the
+        wall clock so far (a span of host time is its wall time less this one's
+        growth)."""
+        return self.bus_seconds + self.wait_seconds
+
+    def _wait(self, timeout):
         wait_irq = getattr(self.board, "wait_irq", None)
         if wait_irq is not None:
             stopped = wait_irq(timeout)
@@ -189,12 +233,10 @@ def run_sequenced(sequenced, program, driver, seq_driver, x8, *, warm=False, tim
 
     Returns
     -------
-    (numpy.ndarray, list of dict, dict)
-        The int8 output, per step what the report says (as
-        :func:`~fpgacnn.host.program_runner.run_program`), and the sequencer's
-        totals: ``sequencer_cycles`` (its starts to its stops, all of them),
-        ``sequencer_runs`` (records it ran), ``sequencer_starts``,
-        ``sequenced_busy_cycles`` (the engine's busy cycles of those runs).
+    (numpy.ndarray, SequencedRun)
+        The int8 output, and what the report is made of (its counters copied
+        out of board memory; :meth:`SequencedRun.reports` sums them when the
+        report is asked for, not in the inference's time).
 
     Raises
     ------
@@ -203,26 +245,17 @@ def run_sequenced(sequenced, program, driver, seq_driver, x8, *, warm=False, tim
         stop in time (aborted), or a memory access fell outside the program.
     """
     image = sequenced.image
-    config = image.config
-    data = image.data
-    # The host's time is everything here but the waits for the board (the
-    # sequencer's runs, the runs the host makes through the driver, and the
-    # register accesses, as in those runs); the host records' and host-made
-    # runs' own share is reported on their steps.
-    t_start = time.perf_counter()
+    # The board's time: the waits (the sequencer's runs, the runs the host
+    # makes through the driver) and the register accesses, as in those runs;
+    # the caller's wall-clock time less it is the host's. The host records'
+    # and host-made runs' own share is reported on their steps.
     waited = attributed = 0.0
     bus_start = seq_driver.bus_seconds
-    x8 = np.asarray(x8, dtype=np.int8)
-    seq_driver.attach(sequenced)
-    image.write_input(x8)  # and the input's folds
-    sequenced.clear_counters()
-    seq_driver.write("seq_table", sequenced.table_words[warm])
+    _begin(sequenced, seq_driver, x8, warm=warm)
     index = None  # tensor name -> table index, for the records the host runs
     records, flags = image.records, sequenced.on_engine[warm]
-    peak = config.peak_macs_per_cycle
-    totals, host_reports = {}, {}
-    seq = dict(sequencer_cycles=0, sequencer_runs=0, sequencer_starts=0,
-               sequenced_busy_cycles=0)
+    totals, host_reports, ranges = {}, {}, []
+    seq = dict(sequencer_cycles=0, sequencer_starts=0)
 
     i, n = 0, len(records)
     while i < n:
@@ -249,60 +282,246 @@ def run_sequenced(sequenced, program, driver, seq_driver, x8, *, warm=False, tim
         j = i
         while j < n and flags[j]:
             j += 1
-        predicted = sequenced.predicted_range(i, j, warm=warm)
-        if progress:
-            progress(f"records {i + 1}-{j} of {n} on the sequencer")
-        seq_driver.start(i, j - i)
-        # Per record: the fetch, 20 register writes and the counters, besides the run.
-        timeout = timeout_of(predicted + 200 * (j - i))
-        t_wait = time.perf_counter()
-        stopped = seq_driver.wait(timeout)
-        waited += time.perf_counter() - t_wait  # the board's time, not the host's work
-        if not stopped:
-            seq_driver.write("seq_control", abort=1)
-            seq_driver.wait(timeout)
-            at = seq_driver.read("seq_status")["index"]
-            name = program.steps[records[min(at, n - 1)].step].name
-            raise BackendError(f"layer {name!r}: the sequencer did not stop within {timeout:g} s "
-                               f"(at record {at}); aborted")
-        status = seq_driver.read("seq_status")
-        seq["sequencer_cycles"] += seq_driver.read("seq_cycles")["value"]
-        seq["sequencer_starts"] += 1
-        fault = seq_driver.memory_fault()
-        if fault is not None:
-            first, last = (program.steps[records[k].step].name for k in (i, j - 1))
-            raise BackendError(f"layers {first!r} to {last!r} (records {i}-{j - 1}): the "
-                               f"sequencer's memory access failed: {fault}")
-        at = status["index"]
-        if status["error"]:
-            bad = records[at]
-            name = program.steps[bad.step].name
-            desc = sequenced.descriptor(at, warm=warm)  # what the engine was given
-            raise driver.refusal(desc, name)
-        if not status["done"]:
-            raise BackendError(f"the sequencer stopped at record {at} of {i}-{j - 1} without "
-                               f"finishing (status {status})")
-        # The range's counters, summed per step in one pass over the memory.
-        for step_index, runs, (busy, stall_in, stall_out), model in \
-                sequenced.step_counters(i, j, warm=warm):
-            totals.setdefault(step_index, StepTotals()).add(busy, stall_in, stall_out, model,
-                                                            runs=runs)
-            seq["sequencer_runs"] += runs
-            seq["sequenced_busy_cycles"] += busy
+        timeout = _start_range(sequenced, seq_driver, i, j, warm=warm, timeout_of=timeout_of,
+                               progress=progress)
+        wait, counters = _finish_range(sequenced, program, driver, seq_driver, i, j,
+                                       warm=warm, timeout=timeout, seq=seq)
+        waited += wait
+        ranges.append(counters)
         i = j
 
-    y8 = np.array(image.output.view(data), copy=True)
+    y8 = image.read_output()
+    board = waited + seq_driver.bus_seconds - bus_start
+    return y8, SequencedRun(sequenced, program, warm, ranges, totals, host_reports, seq,
+                            attributed, board)
 
-    reports = []
-    for step_index, name, op, macs in _report_steps(sequenced, program):
-        if step_index in totals:
-            info = totals[step_index].as_report(macs, program.batch, peak)
-        else:
-            info = {"engine": False, "host_seconds": host_reports.get(step_index, 0.0)}
-        reports.append({"name": name, "op": op, "macs": macs, **info})
-    if reports:
-        # What the host did around the sequencer (the input, starting it, its
-        # counters, the output and these reports).
-        bus = seq_driver.bus_seconds - bus_start
-        reports[0]["host_seconds"] += time.perf_counter() - t_start - waited - attributed - bus
-    return y8, reports, seq
+
+def stage_input(sequenced, x8):
+    """Write a batch's input (and its folds) into ``sequenced``'s arena and clear its
+    counters: memory the engine does not touch while it runs another copy of the
+    program (:class:`~fpgacnn.host.program_slots.ProgramSlots`)."""
+    sequenced.image.write_input(np.asarray(x8, dtype=np.int8))
+    sequenced.clear_counters()
+
+
+def _point(sequenced, seq_driver, *, warm):
+    """Point the sequencer at ``sequenced`` in board memory and at its run table."""
+    seq_driver.attach(sequenced)
+    seq_driver.write("seq_table", sequenced.table_words[warm])
+
+
+def _begin(sequenced, seq_driver, x8, *, warm):
+    """The host's part before the first start: the input (and its folds) in the
+    arena, the counters cleared, the program's buffer the board's memory, the
+    run table chosen."""
+    stage_input(sequenced, x8)
+    _point(sequenced, seq_driver, warm=warm)
+
+
+def _start_range(sequenced, seq_driver, first, end, *, warm, timeout_of, progress=None):
+    """Start the sequencer on records ``first`` to ``end - 1``; returns the timeout
+    (board seconds) to wait for it with."""
+    if progress:
+        progress(f"records {first + 1}-{end} of {len(sequenced.image.records)} on the "
+                 "sequencer")
+    predicted = sequenced.predicted_range(first, end, warm=warm)
+    seq_driver.start(first, end - first)
+    # Per record: the fetch, 20 register writes and the counters, besides the run.
+    return timeout_of(predicted + 200 * (end - first))
+
+
+def _finish_range(sequenced, program, driver, seq_driver, first, end, *, warm, timeout, seq):
+    """Wait for the sequencer's stop after :func:`_start_range` and check it.
+
+    Adds the range's cycles and start to ``seq``; returns the seconds waited
+    (the board's time) and ``(first, end, counters)``: the range's counters,
+    copied (the next start overwrites them), summed per step when the report is
+    asked for.
+
+    Raises
+    ------
+    BackendError
+        As :func:`run_sequenced`.
+    """
+    records, n = sequenced.image.records, len(sequenced.image.records)
+    t_wait = time.perf_counter()
+    stopped = seq_driver.wait(timeout)
+    waited = time.perf_counter() - t_wait  # the board's time, not the host's work
+    if not stopped:
+        seq_driver.write("seq_control", abort=1)
+        seq_driver.wait(timeout)
+        at = seq_driver.read("seq_status")["index"]
+        name = program.steps[records[min(at, n - 1)].step].name
+        raise BackendError(f"layer {name!r}: the sequencer did not stop within {timeout:g} s "
+                           f"(at record {at}); aborted")
+    status = seq_driver.read("seq_status")
+    seq["sequencer_cycles"] += seq_driver.read("seq_cycles")["value"]
+    seq["sequencer_starts"] += 1
+    fault = seq_driver.memory_fault()
+    if fault is not None:
+        first_name, last_name = (program.steps[records[k].step].name for k in (first, end - 1))
+        raise BackendError(f"layers {first_name!r} to {last_name!r} (records {first}-{end - 1}): "
+                           f"the sequencer's memory access failed: {fault}")
+    at = status["index"]
+    if status["error"]:
+        name = program.steps[records[at].step].name
+        desc = sequenced.descriptor(at, warm=warm)  # what the engine was given
+        raise driver.refusal(desc, name)
+    if not status["done"]:
+        raise BackendError(f"the sequencer stopped at record {at} of {first}-{end - 1} without "
+                           f"finishing (status {status})")
+    return waited, (first, end, sequenced.counter_snapshot(first, end))
+
+
+def one_start(sequenced, *, warm=False):
+    """The records ``(first, end)`` of a program that runs in one start of the
+    sequencer (:attr:`~fpgacnn.host.sequencer_table.SequencerProgram.one_start`), or
+    None."""
+    return sequenced.one_start[warm]
+
+
+class InFlight:
+    """A batch the sequencer is running from one start (:func:`start_sequenced`)."""
+
+    def __init__(self, sequenced, warm, first, end, timeout, bus_start):
+        self.sequenced, self.warm = sequenced, warm
+        self.first, self.end, self.timeout = first, end, timeout
+        self.bus_start = bus_start
+
+
+def start_sequenced(sequenced, seq_driver, *, warm=False, timeout_of):
+    """Start the whole program on the sequencer, its input staged
+    (:func:`stage_input`), without waiting: the host is free until
+    :func:`finish_sequenced` (streaming, docs/program.md "Batches").
+
+    Parameters
+    ----------
+    sequenced : SequencerProgram
+        A program that runs in one start (:func:`one_start`).
+    seq_driver : SequencerDriver
+    warm : bool
+    timeout_of : callable
+
+    Returns
+    -------
+    InFlight
+
+    Raises
+    ------
+    ValueError
+        ``sequenced`` needs the host between its records.
+    """
+    span = one_start(sequenced, warm=warm)
+    if span is None:
+        raise ValueError("the program stops the sequencer for the host: it cannot run in one "
+                         "start")
+    bus_start = seq_driver.bus_seconds
+    _point(sequenced, seq_driver, warm=warm)
+    timeout = _start_range(sequenced, seq_driver, *span, warm=warm, timeout_of=timeout_of)
+    return InFlight(sequenced, warm, *span, timeout, bus_start)
+
+
+def finish_sequenced(flight, program, driver, seq_driver):
+    """Wait for a batch :func:`start_sequenced` started; its output and report's makings.
+
+    Returns
+    -------
+    (numpy.ndarray, SequencedRun)
+        As :func:`run_sequenced`.
+
+    Raises
+    ------
+    BackendError
+        As :func:`run_sequenced`.
+    """
+    sequenced = flight.sequenced
+    seq = dict(sequencer_cycles=0, sequencer_starts=0)
+    waited, counters = _finish_range(sequenced, program, driver, seq_driver, flight.first,
+                                     flight.end, warm=flight.warm, timeout=flight.timeout,
+                                     seq=seq)
+    y8 = sequenced.image.read_output()
+    board = waited + seq_driver.bus_seconds - flight.bus_start
+    return y8, SequencedRun(sequenced, program, flight.warm, [counters], {}, {}, seq, 0.0,
+                            board)
+
+
+class SequencedRun:
+    """What one sequenced inference leaves for its report.
+
+    The host's work in an inference is the input, the starts, the status and
+    a copy of the counters; the per-step sums and the report's dicts are made
+    by :meth:`reports`, when the report is read (an inference whose report
+    nobody reads does not pay for it, as a DPU's profiler dumps counters and
+    formats them later).
+
+    Parameters
+    ----------
+    sequenced : SequencerProgram
+    program : fpgacnn.host.compiler.Program
+    warm : bool
+    ranges : list of (int, int, numpy.ndarray)
+        Each start's records ``first`` to ``end - 1`` and their counters
+        (:meth:`~fpgacnn.host.sequencer_table.SequencerProgram.counter_snapshot`).
+    totals : dict
+        Step index -> :class:`~fpgacnn.host.program_runner.StepTotals` of the
+        records the host ran on the engine run by run.
+    host_reports : dict
+        Step index -> host seconds of the records the host ran by itself.
+    seq : dict
+        ``sequencer_cycles`` and ``sequencer_starts``.
+    attributed : float
+        The host's seconds in ``totals`` and ``host_reports`` (its work on those steps).
+    board_seconds : float
+        The board's time in the inference: the waits for the sequencer and for
+        the runs the host made, and the register accesses (on the simulated
+        board, simulated cycles). The caller's wall-clock time less this is
+        the host's.
+    """
+
+    def __init__(self, sequenced, program, warm, ranges, totals, host_reports, seq,
+                 attributed, board_seconds):
+        self._args = (sequenced, program, warm, ranges, totals, host_reports, seq)
+        #: The sequencer's cycles, its starts to its stops (the engine's time).
+        self.sequencer_cycles = seq["sequencer_cycles"]
+        self.attributed = attributed
+        self.board_seconds = board_seconds
+
+    def reports(self, host_seconds):
+        """Per step what the report says (as :func:`~fpgacnn.host.program_runner.
+        run_program`), and the sequencer's totals: ``sequencer_cycles`` (its starts
+        to its stops, all of them), ``sequencer_runs`` (records it ran),
+        ``sequencer_starts``, ``sequenced_busy_cycles`` (the engine's busy cycles of
+        those runs).
+
+        Parameters
+        ----------
+        host_seconds : float
+            The host's time in the whole inference, as the caller measured it:
+            what :attr:`attributed` leaves of it (the input, the starts, the
+            status, the counters' copy, the output) is counted on the first step.
+
+        Returns
+        -------
+        (list of dict, dict)
+        """
+        sequenced, program, warm, ranges, totals, host_reports, seq = self._args
+        totals = {k: v.copy() for k, v in totals.items()}
+        seq = dict(seq, sequencer_runs=0, sequenced_busy_cycles=0)
+        for first, end, words in ranges:
+            for step_index, runs, (busy, stall_in, stall_out), model in \
+                    sequenced.step_counters(first, end, warm=warm, words=words):
+                totals.setdefault(step_index, StepTotals()).add(busy, stall_in, stall_out,
+                                                                model, runs=runs)
+                seq["sequencer_runs"] += runs
+                seq["sequenced_busy_cycles"] += busy
+        peak = sequenced.config.peak_macs_per_cycle
+        reports = []
+        for step_index, name, op, macs in _report_steps(sequenced, program):
+            if step_index in totals:
+                info = totals[step_index].as_report(macs, program.batch, peak)
+            else:
+                info = {"engine": False, "host_seconds": host_reports.get(step_index, 0.0)}
+            reports.append({"name": name, "op": op, "macs": macs, **info})
+        if reports:
+            reports[0]["host_seconds"] += max(0.0, host_seconds - self.attributed)
+        return reports, seq

@@ -38,10 +38,11 @@ from ..core.sequencer import (COUNTER_WORDS, MAX_RECORDS, RECORD_ENGINE, RECORD_
 from .cycle_model import vector_run_cycles
 from .pixel_reader_setup import reader_fields, wide_fields
 from .pixel_writer_setup import writer_fields
-from .program_image import EngineRecord, ProgramImage, VectorRecord, alignment
+from .program_image import EngineRecord, FoldRecord, ProgramImage, VectorRecord, alignment
 from .vector_mapping import vector_fields, wide_vector_fields
 
-__all__ = ["SequencerProgram", "check_record_count", "hardware_record", "vector_record_fields"]
+__all__ = ["SequencerProgram", "check_record_count", "hardware_record", "sequencer_layout",
+           "vector_record_fields"]
 
 
 def check_record_count(records):
@@ -143,6 +144,33 @@ def hardware_record(image, record, *, warm, counters, regs=None):
     return words, True
 
 
+def sequencer_layout(image):
+    """Where :class:`SequencerProgram` puts the run tables and counters after ``image``.
+
+    Returns
+    -------
+    (dict, int, int)
+        ``{False: cold, True: warm}`` run tables' byte offsets, the counters'
+        byte offset, and the buffer's size in bytes.
+    """
+    align = alignment(image.config)
+    rbytes = record_bytes(image.config)
+    nrec = len(image.records)
+    tables = {False: _align(image.nbytes, align)}
+    tables[True] = tables[False] + _align(nrec * rbytes, align)
+    counters = tables[True] + _align(nrec * rbytes, align)
+    return tables, counters, counters + _align(4 * COUNTER_WORDS * max(nrec, 1), align)
+
+
+def _one_start_span(records, on_engine):
+    first = 0
+    while first < len(records) and isinstance(records[first], FoldRecord):
+        first += 1
+    if first == len(records) or not all(on_engine[first:]):
+        return None
+    return first, len(records)
+
+
 class SequencerProgram:
     """A program image and its run tables in one board-memory buffer.
 
@@ -170,6 +198,10 @@ class SequencerProgram:
     counters : int
         Byte offset of the counters region (record ``i`` at ``counters +
         4 * COUNTER_WORDS * i``).
+    one_start : dict
+        ``{warm: (first, end) or None}``: the records of a program the sequencer
+        runs in one start (every record but the input folds before them, which
+        the host writes with the input), or None where it stops for the host.
     """
 
     def __init__(self, image, *, allocate=None):
@@ -177,19 +209,20 @@ class SequencerProgram:
         config = image.config
         self.config = config
         n = image.nbytes
-        align = alignment(config)
         rbytes = record_bytes(config)
         nrec = len(image.records)
-        tables = {False: _align(n, align)}
-        tables[True] = tables[False] + _align(nrec * rbytes, align)
-        self.counters = tables[True] + _align(nrec * rbytes, align)
-        total = self.counters + _align(4 * COUNTER_WORDS * max(nrec, 1), align)
+        tables, self.counters, total = sequencer_layout(image)
         self.memory = (allocate or (lambda k: np.zeros(k, np.uint8)))(total)
         self.memory[:n] = image.data
         self.image = ProgramImage.over(self.memory[:n])
+        # The counter words as (record, word), a view of the memory made once:
+        # the host copies a range of it after every start.
+        self._counter_words = self.memory[self.counters:self.counters + 4 * COUNTER_WORDS
+                                          * nrec].view("<u4").reshape(nrec, COUNTER_WORDS)
         self._regs = build_regmap(config)
         self.table_words = {w: off // config.pin for w, off in tables.items()}
         self.on_engine = {}
+        self.one_start = {}
         self._vector_predicted = {}
         for i, r in enumerate(self.image.records):
             fields = vector_record_fields(self.image, r) if isinstance(r, VectorRecord) else None
@@ -207,10 +240,26 @@ class SequencerProgram:
                 flags.append(hw)
                 rows.append(np.array(words, "<u4").view(np.uint8))
             self.on_engine[warm] = flags
+            self.one_start[warm] = _one_start_span(self.image.records, flags)
             if rows:
                 block = np.zeros((nrec, rbytes), np.uint8)
                 block[:, :4 * len(RECORD_FIELDS)] = np.stack(rows)
                 self.memory[off:off + nrec * rbytes] = block.reshape(-1)
+
+    def copy(self, allocate=None):
+        """The same program in a buffer of its own (``allocate`` as the constructor's):
+        its bytes copied, the tables and predictions shared, the image, arena and
+        counters the new buffer's (:class:`~fpgacnn.host.program_slots.ProgramSlots`)."""
+        memory = (allocate or (lambda k: np.zeros(k, np.uint8)))(self.memory.size)
+        memory[:] = self.memory
+        other = type(self).__new__(type(self))
+        other.__dict__.update(self.__dict__)
+        other.memory = memory
+        other.image = ProgramImage.over(memory[:self.image.nbytes])
+        nrec = len(other.image.records)
+        other._counter_words = memory[other.counters:other.counters + 4 * COUNTER_WORDS
+                                      * nrec].view("<u4").reshape(nrec, COUNTER_WORDS)
+        return other
 
     @property
     def nbytes(self):
@@ -232,17 +281,23 @@ class SequencerProgram:
         """The sum of :meth:`predicted_cycles` over records ``first`` to ``end - 1``."""
         return sum(self._predicted[warm][first:end])
 
-    def step_counters(self, first, end, *, warm=False):
+    def counter_snapshot(self, first, end):
+        """A copy of the counters of records ``first`` to ``end - 1``, ``(end - first,
+        COUNTER_WORDS)`` words: what the host keeps of a range once the sequencer
+        stopped (the next start overwrites them), for :meth:`step_counters`."""
+        return self._counter_words[first:end].copy()
+
+    def step_counters(self, first, end, *, warm=False, words=None):
         """The counters of records ``first`` to ``end - 1`` summed per program step, in
         record order: ``(step, runs, (busy, stall_in, stall_out), predicted)`` for each
-        step with a record there that the sequencer ran (the memory read once)."""
-        nrec = len(self.image.records)
-        counters = self.memory[self.counters:self.counters + 4 * COUNTER_WORDS * nrec]
-        words = counters.view("<u4").reshape(nrec, COUNTER_WORDS)[first:end].tolist()
+        step with a record there that the sequencer ran (from ``words``, a
+        :meth:`counter_snapshot` of the range, or else board memory as it is)."""
+        if words is None:
+            words = self.counter_snapshot(first, end)
         flags, steps = self.on_engine[warm], self._steps
         predicted = self._predicted[warm]
         sums = {}
-        for k, row in zip(range(first, end), words):
+        for k, row in zip(range(first, end), words.tolist()):
             if flags[k]:
                 entry = sums.setdefault(steps[k], [0, 0, 0, 0, 0])
                 entry[0] += 1

@@ -100,6 +100,13 @@ def pynq_backend_runs_the_example_program(dut):
         totals = accelerator.report["sequencer"]
         assert totals["sequencer_starts"] == 1, totals  # the whole network in one start
         assert totals["sequencer_runs"] > 0
+    # Streaming: each next batch written into the other copy of the program and
+    # written back from the cache while the engine runs this one.
+    xs = [digits.x[k:k + 2] for k in range(4, 10, 2)]
+    for k, (x, y) in enumerate(zip(xs, accelerator.run_stream(xs))):
+        np.testing.assert_array_equal(y, reference.run(accelerator.model, x),
+                                      err_msg=f"streamed batch {k}")
+    assert accelerator.report["overlapped"] is True and accelerator.report["batches"] == 3
     assert cocotbpynq_ddr._ddr.bad_accesses == 0
 
 

@@ -8,6 +8,7 @@ import dataclasses
 import json
 import re
 
+import numpy as np
 import pytest
 
 from fpgacnn.core.errors import InputError, MappingError
@@ -15,6 +16,8 @@ from fpgacnn.host import accelerator
 from fpgacnn.host.accelerator import Accelerator
 from fpgacnn.host.cli import main
 from fpgacnn.host.examples import load_example
+from fpgacnn.host.onnx_import import load_onnx
+from fpgacnn.host.reference import ReferenceBackend
 from fpgacnn.sim import verilator
 
 from conftest import SMALL_ENGINE
@@ -161,6 +164,39 @@ def test_demo_prints_accuracy_cycles_and_throughput(capsys, small_toml, tmp_path
     assert report["sequencer"]["sequencer_starts"] == 1
 
 
+def test_run_streams_batches_and_reports_the_throughput(capsys, small_toml, tmp_path):
+    """``--stream N``: the input as batches of N (the last smaller) through
+    ``Accelerator.run_stream`` on the sequencer; the same accuracy and outputs as
+    one run, and the stream's line and report."""
+    status, out, err = cli(capsys, "run", "--example", "digits", "--config", small_toml,
+                           "--sequencer", "--stream", 100, "--report", tmp_path / "r.json",
+                           "--output", tmp_path / "y.npy")
+    assert status == 0, err
+    line = re.search(r"^stream of 4 batches of 100 \(360 images\), each batch's input written "
+                     r"while the engine ran the one before: total ([\d,]+) engine cycles; per "
+                     r"image (\d+\.\d{3}) ms end to end \(engine (\d+\.\d{3}) ms at 100 MHz, "
+                     r"host (\d+\.\d{3}) ms while it waited, (\d+\.\d{3}) ms beside it, "
+                     r"measured here\); ([\d,]+) images/s$", out, re.M)
+    assert line, out
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["stream"] is True and report["overlapped"] is True
+    assert [b["images"] for b in report["per_batch"]] == [100, 100, 100, 60]
+    assert int(line.group(1).replace(",", "")) == report["total_cycles"]
+    digits = load_example("digits")
+    y = np.load(tmp_path / "y.npy")
+    np.testing.assert_array_equal(y, ReferenceBackend().run(load_onnx(digits.model), digits.x))
+    assert f"top-1 accuracy: {(y.argmax(1) == digits.y).mean():.2%}" in out
+
+
+@pytest.mark.parametrize("value", [0, -2])
+def test_run_refuses_a_stream_of_no_images(capsys, small_toml, value):
+    status, out, err = cli(capsys, "run", "--example", "digits", "--config", small_toml,
+                           "--sequencer", "--stream", value)
+    assert status != 0
+    assert err.strip().endswith(f"--stream takes a positive number of images per batch, not "
+                                f"{value}"), err
+
+
 def test_run_on_sim_reports_cycles_per_layer(capsys, small_toml, tmp_path, small_engine_board):
     status, out, err = cli(capsys, "run", "--example", "digits", "--config", small_toml,
                            "--report", tmp_path / "r.json")
@@ -175,8 +211,11 @@ def test_run_on_sim_reports_cycles_per_layer(capsys, small_toml, tmp_path, small
         360 * 100e6 / report["total_cycles"])
     # End to end: the engine's cycles at the clock plus the host's measured work.
     assert report["engine_seconds"] == pytest.approx(report["total_cycles"] / 100e6)
+    # The layers' host work and run()'s quantizing and dequantizing.
+    assert 0 < report["quantize_seconds"] < report["host_seconds"]
     assert report["host_seconds"] == pytest.approx(
-        sum(l.get("host_seconds", 0) for l in report["layers"] if "fused_into" not in l))
+        sum(l.get("host_seconds", 0) for l in report["layers"] if "fused_into" not in l)
+        + report["quantize_seconds"])
     assert report["end_to_end_seconds_per_image"] == pytest.approx(
         (report["engine_seconds"] + report["host_seconds"]) / 360)
     assert report["images_per_second"] == pytest.approx(

@@ -82,8 +82,9 @@ def test_pynq_backend_runs_the_example_model_on_the_wrapper(wrapper_build, tmp_p
 
 def test_pynq_backend_runs_the_example_program_from_ddr(wrapper_build, tmp_path):
     """Accelerator(backend="pynq") on the shipped RTL with a DDR on its AXI4 master: the
-    whole network in one sequencer start, twice, bit-exact; buffers flushed and
-    invalidated as on a board; writes seen by reads only after their B responses."""
+    whole network in one sequencer start, twice, bit-exact, then three batches
+    streamed through two copies of the program; buffers flushed and invalidated
+    as on a board; writes seen by reads only after their B responses."""
     result = run_on_wrapper(wrapper_build, tmp_path, "pynq_backend_runs_the_example_program")
     assert result.failed == [], result.messages
     assert len(result.passed) == 1

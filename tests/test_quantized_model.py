@@ -3,6 +3,7 @@ helpers added for pooling and Add."""
 
 import logging
 import time
+import warnings
 
 import numpy as np
 import onnx
@@ -131,6 +132,33 @@ def test_non_finite_float_input_is_refused_naming_the_input(residual, value):
         ReferenceBackend().run(qm, x)
 
 
+def test_quantize_and_dequantize_are_the_onnxruntime_formulas(residual):
+    """The host's quantizing (one reduction checks finiteness) and dequantizing
+    (a table of the 256 codes) give the formulas' values bit for bit: float32
+    ``clip(rint(x / scale) + zp)`` and ``(y - zp) * scale``; a finite input whose
+    sum overflows float32 is quantized (clipped), not refused."""
+    qm, x = residual
+    rng = np.random.default_rng(3)
+    inputs = [x[:7], (x[:7] * 40).astype(np.float32),
+              np.full((2, *qm.input.shape), 3e38, np.float32),
+              np.full((2, *qm.input.shape), -3e38, np.float32), x[:3].astype(np.float64)]
+    scale, zp = np.float32(qm.input.scale), qm.input.zero_point
+    for v in inputs:
+        with np.errstate(over="ignore"):
+            want = np.clip(np.rint(v.astype(np.float32) / scale) + zp, -128, 127).astype(np.int8)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # saturating is no overflow to warn of
+            np.testing.assert_array_equal(qm.quantize_input(v), want)
+    codes = np.arange(-128, 128, dtype=np.int8)
+    y = np.concatenate([codes, rng.integers(-128, 128, 300).astype(np.int8)])
+    y = y[:(y.size // qm.output.shape[0]) * qm.output.shape[0]].reshape(-1, *qm.output.shape)
+    d = ((y.astype(np.int32) - qm.output.zero_point).astype(np.float32)
+         * np.float32(qm.output.scale)).astype(np.float32)
+    got = qm.dequantize_output(y)
+    np.testing.assert_array_equal(got, d if qm.head is None else qm.head.apply(d))
+    assert got.dtype == np.float32
+
+
 def test_float_head_is_applied_after_dequantization():
     from fpgacnn.host.model import FloatHead
     y = np.array([[0.5, -1.0, 2.0], [0.0, 0.0, 0.0]], np.float32)
@@ -140,5 +168,9 @@ def test_float_head_is_applied_after_dequantization():
     assert p.dtype == np.float32
     np.testing.assert_allclose(FloatHead("Sigmoid", "sigmoid").apply(y), 1 / (1 + np.exp(-y)),
                                rtol=1e-6)
+    # In float32 as written, bit for bit (the head works in place).
+    np.testing.assert_array_equal(p, (e / e.sum(1, keepdims=True)).astype(np.float32))
+    np.testing.assert_array_equal(FloatHead("Sigmoid", "sigmoid").apply(y),
+                                  np.float32(1) / (np.float32(1) + np.exp(-y)))
     with pytest.raises(ValueError, match=r"^a float head is Softmax or Sigmoid, not 'Tanh'$"):
         FloatHead("Tanh", "tanh")

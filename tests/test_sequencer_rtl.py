@@ -130,6 +130,28 @@ def test_most_records_of_a_network_run_on_the_sequencer(board):
     assert acc.report["sequencer"]["sequencer_runs"] == sum(sequenced.on_engine[False])
 
 
+def test_a_report_read_late_holds_its_own_runs_counters(board):
+    """The report is made when read, from the counters its inference copied out of
+    board memory: zeroing them afterwards (as the next start does) changes nothing,
+    and the next inference's report is its own."""
+    config = ENGINES[board.config_name]
+    model = random_cnn(2)
+    acc = Accelerator(model, config=config, board=board)
+    x8 = _input(model, 1, 6)
+    acc.run_int8(x8)
+    acc.run_int8(x8)  # warm from here
+    first = acc.report
+    acc.run_int8(x8)
+    acc.sequenced(1).clear_counters()
+    late = acc.report
+    assert first["sequencer"]["sequencer_runs"] > 0
+    assert [l.get("cycles") for l in late["layers"]] == [l.get("cycles") for l in first["layers"]]
+    assert late["total_cycles"] == first["total_cycles"] > 0
+    assert late["host_seconds"] > 0
+    acc.run_int8(x8)
+    assert acc.report is not late and acc.report["total_cycles"] == first["total_cycles"]
+
+
 def test_adds_pools_and_copies_run_on_the_vector_unit(board):
     """A residual network's Add, global pool and Flatten are vector records the
     sequencer runs: with every convolution's patterns taken (on the k3 engine;

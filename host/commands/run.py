@@ -5,7 +5,7 @@ Two forms::
     fpgacnn run MODEL.onnx --input X.npy [--output Y.npy] [--labels L.npy]
                 [--backend sim|reference|pynq|serial] [--report REPORT.json]
                 [--config ENGINE.toml] [--waves FILE.vcd] [--bitfile NAME.bit]
-                [--port DEVICE|sim] [--baud N]
+                [--port DEVICE|sim] [--baud N] [--sequencer] [--stream N]
     fpgacnn run --example digits [--output Y.npy] [--backend ...] [--report ...]
 
 ``sim`` (the default) generates the engine for ``--config`` (default: the
@@ -33,8 +33,9 @@ The report is JSON::
 On the engine backends each layer also has ``engine`` (bool: on the engine or
 host work), ``cycles``, ``utilization``, ``stall_in_cycles``,
 ``stall_out_cycles``, ``runs`` and ``host_seconds``, and the report has
-``total_cycles``, ``clock_mhz``, ``engine_seconds``, ``host_seconds``,
-``end_to_end_seconds_per_image``, ``images_per_second`` (end to end),
+``total_cycles``, ``clock_mhz``, ``engine_seconds``, ``host_seconds`` (the
+layers' host work and, of it, ``quantize_seconds``: the input's quantizing and
+the output's dequantizing), ``end_to_end_seconds_per_image``, ``images_per_second`` (end to end),
 ``host_share``, ``projected_images_per_second`` (the engine alone) and the
 engine configuration.
 """
@@ -54,7 +55,7 @@ from ..examples import EXAMPLES, load_example
 from ..onnx_import import load_onnx
 
 __all__ = ["add_parser", "run", "add_engine_arguments", "engine_config", "check_outputs",
-           "write_output", "write_report"]
+           "stream_line", "write_output", "write_report"]
 
 
 def add_engine_arguments(p):
@@ -110,6 +111,11 @@ def add_parser(subparsers):
     p.add_argument("--sequencer", action="store_true",
                    help="sim backend: the engine with its own program sequencer and a memory "
                         "model runs the network from board memory (docs/program.md)")
+    p.add_argument("--stream", metavar="N", type=int,
+                   help="run the input as a stream of batches of N images, each batch's input "
+                        "written while the engine runs the one before (on an engine that "
+                        "sequences the network: --sequencer, or a Zynq board); prints the "
+                        "stream's throughput instead of the per-layer table")
     return p
 
 
@@ -206,15 +212,23 @@ def run(args):
     if args.backend == "serial" and args.port is None:
         raise InputError("the serial backend needs --port DEVICE (the board's USB-UART, e.g. "
                          "/dev/ttyUSB0) or --port sim")
+    if args.stream is not None and args.stream < 1:
+        raise InputError(f"--stream takes a positive number of images per batch, not "
+                         f"{args.stream}")
     config = engine_config(args)
     # With the batch known, the model is compiled for it before a board is
     # opened: a layer the engine cannot run is refused before any build.
-    with Accelerator(model, backend=args.backend, config=config, batch=batch, waves=args.waves,
-                     bitfile=args.bitfile, port=args.port, baud=args.baud,
+    compiled = batch if args.stream is None else min(args.stream, batch)
+    with Accelerator(model, backend=args.backend, config=config, batch=compiled,
+                     waves=args.waves, bitfile=args.bitfile, port=args.port, baud=args.baud,
                      sequencer=args.sequencer or None,
                      clock_hz=args.clock_mhz * 1e6, progress=print_progress) as accelerator:
         start = time.perf_counter()
-        y = accelerator.run(x)
+        if args.stream is None:
+            y = accelerator.run(x)
+        else:
+            y = np.concatenate(list(accelerator.run_stream(
+                x[i:i + args.stream] for i in range(0, batch, args.stream))))
         seconds = time.perf_counter() - start
         engine_report = accelerator.report
 
@@ -222,7 +236,9 @@ def run(args):
           f"{model.macs:,} MACs per image")
     print(f"backend {args.backend}: {batch} image{'s' if batch != 1 else ''} "
           f"in {seconds:.2f} s")
-    if args.backend != "reference":
+    if engine_report.get("stream"):
+        print(stream_line(engine_report))
+    elif args.backend != "reference":
         print_cycles(engine_report)
     accuracy = None
     if labels is not None:
@@ -249,9 +265,12 @@ def run(args):
             "seconds": round(seconds, 6),
         }
         for key in ("engine", "peak_macs_per_cycle", "clock_mhz", "total_cycles",
-                    "engine_seconds", "host_seconds", "end_to_end_seconds_per_image",
+                    "engine_seconds", "host_seconds", "quantize_seconds",
+                    "end_to_end_seconds_per_image",
                     "images_per_second", "host_share", "projected_images_per_second",
-                    "sequencer"):
+                    "sequencer", "stream", "overlapped", "batches",
+                    "host_overlapped_seconds", "host_serial_seconds", "end_to_end_seconds",
+                    "per_batch"):
             if key in engine_report:
                 report[key] = engine_report[key]
         if accuracy is not None:
@@ -296,6 +315,25 @@ def print_cycles(report):
             print(f"{entry['name']:<24} {entry['op']:<14} {'host':<6} {'':>10} {'':>6} "
                   f"{entry['host_seconds'] * 1e3:>8.1f}")
     print(end_to_end_line(report))
+
+
+def stream_line(report):
+    """A stream's throughput (``Accelerator.run_stream``'s report)."""
+    images = report["images"]
+    if not report.get("total_cycles"):
+        return f"stream of {report['batches']} batches, {images} images; no engine cycles"
+    engine = report["engine_seconds"] / images
+    waiting = report["host_serial_seconds"] / images
+    beside = report["host_overlapped_seconds"] / images
+    how = ("each batch's input written while the engine ran the one before"
+           if report["overlapped"] else "one batch after another (the program stops the "
+           "sequencer for the host, or the board has none)")
+    return (f"stream of {report['batches']} batches of {report['batch']} ({images} images), "
+            f"{how}: total {report['total_cycles']:,} engine cycles; per image "
+            f"{report['end_to_end_seconds_per_image'] * 1e3:.3f} ms end to end "
+            f"(engine {engine * 1e3:.3f} ms at {report['clock_mhz']:g} MHz, host "
+            f"{waiting * 1e3:.3f} ms while it waited, {beside * 1e3:.3f} ms beside it, "
+            f"measured here); {report['images_per_second']:,.0f} images/s")
 
 
 def end_to_end_line(report):
