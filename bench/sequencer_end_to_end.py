@@ -29,18 +29,17 @@ the least of ``--repeats`` inferences after a first):
   measured side by side, not the figure;
 - of it quantize + dequantize (the report's ``quantize_seconds``), and the
   same two calls timed again at once after the inference (the least of three
-  passes, the caches warm again): their ratio is
-  what the caches, cold after the simulated run (the model runs on the
-  host's own CPU for half a second), cost the host's work; a board's engine
-  does not run on its CPU;
+  passes): their ratio is what this machine's cold start costs the host's
+  work after any wait of a few milliseconds, whatever ran in it (measured
+  with a pure Python loop in its place too: docs/program.md "Batches");
 - host share: host time / engine time at 100 MHz, the issue's goal being
   <= 5 % on ResNet-8 at batch 1;
 - streamed (``--stream BATCHES``, on the sequencer): ``Accelerator.run_stream``
   of that many copies of the batch, each batch's input written into one of two
   copies of the program while the engine runs the other (docs/program.md
   "Batches"); engine cycles per batch; host ms per image is the host's time
-  while the engine waits (the stop's checks, the output's copy, the next
-  start), its time beside the engine's runs in brackets (quantizing,
+  while the engine waits (the stop's checks and the next start), its time
+  beside the engine's runs in brackets (the output's copy, quantizing,
   dequantizing, writing the next input); end to end per image is the
   stream's, the sum over batches of the waiting host time and the longer of
   the engine's and the host's beside it.

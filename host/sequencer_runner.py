@@ -24,8 +24,9 @@ from ..core.sequencer import SEQUENCER_MAGIC, build_sequencer_regmap, record_byt
 from .program_image import FoldRecord, tensor_names
 from .program_runner import StepTotals, run_record
 
-__all__ = ["InFlight", "SequencedRun", "SequencerDriver", "finish_sequenced", "one_start",
-           "run_sequenced", "stage_input", "start_sequenced"]
+__all__ = ["InFlight", "SequencedRun", "SequencerDriver", "collect_sequenced",
+           "finish_sequenced", "one_start", "run_sequenced", "stage_input", "start_sequenced",
+           "stop_sequenced"]
 
 
 #: board -> (the buffer attached as its memory, its address on the engine's bus).
@@ -188,7 +189,10 @@ class SequencerDriver:
             faults.append(f"a memory {what} at 0x{address:08x} was answered with an error")
             self.write("seq_control", clear_fault=1)
         memory_error = getattr(self.board, "memory_error", None)
-        if memory_error is not None and (error := memory_error()) is not None:
+        t0 = time.perf_counter()
+        error = memory_error() if memory_error is not None else None
+        self.bus_seconds += time.perf_counter() - t0  # the board's own check, not the host's
+        if error is not None:
             self.board.clear_memory_error()
             faults.append(error)
         return "; ".join(faults) or None
@@ -343,6 +347,22 @@ def _finish_range(sequenced, program, driver, seq_driver, first, end, *, warm, t
     BackendError
         As :func:`run_sequenced`.
     """
+    waited = _stopped(sequenced, program, driver, seq_driver, first, end, warm=warm,
+                      timeout=timeout, seq=seq)
+    return waited, (first, end, sequenced.counter_snapshot(first, end))
+
+
+def _stopped(sequenced, program, driver, seq_driver, first, end, *, warm, timeout, seq):
+    """Wait for the sequencer's stop after :func:`_start_range` and check what its
+    registers say (the next start overwrites them), adding its cycles and start to
+    ``seq``; returns the seconds waited. The range's counters and output stay
+    in board memory.
+
+    Raises
+    ------
+    BackendError
+        As :func:`run_sequenced`.
+    """
     records, n = sequenced.image.records, len(sequenced.image.records)
     t_wait = time.perf_counter()
     stopped = seq_driver.wait(timeout)
@@ -370,7 +390,7 @@ def _finish_range(sequenced, program, driver, seq_driver, first, end, *, warm, t
     if not status["done"]:
         raise BackendError(f"the sequencer stopped at record {at} of {first}-{end - 1} without "
                            f"finishing (status {status})")
-    return waited, (first, end, sequenced.counter_snapshot(first, end))
+    return waited
 
 
 def one_start(sequenced, *, warm=False):
@@ -387,12 +407,14 @@ class InFlight:
         self.sequenced, self.warm = sequenced, warm
         self.first, self.end, self.timeout = first, end, timeout
         self.bus_start = bus_start
+        self.seq = dict(sequencer_cycles=0, sequencer_starts=0)
+        self.board_seconds = None  # once stopped: the waits and register accesses
 
 
 def start_sequenced(sequenced, seq_driver, *, warm=False, timeout_of):
     """Start the whole program on the sequencer, its input staged
     (:func:`stage_input`), without waiting: the host is free until
-    :func:`finish_sequenced` (streaming, docs/program.md "Batches").
+    :func:`stop_sequenced` (streaming, docs/program.md "Batches").
 
     Parameters
     ----------
@@ -421,28 +443,40 @@ def start_sequenced(sequenced, seq_driver, *, warm=False, timeout_of):
     return InFlight(sequenced, warm, *span, timeout, bus_start)
 
 
-def finish_sequenced(flight, program, driver, seq_driver):
-    """Wait for a batch :func:`start_sequenced` started; its output and report's makings.
-
-    Returns
-    -------
-    (numpy.ndarray, SequencedRun)
-        As :func:`run_sequenced`.
+def stop_sequenced(flight, program, driver, seq_driver):
+    """Wait for a batch :func:`start_sequenced` started and check its stop: after it
+    the sequencer may start again (another copy of the program), while the host
+    takes this one's output with :func:`collect_sequenced`.
 
     Raises
     ------
     BackendError
         As :func:`run_sequenced`.
     """
+    waited = _stopped(flight.sequenced, program, driver, seq_driver, flight.first, flight.end,
+                      warm=flight.warm, timeout=flight.timeout, seq=flight.seq)
+    flight.board_seconds = waited + seq_driver.bus_seconds - flight.bus_start
+
+
+def collect_sequenced(flight, program):
+    """A stopped batch's output and report's makings, from its copy of the program.
+
+    Returns
+    -------
+    (numpy.ndarray, SequencedRun)
+        As :func:`run_sequenced`.
+    """
     sequenced = flight.sequenced
-    seq = dict(sequencer_cycles=0, sequencer_starts=0)
-    waited, counters = _finish_range(sequenced, program, driver, seq_driver, flight.first,
-                                     flight.end, warm=flight.warm, timeout=flight.timeout,
-                                     seq=seq)
+    counters = (flight.first, flight.end, sequenced.counter_snapshot(flight.first, flight.end))
     y8 = sequenced.image.read_output()
-    board = waited + seq_driver.bus_seconds - flight.bus_start
-    return y8, SequencedRun(sequenced, program, flight.warm, [counters], {}, {}, seq, 0.0,
-                            board)
+    return y8, SequencedRun(sequenced, program, flight.warm, [counters], {}, {}, flight.seq,
+                            0.0, flight.board_seconds)
+
+
+def finish_sequenced(flight, program, driver, seq_driver):
+    """:func:`stop_sequenced`, then :func:`collect_sequenced`."""
+    stop_sequenced(flight, program, driver, seq_driver)
+    return collect_sequenced(flight, program)
 
 
 class SequencedRun:

@@ -7,8 +7,9 @@ board memory (:class:`~fpgacnn.host.program_slots.ProgramSlots`) and the
 batches alternate between the copies: while the engine runs one, the host
 dequantizes the previous output, hands it to the caller, takes the next
 batch, quantizes it and writes it into the other copy. Between two runs the
-engine waits only for the host's checks of the stop, the output's copy and
-the next start.
+engine waits only for the host's checks of what its registers say at the
+stop and the next start: the stopped copy's output and counters are taken
+while the next batch runs.
 
 Anywhere else (a program that stops the sequencer for the host, a board
 without a sequencer, the reference backend) the batches run one after
@@ -18,9 +19,11 @@ same report.
 The report (``Accelerator.report`` once the stream is done) models the
 stream's time from what was measured: per batch, the engine's cycles at the
 clock (``E``), the host's time while the engine ran (``O``: the previous
-output, the caller's own time until it asked for the next, the next input)
-and the host's time while it did not (``S``: the stop's checks, the output's
-copy, the next start; for the first batch its input too); end to end is the
+output's copy and dequantizing, the caller's own time until it asked for the
+next, the next input)
+and the host's time while it did not (``S``: the stop's checks and the next
+start; for the first batch its input too, for the last its output); end to
+end is the
 sum over batches of ``S + max(E, O)``. On the simulated board the engine
 runs only while the host waits, so ``E`` and ``O`` are measured apart and
 ``max`` is the board's overlap; on a Zynq board it is what the wall clock
@@ -32,7 +35,8 @@ import time
 import numpy as np
 
 from .engine_driver import set_weights_owner, warm_start
-from .sequencer_runner import finish_sequenced, one_start, stage_input, start_sequenced
+from .sequencer_runner import (collect_sequenced, one_start, stage_input, start_sequenced,
+                               stop_sequenced)
 
 __all__ = ["StreamTimes", "run_stream"]
 
@@ -129,6 +133,7 @@ def run_stream(acc, batches, *, int8=False):
     stage_input(slots[0], to_int8(first))
     flight, serial, k = _start(acc, program, slots[0]), clock() - t0, 0
     y_prev, rest = None, None  # the output to hand over while the engine runs
+    carried = 0.0  # host time after a start that belongs to the run it started
     try:
         while flight is not None:
             # The engine runs batch k: the host's time until it waits overlaps it.
@@ -148,15 +153,24 @@ def run_stream(acc, batches, *, int8=False):
                         stage_input(staged, x8)
                     else:
                         rest = [x]  # another size: the overlap ends here
-            overlapped = clock() - t0
+            overlapped = carried + clock() - t0
+            # The engine waits for the host from its stop to the next start:
+            # the checks of what its registers say, and the start.
             t0 = clock()
-            done, flight = flight, None  # finished, whatever finish says
-            y8, run = finish_sequenced(done, program, acc.driver, seq)
+            done, flight = flight, None  # stopped, whatever the checks say
+            stop_sequenced(done, program, acc.driver, seq)
             if program.resident:
                 set_weights_owner(board, program)
             if staged is not None:
                 flight = _start(acc, program, staged)
             serial += clock() - t0
+            # The output and counters stay in the stopped copy: taken while the
+            # next batch runs.
+            t0 = clock()
+            y8, run = collect_sequenced(done, program)
+            carried = clock() - t0
+            if flight is None:
+                serial, carried = serial + carried, 0.0
             times.add(images=n, cycles=run.sequencer_cycles, clock_hz=acc.clock_hz,
                       overlapped=overlapped, serial=serial)
             y_prev, serial, k = y8, 0.0, k + 1
@@ -166,7 +180,7 @@ def run_stream(acc, batches, *, int8=False):
         y_prev = None
     finally:
         if flight is not None:  # an error or the caller's break: leave the board idle
-            finish_sequenced(flight, program, acc.driver, seq)
+            stop_sequenced(flight, program, acc.driver, seq)
     acc.report = times.report(acc, overlapped_runs=True, batch=n)
     yield y
     if rest is not None:
