@@ -6,7 +6,14 @@ CLI), :mod:`fpgacnn.hdl` (Amaranth generators), :mod:`fpgacnn.sim` (RTL
 simulation) and :mod:`fpgacnn.boards` (boards as data).
 """
 
+import time as _time
+
 __version__ = "0.1.0"
+
+#: When this process imported fpgacnn: a generator source changed after it may
+#: differ from its module in memory (fpgacnn.sim.verilator refuses to cache
+#: a build made from such a module under the new source's key).
+IMPORTED_AT = _time.time()
 
 
 def __getattr__(name):

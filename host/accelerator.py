@@ -265,9 +265,16 @@ class Accelerator:
         return y
 
     def run_int8(self, x8):
-        """Run a batch of int8 graph inputs; returns the int8 graph output."""
+        """Run a batch of int8 graph inputs; returns the int8 graph output.
+
+        Raises
+        ------
+        InputError
+            ``x8`` is not int8 (another integer type's values would wrap).
+        """
         start = time.perf_counter()
         self._io_seconds = 0.0
+        x8 = self.model.int8_input(x8)
         if self.backend == "reference":
             y8 = ReferenceBackend().run_int8(self.model, x8)
             self.report = self._report([], len(x8), time.perf_counter() - start)

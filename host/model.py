@@ -148,6 +148,20 @@ class QuantizedModel:
         if x.shape[0] < 1:
             raise InputError(f"{what} has an empty batch")
 
+    def int8_input(self, x8):
+        """``x8`` as the int8 graph input the engine takes, refused if of another dtype
+        (not cast: another integer type's values past int8 would wrap).
+
+        Raises
+        ------
+        InputError
+        """
+        x8 = np.asarray(x8)
+        if x8.dtype != np.int8:
+            raise InputError(f"int8 graph inputs must be int8, not {x8.dtype} (run() and "
+                             f"run_stream() quantize the model's own input dtype)")
+        return x8
+
     def quantize_input(self, x):
         """Graph input -> int8: float ``clip(rint(x / scale) + zp)`` (ties to
         even, as onnxruntime), uint8 ``x - 128``, int8 unchanged.

@@ -32,8 +32,6 @@ shows.
 
 import time
 
-import numpy as np
-
 from .engine_driver import set_weights_owner, warm_start
 from .sequencer_runner import (collect_sequenced, one_start, stage_input, start_sequenced,
                                stop_sequenced)
@@ -108,7 +106,7 @@ def run_stream(acc, batches, *, int8=False):
         Each batch's output, in order, while the engine runs the next batch.
     """
     model = acc.model
-    to_int8 = (lambda x: np.asarray(x, dtype=np.int8)) if int8 else model.quantize_input
+    to_int8 = model.int8_input if int8 else model.quantize_input
     from_int8 = (lambda y: y) if int8 else model.dequantize_output
     times = StreamTimes()
     it = iter(batches)

@@ -31,6 +31,7 @@ import os
 import re
 from pathlib import Path
 import shutil
+import sys
 import tempfile
 import time
 from xml.etree import ElementTree
@@ -317,6 +318,11 @@ def generator_sources(roots=("hdl.engine", "hdl.verilog")):
     ``fpgacnn.core``), so that editing an unrelated module (the synthesis
     statistics, say) does not throw the cached builds away.
     """
+    return [path for _, path in _generator_modules(roots)]
+
+
+def _generator_modules(roots):
+    """``(dotted name, source file)`` of :func:`generator_sources`, by name."""
     seen, todo = {}, list(roots)
     while todo:
         name = todo.pop()
@@ -325,7 +331,25 @@ def generator_sources(roots=("hdl.engine", "hdl.verilog")):
             continue
         seen[name] = path
         todo.extend(_package_imports(name, path))
-    return [seen[name] for name in sorted(seen)]
+    return sorted(seen.items())
+
+
+def _check_not_changed_since_import(name, path):
+    """Refuse a generator source that changed after this process imported ``fpgacnn``
+    while its module is loaded: the Verilog would come from the module in memory
+    and the cache key from the file, and the cache would keep the old design
+    under the new sources' key for every later run.
+
+    Raises
+    ------
+    BackendError
+        Naming the module and file.
+    """
+    from .. import IMPORTED_AT
+    if f"fpgacnn.{name}" in sys.modules and path.stat().st_mtime > IMPORTED_AT:
+        raise BackendError(f"fpgacnn.{name} ({path}) changed after this process imported "
+                           f"fpgacnn: its Verilog would be the module in memory's, cached "
+                           f"under the new source's key; run again in a new process")
 
 
 #: The modules a ProgramEngine's Verilog is generated from (beside the engine's own).
@@ -336,7 +360,8 @@ ZYNQ_ROOTS = ("hdl.engine", "hdl.verilog", "hdl.program.zynq_top")
 
 def _hdl_sources_digest(roots=("hdl.engine", "hdl.verilog")):
     h = hashlib.sha256()
-    for path in generator_sources(roots):
+    for name, path in _generator_modules(roots):
+        _check_not_changed_since_import(name, path)
         h.update(str(path.relative_to(_package_root())).encode() + b"\0")
         h.update(path.read_bytes())
     return h.hexdigest()

@@ -7,11 +7,12 @@ any Verilog is generated or built, and the generated Verilog is cached on disk.
 import dataclasses
 import json
 import re
+import sys
 
 import numpy as np
 import pytest
 
-from fpgacnn.core.errors import InputError, MappingError
+from fpgacnn.core.errors import BackendError, InputError, MappingError
 from fpgacnn.host import accelerator
 from fpgacnn.host.accelerator import Accelerator
 from fpgacnn.host.cli import main
@@ -116,6 +117,26 @@ def test_verilog_cache_follows_the_generator_sources(fake_generator, monkeypatch
     monkeypatch.setattr(verilator, "_hdl_sources_digest", lambda: "an edited generator")
     verilator.cached_engine_verilog(SMALL_ENGINE)
     assert fake_generator == [SMALL_ENGINE, SMALL_ENGINE]
+
+
+def test_a_generator_edited_under_a_running_process_is_not_built(fake_generator, monkeypatch):
+    """A generator source newer than this process's import of fpgacnn, its module
+    loaded: the Verilog would be the old module's under the new file's key (a
+    cache poisoned for every later run), so nothing is generated or cached."""
+    import fpgacnn
+    source = verilator.generator_sources()[0]
+    module = "fpgacnn." + ".".join(source.relative_to(verilator._package_root())
+                                   .with_suffix("").parts)
+    assert module in sys.modules
+    monkeypatch.setattr(fpgacnn, "IMPORTED_AT", source.stat().st_mtime - 1)
+    with pytest.raises(BackendError, match=rf"^{re.escape(module)} \(.*\) changed after this "
+                                           r"process imported fpgacnn: .* run again in a new "
+                                           r"process$"):
+        verilator.cached_engine_verilog(SMALL_ENGINE)
+    assert fake_generator == [] and not list(verilator.verilog_cache_dir().glob("*.v"))
+    monkeypatch.setattr(fpgacnn, "IMPORTED_AT", source.stat().st_mtime + 1)
+    verilator.cached_engine_verilog(SMALL_ENGINE)  # as imported: built and cached
+    assert fake_generator == [SMALL_ENGINE]
 
 
 def test_verilog_cache_keeps_the_most_recently_used(fake_generator, monkeypatch):

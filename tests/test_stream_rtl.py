@@ -216,3 +216,16 @@ def test_streams_run_on_every_backend():
     assert acc.report["overlapped"] is False and acc.report["images"] == 4
     empty = Accelerator(model, backend="reference")
     assert list(empty.run_stream([])) == [] and empty.report["images"] == 0
+
+
+@pytest.mark.parametrize("dtype", [np.int16, np.int32, np.float32, np.uint8])
+def test_int8_batches_of_another_dtype_are_refused(dtype):
+    """Not cast: values past int8 would wrap into a wrong answer."""
+    name, model = next(_models())
+    x = np.full((2, *model.input.shape), 200).astype(dtype)
+    acc = Accelerator(model, backend="reference")
+    message = rf"^int8 graph inputs must be int8, not {np.dtype(dtype)} \(run\(\) "
+    with pytest.raises(InputError, match=message):
+        acc.run_int8(x)
+    with pytest.raises(InputError, match=message):
+        list(acc.run_stream([x], int8=True))
