@@ -402,7 +402,7 @@ class EngineContract:
 
     def markdown(self):
         """Markdown tables of the buffers, descriptor ranges and latencies (docs/engine.md)."""
-        c, lat = self.config, self.latency
+        lat = self.latency
         lines = ["| buffer | words | bytes per word | banks | bytes | a word holds |",
                  "|---|---:|---:|---:|---:|---|"]
         for b in (self.line_buffer, self.weights, self.params, self.pool_row):

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from amaranth.hdl import signed, unsigned
 from amaranth.lib import data
 
-from .memory_port import read_bytes
+from .memory_port import words_per_read
 
 __all__ = ["Field", "field_range", "fields_fit", "in_wide_words", "struct_layout"]
 
@@ -55,7 +55,7 @@ def in_wide_words(config, fields, values, word_fields):
     ``word_fields`` is not a whole number of R-byte words, or when a value
     does not fit its field of ``fields``.
     """
-    k = read_bytes(config) // config.pin
+    k = words_per_read(config)
     if values is None or k == 1 or any(values[name] % k for name in word_fields):
         return None
     wide = dict(values, wide=1, **{name: values[name] // k for name in word_fields})

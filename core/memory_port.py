@@ -55,7 +55,7 @@ from .config import require_config
 
 __all__ = ["ADDRESS_BITS", "FAULT_NONE", "FAULT_READ", "FAULT_WRITE", "FAULT_KIND_BITS",
            "AXI_ID_BITS", "AXI_MAX_BURST",
-           "MEMORY_PORTS", "read_bytes", "write_bytes", "memory_port_widths"]
+           "MEMORY_PORTS", "read_bytes", "words_per_read", "write_bytes", "memory_port_widths"]
 
 #: Bits of a memory byte address.
 ADDRESS_BITS = 32
@@ -103,6 +103,13 @@ def read_bytes(config):
     """
     require_config(config)
     return max(config.pin, config.stream_bytes)
+
+
+def words_per_read(config):
+    """``pin``-byte words in one memory read: R / pin (:func:`read_bytes`); more than
+    one only where ``pin`` is narrower than the beat (then a power of two: both are),
+    which is where a wide mode reads R-byte words a beat a cycle."""
+    return read_bytes(config) // config.pin
 
 
 def write_bytes(config):

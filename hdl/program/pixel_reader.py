@@ -46,7 +46,8 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
 from ...core.config import require_config
-from ...core.memory_port import ADDRESS_BITS, read_bytes  # the fields' addresses are as wide
+# The fields' addresses are as wide as the port's (ADDRESS_BITS).
+from ...core.memory_port import ADDRESS_BITS, read_bytes, words_per_read
 from ...core.pixel_reader_fields import reader_layout
 
 __all__ = ["PixelReader", "require_outstanding"]
@@ -157,7 +158,7 @@ class PixelReader(wiring.Component):
         rb = read_bytes(cfg)
         # pin words to a read: more than one only where pin divides a wider beat,
         # so a power of two; only then is there a wide mode to build.
-        per_read = rb // pin
+        per_read = words_per_read(cfg)
         f = self.fields
         wide = f.wide if per_read > 1 else None
         # A word's lanes: what `left` steps by, and the most a command keeps.

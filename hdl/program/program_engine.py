@@ -35,7 +35,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from ...core.config import require_config
-from ...core.memory_port import ADDRESS_BITS, read_bytes, write_bytes
+from ...core.memory_port import ADDRESS_BITS, read_bytes, words_per_read, write_bytes
 from ...core.regmap import ADDR_WIDTH
 from ...core.sequencer import SEQUENCER_BASE, build_sequencer_regmap, record_bytes
 from ..bus.axi_lite import AXI4LiteSignature, AXI4LiteSlave
@@ -218,7 +218,7 @@ class ProgramEngine(wiring.Component):
         # into a FIFO as the read is taken and shifts its response down when it comes
         # back (responses are in order), so a client finds its word in the low bytes; a
         # wide read of the pixel reader is R-aligned and keeps all R.
-        per_read = rb // pin
+        per_read = words_per_read(cfg)
         req_byte = Signal(ADDRESS_BITS)
         rsp_data = Signal(8 * rb)
         if per_read > 1:

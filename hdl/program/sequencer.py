@@ -35,7 +35,7 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
 from ...core.config import require_config
-from ...core.memory_port import read_bytes
+from ...core.memory_port import words_per_read
 from ...core.descriptor import DESCRIPTOR_FIELDS
 from ...core.pixel_reader_fields import READER_FIELDS, reader_layout
 from ...core.pixel_writer_fields import WRITER_FIELDS, writer_layout
@@ -166,7 +166,7 @@ class Sequencer(wiring.Component):
         # is wider than pin and their base and length are whole R-byte words
         # (core/pixel_reader_fields.py); they always are in an image the host builds
         # (its sections start on a beat), and the host's cycle model assumes so.
-        per_read = read_bytes(cfg) // cfg.pin
+        per_read = words_per_read(cfg)
         const_base, const_words = word("const_base"), word("const_words")[:16]
         if per_read > 1:
             shift = exact_log2(per_read)

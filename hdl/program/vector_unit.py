@@ -46,7 +46,7 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
 from ...core.config import require_config
-from ...core.memory_port import ADDRESS_BITS, read_bytes, write_bytes
+from ...core.memory_port import ADDRESS_BITS, read_bytes, words_per_read, write_bytes
 from ...core.vector_fields import (VECTOR_ACC_BITS, VECTOR_LANE_STAGES, vector_layout,
                                    write_chunk_bytes)
 from ...core.widths import MULT_BITS
@@ -148,7 +148,7 @@ class VectorUnit(wiring.Component):
         # The counters count words of the run's size; the port counts pin-byte words.
         word_addr = Mux(reading_b, b_image + word, a_addr)
         if has_wide:
-            word_addr = Mux(f.wide, word_addr << exact_log2(rb // pin), word_addr)
+            word_addr = Mux(f.wide, word_addr << exact_log2(words_per_read(cfg)), word_addr)
         m.d.comb += [
             self.o_addr.payload.eq(word_addr),
             self.o_addr.valid.eq(issuing & (owed < depth)),
