@@ -20,14 +20,12 @@ The report (``Accelerator.report`` once the stream is done) models the
 stream's time from what was measured: per batch, the engine's cycles at the
 clock (``E``), the host's time while the engine ran (``O``: the previous
 output's copy and dequantizing, the caller's own time until it asked for the
-next, the next input)
-and the host's time while it did not (``S``: the stop's checks and the next
-start; for the first batch its input too, for the last its output); end to
-end is the
-sum over batches of ``S + max(E, O)``. On the simulated board the engine
-runs only while the host waits, so ``E`` and ``O`` are measured apart and
-``max`` is the board's overlap; on a Zynq board it is what the wall clock
-shows.
+next, the next input) and the host's time while it did not (``S``: the
+stop's checks and the next start; for the first batch its input too, for the
+last its output); end to end is the sum over batches of ``S + max(E, O)``.
+On the simulated board the engine runs only while the host waits, so ``E``
+and ``O`` are measured apart and ``max`` is the board's overlap; on a Zynq
+board it is what the wall clock shows.
 """
 
 import time
