@@ -145,12 +145,63 @@ def test_fields_refuse_what_the_writer_cannot_take():
             assert writer_fields(image, record) is not None
 
 
-def test_one_unit_a_cycle_without_stalls():
-    config = ENGINES["k2"]
-    image = build_image(compile_model(random_cnn(1), config, batch=1))
-    record = next(r for r in image.records if isinstance(r, EngineRecord))
-    fields = writer_fields(image, record)
-    raw = np.arange(record.out_nbytes, dtype=np.uint8)
-    memory = image.data.copy()
-    cycles = write_stream(config, fields, raw, memory, seed=0, pause=0, stall=0)
-    assert cycles == record.out_nbytes // unit_bytes(config) + 1
+def _writer_cycles(config, fields):
+    """The writer's cycles from start to done with no stalls: a unit a cycle, but an
+    image's dropped tail a whole beat a cycle, nothing of it in the beat of the
+    image's last written unit."""
+    per_beat = config.stream_bytes // unit_bytes(config)
+    written = fields["rows"] * fields["cols"] * fields["units"]
+    in_last_beat = -written % per_beat
+    tail_beats = max(0, fields["drop_units"] - in_last_beat) // per_beat
+    return fields["images"] * (written + tail_beats) + 1
+
+
+@pytest.mark.parametrize("engine", ["k3", "k2", "wide-out"])
+def test_one_unit_a_cycle_and_the_tail_a_beat_without_stalls(engine):
+    """Every record of a random CNN at batches 1 and 3 (tails within a beat, over
+    several beats, none): the cycles as the Latency section says; a tail that
+    took a cycle a unit put a k2 engine's output-bound batch a cycle an image
+    behind the DMA's."""
+    config = ENGINES[engine]
+    tails = set()
+    for batch in (1, 3):
+        image = build_image(compile_model(random_cnn(1), config, batch=batch))
+        for record in image.records:
+            fields = writer_fields(image, record) if isinstance(record, EngineRecord) else None
+            if fields is None:
+                continue
+            raw = np.arange(record.out_nbytes, dtype=np.uint8)
+            memory = image.data.copy()
+            cycles = write_stream(config, fields, raw, memory, seed=0, pause=0, stall=0)
+            assert cycles == _writer_cycles(config, fields), (batch, record.step, fields)
+            tails.add(fields["drop_units"] > 0)
+    # A tail where a beat holds several units (k3's beat is one unit: none).
+    assert tails == ({True, False} if config.stream_bytes > unit_bytes(config) else {False})
+
+
+@pytest.mark.parametrize("engine,drop", [("k2", 5), ("k2", 1), ("one-lane", 9), ("one-lane", 1)])
+def test_a_tail_over_several_beats_leaves_a_beat_a_cycle(engine, drop):
+    """Fields as no compiled program of the suite has them (a tail of several beats):
+    the written units land where the nest says, nothing else is touched, and the
+    tail costs a cycle a whole beat."""
+    config = ENGINES[engine]
+    u = unit_bytes(config)
+    fields = {"base": 3, "image_stride": 40, "row_stride": 0, "pixel_stride": 5,
+              "images": 2, "rows": 1, "cols": 3, "units": 1, "kept_units": 1,
+              "last_lanes": u, "drop_units": drop}
+    per_image = 3 + drop
+    assert per_image % (config.stream_bytes // u) == 0  # an image ends on a beat's end
+    rng = np.random.default_rng(4)
+    raw = rng.integers(0, 256, 2 * per_image * u).astype(np.uint8)
+    memory = np.zeros(100 * u, np.uint8)
+    cycles = write_stream(config, fields, raw, memory, seed=1, pause=0, stall=0)
+    assert cycles == _writer_cycles(config, fields)
+    want = np.zeros_like(memory)
+    for i in range(2):
+        for c in range(3):
+            at = (3 + 40 * i + 5 * c) * u
+            want[at:at + u] = raw[(i * per_image + c) * u:(i * per_image + c + 1) * u]
+    assert_array_equal(memory, want)
+    again = np.zeros_like(memory)  # and under pauses and back-pressure
+    write_stream(config, fields, raw, again, seed=2)
+    assert_array_equal(again, want)

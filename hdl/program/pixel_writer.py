@@ -18,10 +18,15 @@ Structure::
                  counter nest (image, row, col, unit) --/
 
 One unit leaves the beat register per cycle: written when the nest says so
-and ``o_write`` takes it, dropped at once otherwise; the next beat is taken
-in the cycle its predecessor's last unit leaves, so an output stream that
-gives a beat every ``stream_bytes / u`` cycles and a memory that takes a
-write every cycle keep the writer busy every cycle. ``o_write`` is the
+and ``o_write`` takes it, dropped at once otherwise. An image's dropped tail
+(its beat padding, the rows past the tensor: every unit from its last
+written one to its end, which is a beat's end) leaves a beat at a time, the
+part in the beat of the last written unit with that unit, as a DMA takes a
+padded beat: a writer that spent a cycle on each padding unit fell a cycle
+behind the engine every image of an output-bound batch. The next beat is
+taken in the cycle its predecessor's last unit leaves, so an output stream
+that gives a beat every ``stream_bytes / u`` cycles and a memory that takes
+a write every cycle keep the writer busy every cycle. ``o_write`` is the
 beat register's unit itself (``o_write.ready`` reaches ``i_stream.ready``
 through one AND): a register slice can follow where timing needs it.
 """
@@ -70,9 +75,11 @@ class PixelWriter(wiring.Component):
     Latency
     -------
     With ``i_stream`` always valid and ``o_write`` always ready, a stream of
-    ``N`` units (kept or dropped) takes ``N + 1`` cycles from the cycle in
-    which ``start`` is high to the cycle in which ``done`` is (the first
-    beat is taken in the cycle after ``start``).
+    ``N`` units takes ``N + 1`` cycles from the cycle in which ``start`` is
+    high to the cycle in which ``done`` is (the first beat is taken in the
+    cycle after ``start``), where an image's dropped tail counts one unit a
+    whole beat it covers and nothing in the beat of the image's last written
+    unit.
     """
 
     def __init__(self, config):
@@ -123,7 +130,13 @@ class PixelWriter(wiring.Component):
             self.o_write.valid.eq(self.busy & have & keep),
             go.eq(self.busy & have & (~keep | self.o_write.ready)),
         ]
-        beat_gone = go & (k == per_beat - 1)
+        # The image's last written unit, and the units of its beat after it.
+        last_of_image = (unit == f.units - 1) & (col == f.cols - 1) & (row == f.rows - 1)
+        rest = Signal(range(per_beat))
+        m.d.comb += rest.eq(per_beat - 1 - k)
+        # A beat leaves with its last unit, with the image's last written unit (the
+        # rest is tail), or whole in the tail.
+        beat_gone = go & ((k == per_beat - 1) | (writing & last_of_image) | ~writing)
         m.d.comb += self.i_stream.ready.eq(self.busy & (~have | beat_gone))
         with m.If(self.i_stream.valid & self.i_stream.ready):
             m.d.sync += [beat.eq(self.i_stream.payload), have.eq(1), k.eq(0)]
@@ -160,13 +173,13 @@ class PixelWriter(wiring.Component):
                 following = row_base + f.row_stride
                 m.d.sync += [unit.eq(0), col.eq(0), row.eq(row + 1), row_base.eq(following),
                              pixel_base.eq(following), addr.eq(following)]
-            with m.Elif(f.drop_units != 0):
-                m.d.sync += [writing.eq(0), dropped.eq(0)]
+            with m.Elif(f.drop_units > rest):  # the tail goes on past this beat
+                m.d.sync += [writing.eq(0), dropped.eq(rest)]
             with m.Else():
                 end_image()
-        with m.Elif(go):
-            with m.If(dropped != f.drop_units - 1):
-                m.d.sync += dropped.eq(dropped + 1)
+        with m.Elif(go):  # a whole beat of the tail
+            with m.If(dropped + per_beat < f.drop_units):
+                m.d.sync += dropped.eq(dropped + per_beat)
             with m.Else():
                 end_image()
         return m
