@@ -24,9 +24,8 @@ from ..core.sequencer import SEQUENCER_MAGIC, build_sequencer_regmap, record_byt
 from .program_image import FoldRecord, tensor_names
 from .program_runner import StepTotals, run_record
 
-__all__ = ["InFlight", "SequencedRun", "SequencerDriver", "collect_sequenced",
-           "finish_sequenced", "one_start", "run_sequenced", "stage_input", "start_sequenced",
-           "stop_sequenced"]
+__all__ = ["InFlight", "SequencedRun", "SequencerDriver", "collect_sequenced", "run_sequenced",
+           "stage_input", "start_sequenced", "stop_sequenced"]
 
 
 #: board -> (the buffer attached as its memory, its address on the engine's bus).
@@ -364,9 +363,9 @@ def _stopped(sequenced, program, driver, seq_driver, first, end, *, warm, timeou
         As :func:`run_sequenced`.
     """
     records, n = sequenced.image.records, len(sequenced.image.records)
-    t_wait = time.perf_counter()
+    before = seq_driver.wait_seconds
     stopped = seq_driver.wait(timeout)
-    waited = time.perf_counter() - t_wait  # the board's time, not the host's work
+    waited = seq_driver.wait_seconds - before  # the board's time, not the host's work
     if not stopped:
         seq_driver.write("seq_control", abort=1)
         seq_driver.wait(timeout)
@@ -393,13 +392,6 @@ def _stopped(sequenced, program, driver, seq_driver, first, end, *, warm, timeou
     return waited
 
 
-def one_start(sequenced, *, warm=False):
-    """The records ``(first, end)`` of a program that runs in one start of the
-    sequencer (:attr:`~fpgacnn.host.sequencer_table.SequencerProgram.one_start`), or
-    None."""
-    return sequenced.one_start[warm]
-
-
 class InFlight:
     """A batch the sequencer is running from one start (:func:`start_sequenced`)."""
 
@@ -419,7 +411,7 @@ def start_sequenced(sequenced, seq_driver, *, warm=False, timeout_of):
     Parameters
     ----------
     sequenced : SequencerProgram
-        A program that runs in one start (:func:`one_start`).
+        A program that runs in one start (its ``one_start``).
     seq_driver : SequencerDriver
     warm : bool
     timeout_of : callable
@@ -433,7 +425,7 @@ def start_sequenced(sequenced, seq_driver, *, warm=False, timeout_of):
     ValueError
         ``sequenced`` needs the host between its records.
     """
-    span = one_start(sequenced, warm=warm)
+    span = sequenced.one_start[warm]
     if span is None:
         raise ValueError("the program stops the sequencer for the host: it cannot run in one "
                          "start")
@@ -471,12 +463,6 @@ def collect_sequenced(flight, program):
     y8 = sequenced.image.read_output()
     return y8, SequencedRun(sequenced, program, flight.warm, [counters], {}, {}, flight.seq,
                             0.0, flight.board_seconds)
-
-
-def finish_sequenced(flight, program, driver, seq_driver):
-    """:func:`stop_sequenced`, then :func:`collect_sequenced`."""
-    stop_sequenced(flight, program, driver, seq_driver)
-    return collect_sequenced(flight, program)
 
 
 class SequencedRun:

@@ -41,8 +41,7 @@ from .pixel_writer_setup import writer_fields
 from .program_image import EngineRecord, FoldRecord, ProgramImage, VectorRecord, alignment
 from .vector_mapping import vector_fields, wide_vector_fields
 
-__all__ = ["SequencerProgram", "check_record_count", "hardware_record", "sequencer_layout",
-           "vector_record_fields"]
+__all__ = ["SequencerProgram", "check_record_count", "hardware_record", "vector_record_fields"]
 
 
 def check_record_count(records):
@@ -144,25 +143,9 @@ def hardware_record(image, record, *, warm, counters, regs=None):
     return words, True
 
 
-def sequencer_layout(image):
-    """Where :class:`SequencerProgram` puts the run tables and counters after ``image``.
-
-    Returns
-    -------
-    (dict, int, int)
-        ``{False: cold, True: warm}`` run tables' byte offsets, the counters'
-        byte offset, and the buffer's size in bytes.
-    """
-    align = alignment(image.config)
-    rbytes = record_bytes(image.config)
-    nrec = len(image.records)
-    tables = {False: _align(image.nbytes, align)}
-    tables[True] = tables[False] + _align(nrec * rbytes, align)
-    counters = tables[True] + _align(nrec * rbytes, align)
-    return tables, counters, counters + _align(4 * COUNTER_WORDS * max(nrec, 1), align)
-
-
 def _one_start_span(records, on_engine):
+    """``(first, end)``: the records after the leading input folds, where the
+    sequencer runs every one of them (``on_engine``); else None."""
     first = 0
     while first < len(records) and isinstance(records[first], FoldRecord):
         first += 1
@@ -209,16 +192,16 @@ class SequencerProgram:
         config = image.config
         self.config = config
         n = image.nbytes
+        align = alignment(config)
         rbytes = record_bytes(config)
         nrec = len(image.records)
-        tables, self.counters, total = sequencer_layout(image)
-        self.memory = (allocate or (lambda k: np.zeros(k, np.uint8)))(total)
-        self.memory[:n] = image.data
-        self.image = ProgramImage.over(self.memory[:n])
-        # The counter words as (record, word), a view of the memory made once:
-        # the host copies a range of it after every start.
-        self._counter_words = self.memory[self.counters:self.counters + 4 * COUNTER_WORDS
-                                          * nrec].view("<u4").reshape(nrec, COUNTER_WORDS)
+        tables = {False: _align(n, align)}
+        tables[True] = tables[False] + _align(nrec * rbytes, align)
+        self.counters = tables[True] + _align(nrec * rbytes, align)
+        total = self.counters + _align(4 * COUNTER_WORDS * max(nrec, 1), align)
+        memory = (allocate or (lambda k: np.zeros(k, np.uint8)))(total)
+        memory[:n] = image.data
+        self._over(memory, n)
         self._regs = build_regmap(config)
         self.table_words = {w: off // config.pin for w, off in tables.items()}
         self.on_engine = {}
@@ -254,12 +237,18 @@ class SequencerProgram:
         memory[:] = self.memory
         other = type(self).__new__(type(self))
         other.__dict__.update(self.__dict__)
-        other.memory = memory
-        other.image = ProgramImage.over(memory[:self.image.nbytes])
-        nrec = len(other.image.records)
-        other._counter_words = memory[other.counters:other.counters + 4 * COUNTER_WORDS
-                                      * nrec].view("<u4").reshape(nrec, COUNTER_WORDS)
+        other._over(memory, self.image.nbytes)
         return other
+
+    def _over(self, memory, nbytes):
+        """``memory`` this program's buffer (its image the first ``nbytes``)."""
+        self.memory = memory
+        self.image = ProgramImage.over(memory[:nbytes])
+        # The counter words as (record, word), a view of the memory made once:
+        # the host copies a range of it after every start.
+        nrec = len(self.image.records)
+        self._counter_words = memory[self.counters:self.counters + 4 * COUNTER_WORDS
+                                     * nrec].view("<u4").reshape(nrec, COUNTER_WORDS)
 
     @property
     def nbytes(self):

@@ -31,8 +31,7 @@ board it is what the wall clock shows.
 import time
 
 from .engine_driver import set_weights_owner, warm_start
-from .sequencer_runner import (collect_sequenced, one_start, stage_input, start_sequenced,
-                               stop_sequenced)
+from .sequencer_runner import collect_sequenced, stage_input, start_sequenced, stop_sequenced
 
 __all__ = ["StreamTimes", "run_stream"]
 
@@ -116,7 +115,7 @@ def run_stream(acc, batches, *, int8=False):
     # Compiled and laid out once (as run() does at its first batch): not the
     # stream's time.
     slots = acc.slots(n) if acc.sequencer is not None else None
-    if slots is None or not all(one_start(slots[0], warm=w) for w in (False, True)):
+    if slots is None or not all(slots[0].one_start.values()):
         yield from _one_by_one(acc, [first], it, times, int8=int8)
         acc.report = times.report(acc, overlapped_runs=False, batch=n)
         return
