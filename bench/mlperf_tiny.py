@@ -218,16 +218,8 @@ def run_parts(config, desc, predicted):
     if est.cycles != predicted:
         raise RuntimeError(f"the cycle model gives {est.cycles} cycles, the compiled run "
                            f"{predicted}")
-    batch, ci, co = int(desc["batch"]), int(desc["ci_tiles"]), int(desc["co_tiles"])
-    out_h, out_w = int(desc["out_h"]), int(desc["out_w"])
-    if desc["pool"]:
-        out_h, out_w = out_h // 2, out_w // 2
-    demand = {
-        "compute": est.compute_cycles,
-        "input": batch * int(desc["in_h"]) * int(desc["in_w"]) * ci
-        * max(1, config.pin // config.stream_bytes),
-        "output": batch * out_h * out_w * co * max(1, config.pout // config.stream_bytes),
-    }
+    # What each stream needs on its own, the cycle model's (the weights aside).
+    demand = {name: est.detail["demand"][name] for name in ("compute", "input", "output")}
     stream = max(demand, key=demand.get)
     if est.bound != "weights" and est.bound != stream:
         raise RuntimeError(f"the cycle model names {est.bound!r}, the demands here {stream!r}")

@@ -87,7 +87,8 @@ def bram_blocks_needed(config, board):
     """
     r = board.resources
     k = engine_contract(config)
-    line = k.line_buffer.banks * r.blocks_for(k.line_buffer.words, 8 * k.line_buffer.word_bytes)
+    line = k.line_buffer.banks * config.writer_words * \
+        r.blocks_for(k.line_buffer_memory_words, 8 * k.line_buffer.word_bytes)
     weight = r.blocks_for(k.weights.words, 8 * k.weights.word_bytes)
     param = r.blocks_for(k.params.words, 8 * k.params.word_bytes)
     pool = r.blocks_for(k.pool_row.words, 8 * k.pool_row.word_bytes)

@@ -69,6 +69,15 @@ class EngineConfig:
         0: the compact arrangement for small, slow parts (iCE40): a few
         hundred flip-flops fewer and shorter latencies. Both compute the
         same results; the cycle model follows either.
+    writer_words : int
+        Input words the line-buffer writer stores per cycle: 1 (default), or 2
+        on an engine whose beat holds two words (``stream_width == 16*pin``),
+        where one word a cycle leaves half of every beat's bandwidth unused:
+        the line buffer's banks are then split in two by word address, so
+        two consecutive words of a row always land in different memories
+        (docs/engine.md, "The pair writer"). Input-bound layers (the 1x1
+        remap, Gemm, stride 2, thin first layers) run up to twice as fast;
+        compute-bound ones do not change.
 
     Raises
     ------
@@ -88,6 +97,7 @@ class EngineConfig:
     max_out_channels: int = 64
     stream_width: int = 64
     deep_pipeline: int = 1
+    writer_words: int = 1
 
     def __post_init__(self):
         _check_int("pin", self.pin, 1, 64)
@@ -112,6 +122,11 @@ class EngineConfig:
             raise ConfigError(
                 f"pout ({self.pout} bytes per word) and stream_width ({b} bytes per beat) "
                 f"must divide one another")
+        _check_int("writer_words", self.writer_words, 1, 2)
+        if self.writer_words == 2 and b != 2 * self.pin:
+            raise ConfigError(
+                f"writer_words 2 needs a beat of two input words: stream_width "
+                f"{self.stream_width} is {b} bytes, pin is {self.pin}")
 
     # -- parameter arithmetic; buffer sizes and limits are the engine
     # contract's (fpgacnn.core.contract), not the configuration's ------------

@@ -220,6 +220,9 @@ class EngineContract:
         (a word per (output tile, input tile)), the parameter buffer (a word
         of ``pout`` records per output tile) and the max-pool's row memory
         (a word of ``pout`` running maxima per (pooled column, output tile)).
+    line_buffer_memory_words : int
+        Words of each memory a line-buffer bank is built from: ``writer_words``
+        memories a bank, one per word address modulo ``writer_words``.
     max_cols : int
         Widest row (``in_w``, ``out_w``) any layer run can have: ``kmax``
         columns per line-buffer word plus ``kmax - 1`` of padding.
@@ -240,6 +243,10 @@ class EngineContract:
         self.row_slots = k + k  # kmax rows being read, up to max_stride (= kmax) being written
         self.line_buffer = Buffer("line buffer", bank_words, pin, self.row_slots * k,
                                   f"{pin} channels of one pixel")
+        # A bank is `writer_words` memories, one per word address modulo
+        # writer_words, so that the words of a row stored in one cycle never
+        # share a memory (the pair writer, docs/engine.md).
+        self.line_buffer_memory_words = math.ceil(bank_words / c.writer_words)
         self.weights = Buffer("weight buffer", co_tiles * ci_tiles, pout * k * k * pin, 1,
                               "one (output tile, input tile) of weights")
         self.params = Buffer("parameter buffer", co_tiles, pout * PARAM_RECORD_BYTES, 1,
@@ -437,7 +444,8 @@ class EngineContract:
             # the read address registered, the memory's read (its part select
             # registered too when a bank spans several block RAMs), the window
             # rows, the taps
-            line = 3 + memory_latency(8 * pin, self.line_buffer.words, register_output=True)
+            line = 3 + memory_latency(8 * pin, self.line_buffer_memory_words,
+                                      register_output=True)
             sum_width = requant_sum_width(c.acc_width)
             parts = len(operand_parts(sum_width, signed=True)) * \
                 len(operand_parts(c.mult_width, signed=False))

@@ -5,7 +5,8 @@ The model follows the engine's schedule at the granularity of rows:
 - the parameters and weights stream in first, one beat per cycle (the
   parameters alone when the weights are resident, ``load_params``);
 - the line-buffer writer stores input rows at one ``pin``-byte word per cycle
-  (``pin/B`` cycles per word when a word spans several beats; a cycle after
+  (two of one row with ``writer_words`` 2;
+  ``pin/B`` cycles per word when a word spans several beats; a cycle after
   the loader, and two words buffered, with ``deep_pipeline``'s register
   slice between them), but may only start a row once its slot is free,
   i.e. once the output row that still needed the slot's previous row has
@@ -144,6 +145,12 @@ def layer_cycles(config, desc, *, macs=None, feed_delay=0):
     per_word_in = max(1, pin // beat)            # cycles per line-buffer word
     held = lat.pixel_slice_words                 # words between loader and writer (a cycle)
     row_in = in_w * ci * per_word_in             # cycles to write one input row
+    if config.writer_words == 2:
+        # Pairs of one row a cycle; a row starting on the second word of a
+        # beat (its word offset in the image odd) writes that word alone.
+        row_cycles = [_pair_row_cycles(r * in_w * ci, in_w * ci) for r in range(in_h)]
+    else:
+        row_cycles = [row_in] * in_h
     per_word_out = max(1, pout // beat)          # cycles per output word
     issue = out_w * co * wins                    # cycles to issue one output row
     latency, drain = lat.pipeline(pool), lat.drain
@@ -166,6 +173,7 @@ def layer_cycles(config, desc, *, macs=None, feed_delay=0):
             if j_free <= len(r_end):
                 freed = t0 if j_free == 0 else r_end[j_free - 1]
                 prev = w_end[-1] if w_end else t0 + (1 if held else 0)
+                row_in = row_cycles[g % in_h]
                 if freed > prev:
                     # blocked: the words in the register slice and all but the last beat
                     # of the next word are waiting
@@ -214,16 +222,18 @@ def layer_cycles(config, desc, *, macs=None, feed_delay=0):
     total = done
     # What each resource needs on its own; the largest bounds the run.
     n_words = batch * sum(len(_produced(oy, out_w, out_h, co, pool)) for oy in range(out_h))
-    demand = {"compute": compute, "input": rows * row_in, "output": n_words * per_word_out,
+    input_cycles = batch * sum(row_cycles)
+    demand = {"compute": compute, "input": input_cycles, "output": n_words * per_word_out,
               "weights": load}
     bound = max(demand, key=demand.get)
     if bound == "compute":
         reason = (f"the array: {orows} output rows x {out_w} px x {co} output tiles x "
                   f"{wins} input tiles, one window per cycle ({compute} cycles)")
     elif bound == "input":
+        per = (f"{per_word_in} cycle(s) per {pin}-byte word" if config.writer_words == 1
+               else f"two {pin}-byte words of a row per cycle")
         reason = (f"input bandwidth: {rows} input rows of {in_w} px x {ci} tiles at "
-                  f"{per_word_in} cycle(s) per {pin}-byte word ({rows * row_in} cycles) "
-                  f"against {compute} compute cycles")
+                  f"{per} ({input_cycles} cycles) against {compute} compute cycles")
     elif bound == "output":
         reason = (f"output bandwidth: {n_words} words of {pout} bytes at {per_word_out} "
                   f"beats each ({n_words * per_word_out} cycles) against {compute} "
@@ -236,7 +246,15 @@ def layer_cycles(config, desc, *, macs=None, feed_delay=0):
         compute_cycles=compute, input_wait_cycles=int(wait_in), output_wait_cycles=int(wait_out),
         tail_cycles=int(tail), bound=bound, reason=reason,
         detail={"fill": fill, "first_issue": r_start[0], "last_issue": last_issue,
-                "latency": latency})
+                "latency": latency, "demand": demand})
+
+
+def _pair_row_cycles(offset, words):
+    """Cycles the pair writer takes for a row of ``words`` words from word ``offset`` of
+    its image (every image starts on a beat): the beat's second word alone when the row
+    starts there, then a pair a cycle, the last word alone when one is left."""
+    lone = offset % 2
+    return lone + -(-(words - lone) // 2)
 
 
 def _need(j, in_h, out_h, s, pt):

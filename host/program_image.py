@@ -81,8 +81,9 @@ __all__ = ["ALIGN", "FORMAT_MAGIC", "FORMAT_VERSION", "DestPattern", "EngineReco
 #: ``b"FCNP"``: the first word of every program image.
 FORMAT_MAGIC = int.from_bytes(b"FCNP", "little")
 #: The image format's version (major, minor); a reader refuses another major.
-#: 1.1: vector records; 1.2: input folds.
-FORMAT_VERSION = (1, 2)
+#: 1.1: vector records; 1.2: input folds; 2.0: the header's engine parameters gain
+#: ``writer_words`` (the words after it move).
+FORMAT_VERSION = (2, 0)
 #: Alignment in bytes of every region and of every tensor image (a memory burst); an
 #: engine whose words (``pin`` or ``pout`` bytes) do not divide it aligns to the
 #: least common multiple (:func:`alignment`), so that every address is a whole word.
@@ -363,6 +364,7 @@ class Header(_Words):
     max_out_channels: int
     stream_width: int
     deep_pipeline: int
+    writer_words: int
     batch: int
     resident: int
     records_offset: int

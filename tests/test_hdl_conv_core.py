@@ -1,3 +1,4 @@
+import dataclasses
 import gc
 import warnings
 
@@ -185,3 +186,69 @@ def test_random_sweep(seed):
         if pauses == (0, 0):
             model = layer_cycles(cfg, desc).cycles
             assert abs(model - cycles) <= 0.02 * cycles, f"{desc}: RTL {cycles}, model {model}"
+
+
+#: Engines whose writer stores two words of a row a cycle (``writer_words`` 2): a
+#: 3x3 one as the PYNQ-Z2's (two words a beat), 2x2 and 1x1 ones (a bank's two
+#: halves written together, two columns in one bank), and one of four lanes in
+#: a 16-byte beat of two 8-byte words.
+PAIR_CONFIGS = {
+    "k3": EngineConfig(pin=2, pout=2, kmax=3, stream_width=32, max_width=12, max_channels=12,
+                       max_out_channels=8, writer_words=2),
+    "k2": EngineConfig(pin=4, pout=2, kmax=2, stream_width=64, max_width=9, max_channels=12,
+                       max_out_channels=8, writer_words=2),
+    "k1": EngineConfig(pin=2, pout=4, kmax=1, stream_width=32, max_width=8, max_channels=8,
+                       max_out_channels=8, writer_words=2),
+    "k3b16": EngineConfig(pin=8, pout=4, kmax=3, stream_width=128, max_width=8,
+                          max_channels=24, max_out_channels=8, writer_words=2),
+}
+
+
+def pair_layers(cfg, rng, count):
+    """Random layers for the pair writer: rows of odd and even word counts (a row
+    starting on a beat's second word), one column, one tile or several."""
+    layers = []
+    while len(layers) < count:
+        k = int(rng.integers(1, cfg.kmax + 1))
+        s = int(rng.integers(1, cfg.kmax + 1))
+        layer = random_layer(rng, cfg, k=k, stride=s, batch=int(rng.integers(1, 4)))
+        cin, cout = (int(v) for v in rng.integers(1, 3 * cfg.pin + 1, 2))
+        h = int(rng.integers(k, 8))
+        w = int(rng.integers(max(k, 1), cfg.max_width + 1)) if rng.random() < 0.8 else k
+        if not layers:  # the first: one input tile, rows of an odd word count
+            cin, w, h = cfg.pin, w | 1, max(h, 2)
+        layer["x"] = rng.integers(-128, 128, (layer["x"].shape[0], cin, h, w), dtype=np.int8)
+        set_weights(rng, layer, rng.integers(-128, 128, (cout, cin, k, k), dtype=np.int8))
+        pads = tuple(int(p) for p in rng.integers(0, min(k, cfg.kmax - 1) + 1, 4))
+        oh = (h + pads[0] + pads[2] - k) // s + 1
+        ow = (w + pads[1] + pads[3] - k) // s + 1
+        if oh < 1 or ow < 1:
+            continue
+        layer.update(pads=pads, pool=bool(rng.random() < 0.25 and oh >= 2 and ow >= 2))
+        try:
+            pack_layer(cfg, **layer)
+        except MappingError:
+            continue  # does not fit this small engine
+        layers.append(layer)
+    return layers
+
+
+@pytest.mark.parametrize("arrangement", ARRANGEMENTS)
+@pytest.mark.parametrize("key", PAIR_CONFIGS)
+def test_pair_writer_bit_exact_and_cycles_exact(key, arrangement):
+    """Bit-exact with the reference; with no pauses the cycles are the model's exactly,
+    and no more than the one-word writer's."""
+    cfg = arranged(PAIR_CONFIGS[key], arrangement)
+    rng = np.random.default_rng(sum(map(ord, key)) + 7 * cfg.deep_pipeline)
+    layers = pair_layers(cfg, rng, 6)
+    packed = [pack_layer(cfg, **layer) for layer in layers]
+    odd_rows = [d for d, _ in packed if (d["in_w"] * d["ci_tiles"]) % 2 and d["in_h"] > 1]
+    assert odd_rows, "no layer with rows of an odd word count"
+    for pauses in [(0.0, 0.0), (0.3, 0.4)]:
+        results = run_core(cfg, packed, seed=5, in_pause=pauses[0], out_pause=pauses[1])
+        check_runs(cfg, layers, results, [d for d, _ in packed])
+        if pauses == (0.0, 0.0):
+            single = dataclasses.replace(cfg, writer_words=1)
+            for (desc, _), (_, cycles) in zip(packed, results):
+                assert cycles == layer_cycles(cfg, desc).cycles, desc
+                assert cycles <= layer_cycles(single, desc).cycles, desc

@@ -26,6 +26,7 @@ from .delay import delayed
 from ...core.descriptor import descriptor_layout
 from .limits import limits, narrow_descriptor
 from .line_buffer import LineBuffer
+from .pixel_words import pixel_group_shape
 from .mac_array import MacArray
 from .maxpool import MaxPool2x2
 from ..bus.register_slice import StreamRegisterSlice
@@ -130,7 +131,7 @@ class ConvCore(wiring.Component):
             # the bridge's stream registers in one cycle, across the die --
             # the critical path of the routed ULX3S-85F build. The pixels
             # arrive a cycle later.
-            m.submodules.pixel_slice = pixel_slice = StreamRegisterSlice(8 * cfg.pin)
+            m.submodules.pixel_slice = pixel_slice = StreamRegisterSlice(pixel_group_shape(cfg))
             wiring.connect(m, loader.o_pixels, pixel_slice.i_stream)
             wiring.connect(m, pixel_slice.o_stream, lb.w_stream)
         else:

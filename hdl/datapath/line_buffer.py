@@ -19,7 +19,7 @@ output rows (and the next image) thus overlaps the reading of the current ones.
 
 import dataclasses
 
-from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed, unsigned
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -28,6 +28,7 @@ from ...core.contract import engine_contract
 from .delay import delayed
 from ...core.descriptor import descriptor_layout
 from .limits import limits
+from .pixel_words import pixel_group_shape, step_in_row
 from ..tech.pipelined_memory import MemoryPorts
 from ..tech.register_copies import register_copy
 
@@ -46,8 +47,10 @@ class LineBuffer(wiring.Component):
         The layer; held stable from ``start`` until both ``w_done`` and ``r_done``.
     start : In(1)
         Pulse: forget everything and wait for the first pixel / first window of the batch.
-    w_stream : In(stream.Signature(unsigned(8*pin)))
-        Input pixel words of the whole batch, NHWC (byte ``p`` = channel ``ci*pin + p``).
+    w_stream : In(stream.Signature(pixel_group_shape(config)))
+        Input pixel words of the whole batch, NHWC (byte ``p`` = channel ``ci*pin + p``);
+        with ``writer_words`` 2 one or two words of one input row a transfer
+        (:mod:`~fpgacnn.hdl.datapath.pixel_words`), stored in one cycle.
     w_done : Out(1)
         Every pixel word of the batch has been written (also high after reset).
     en : In(1)
@@ -89,7 +92,7 @@ class LineBuffer(wiring.Component):
         super().__init__({
             "desc": In(descriptor_layout()),
             "start": In(1),
-            "w_stream": In(stream.Signature(unsigned(8 * pin))),
+            "w_stream": In(stream.Signature(pixel_group_shape(config))),
             "w_done": Out(1, init=1),
             "en": In(1),
             "ready": Out(1),
@@ -206,8 +209,11 @@ class LineBuffer(wiring.Component):
         # No read meets a write of a word in use (see the writer; checked
         # every cycle in the tests), so on the ECP5 the blocks' own output
         # registers can hold the read (collision_free).
-        banks = [[MemoryPorts(m, f"bank_{r}_{b}", 8 * pin, depth, pipelined=deep,
-                              register_output=True, register_write=True, collision_free=True)
+        pairs = cfg.writer_words == 2
+        bank_kind = _PairBank if pairs else MemoryPorts
+        banks = [[bank_kind(m, f"bank_{r}_{b}", 8 * pin,
+                            engine_contract(cfg).line_buffer_memory_words, pipelined=deep,
+                            register_output=True, register_write=True, collision_free=True)
                   for b in range(k)] for r in range(slots)]
 
         # in_h mod row_slots (how far the slots turn from one image to the next),
@@ -283,42 +289,47 @@ class LineBuffer(wiring.Component):
         # register). Without either register the same holds a cycle earlier
         # on both sides. So no read relies on a block RAM's read-during-write
         # behaviour (the tests check it).
-        for r in range(slots):
-            for b in range(k):
-                m.d.comb += [
-                    banks[r][b].w_addr.eq(wbase + wci),
-                    banks[r][b].w_data.eq(self.w_stream.payload),
-                    banks[r][b].w_en.eq(wen & (wslot == r) & (wbank == b)),
-                ]
+        if not pairs:
+            for r in range(slots):
+                for b in range(k):
+                    m.d.comb += [
+                        banks[r][b].w_addr.eq(wbase + wci),
+                        banks[r][b].w_data.eq(self.w_stream.payload),
+                        banks[r][b].w_en.eq(wen & (wslot == r) & (wbank == b)),
+                    ]
         # Writer "last" flags, as the reader's below: `row_written` feeds avail.
         wci_last, wx_last = Signal(), Signal()
         w_finish = Signal()  # the batch's last word is written
         # The last row and image, flags registered with the counters too:
         # they decide `w_finish`, which the lookahead of can_write follows.
         wy_last, wimg_last = Signal(), Signal()
-        with m.If(wen):
-            with m.If(wci_last):
-                m.d.sync += [wci.eq(0), wci_last.eq(desc.ci_tiles == 1)]
-                with m.If(wx_last):
-                    m.d.comb += row_written.eq(1)
-                    m.d.sync += [wx.eq(0), wx_last.eq(desc.in_w == 1), wbank.eq(0), wbase.eq(0),
-                                 wslot.eq(_wrap_inc(wslot, slots))]
-                    with m.If(wy_last):
-                        m.d.sync += [wy.eq(0), wy_last.eq(desc.in_h == 1), wimg.eq(wimg + 1),
-                                     wimg_last.eq(wimg + 2 == desc.batch)]
-                        with m.If(wimg_last):
-                            m.d.comb += w_finish.eq(1)
-                            m.d.sync += self.w_done.eq(1)
+        if pairs:
+            self._pair_writer(m, banks, wen, (wci, wci_last, wx, wx_last, wbank, wbase),
+                              (wy, wy_last, wimg, wimg_last, wslot), row_written, w_finish)
+        else:
+            with m.If(wen):
+                with m.If(wci_last):
+                    m.d.sync += [wci.eq(0), wci_last.eq(desc.ci_tiles == 1)]
+                    with m.If(wx_last):
+                        m.d.comb += row_written.eq(1)
+                        m.d.sync += [wx.eq(0), wx_last.eq(desc.in_w == 1), wbank.eq(0), wbase.eq(0),
+                                     wslot.eq(_wrap_inc(wslot, slots))]
+                        with m.If(wy_last):
+                            m.d.sync += [wy.eq(0), wy_last.eq(desc.in_h == 1), wimg.eq(wimg + 1),
+                                         wimg_last.eq(wimg + 2 == desc.batch)]
+                            with m.If(wimg_last):
+                                m.d.comb += w_finish.eq(1)
+                                m.d.sync += self.w_done.eq(1)
+                        with m.Else():
+                            m.d.sync += [wy.eq(wy + 1), wy_last.eq(wy + 2 == desc.in_h)]
                     with m.Else():
-                        m.d.sync += [wy.eq(wy + 1), wy_last.eq(wy + 2 == desc.in_h)]
+                        m.d.sync += [wx.eq(wx + 1), wx_last.eq(wx + 2 == desc.in_w)]
+                        with m.If(wbank == k - 1):
+                            m.d.sync += [wbank.eq(0), wbase.eq(wbase + desc.ci_tiles)]
+                        with m.Else():
+                            m.d.sync += wbank.eq(wbank + 1)
                 with m.Else():
-                    m.d.sync += [wx.eq(wx + 1), wx_last.eq(wx + 2 == desc.in_w)]
-                    with m.If(wbank == k - 1):
-                        m.d.sync += [wbank.eq(0), wbase.eq(wbase + desc.ci_tiles)]
-                    with m.Else():
-                        m.d.sync += wbank.eq(wbank + 1)
-            with m.Else():
-                m.d.sync += [wci.eq(wci + 1), wci_last.eq(wci + 2 == desc.ci_tiles)]
+                    m.d.sync += [wci.eq(wci + 1), wci_last.eq(wci + 2 == desc.ci_tiles)]
 
         # ---- reader logic -----------------------------------------------------
         # "Last position" flags, registered with the counters: compares with
@@ -537,7 +548,8 @@ class LineBuffer(wiring.Component):
         # memories, for checking that no read meets a write of a row the
         # window uses (`_window_rows`).
         self._now = (now_ready, now_can_write)
-        self._banks = banks
+        self._banks = [[part for bank in row for part in bank.parts] for row in banks] \
+            if pairs else banks
 
         # ---- window read: stage 0 (addresses) -> 1 (memory data) -> (with
         # deep_pipeline: 2, the memory data registered ->) the taps --------
@@ -555,6 +567,8 @@ class LineBuffer(wiring.Component):
                                       f"raddr_q_{r}_{b}"))
                 else:
                     m.d.comb += banks[r][b].r_addr.eq(addr.as_unsigned())
+                if pairs:
+                    banks[r][b].connect_read(m, f"{r}_{b}")
         mem_data = [[banks[r][b].r_data for b in range(k)] for r in range(slots)]
         rsel = [Signal(range(slots), name=f"rsel_{ky}") for ky in range(k)]
         bsel = [Signal(range(k), name=f"bsel_{kx}") for kx in range(k)]
@@ -629,6 +643,100 @@ class LineBuffer(wiring.Component):
                 taps.append(t)
         m.d.sync += [self.o_window.as_value().eq(Cat(*taps)), self.o_valid.eq(v1)]
         return m
+
+
+    def _pair_writer(self, m, banks, wen, at, row, row_written, w_finish):
+        """The writer of ``writer_words`` 2: a word or a pair of one row a cycle.
+
+        ``at`` is the current word's ``(ci, ci_last, x, x_last, bank, base)``
+        (registers), ``row`` the row's ``(y, y_last, image, image_last,
+        slot)``. The second word of a pair is the row's next, in the next
+        column's bank or at the next address of the same bank: the bank's
+        half for its address parity differs from the first word's, so each
+        half memory takes at most one of the two.
+        """
+        cfg, desc, k, pin = self._config, self.desc, self._config.kmax, self._config.pin
+        slots = engine_contract(cfg).row_slots
+        wci, wci_last, wx, wx_last, wbank, wbase = at
+        wy, wy_last, wimg, wimg_last, wslot = row
+        payload = self.w_stream.payload
+        first, second, two = payload[:8 * pin], payload[8 * pin:16 * pin], payload[16 * pin]
+        ci1, ci_last1, x1, x_last1 = step_in_row((wci, wci_last, wx, wx_last), desc.ci_tiles,
+                                                 desc.in_w)
+        wrap = wci_last & (wbank == k - 1)
+        bank1 = Signal.like(wbank, name="wbank1")
+        base1 = Signal.like(wbase, name="wbase1")
+        m.d.comb += [bank1.eq(Mux(wci_last, Mux(wbank == k - 1, 0, wbank + 1), wbank)),
+                     base1.eq(Mux(wrap, wbase + desc.ci_tiles, wbase))]
+        addr_bits = len(banks[0][0].parts[0].w_addr) + 1
+        addr0 = Signal(addr_bits, name="waddr0")
+        addr1 = Signal(addr_bits, name="waddr1")
+        m.d.comb += [addr0.eq(wbase + wci), addr1.eq(base1 + ci1)]
+        for b in range(k):
+            for p in range(2):
+                sel0 = (wbank == b) & (addr0[0] == p)
+                sel1 = Signal(name=f"wsel1_{b}_{p}")
+                m.d.comb += sel1.eq(two & (bank1 == b) & (addr1[0] == p))
+                for r in range(slots):
+                    part = banks[r][b].parts[p]
+                    m.d.comb += [part.w_addr.eq(Mux(sel1, addr1[1:], addr0[1:])),
+                                 part.w_data.eq(Mux(sel1, second, first)),
+                                 part.w_en.eq(wen & (wslot == r) & (sel0 | sel1))]
+
+        def advance(ci_at, ci_last_at, x_at, x_last_at, bank_at, base_at):
+            # The position after the word at these values (the group's last).
+            with m.If(ci_last_at):
+                m.d.sync += [wci.eq(0), wci_last.eq(desc.ci_tiles == 1)]
+                with m.If(x_last_at):
+                    m.d.comb += row_written.eq(1)
+                    m.d.sync += [wx.eq(0), wx_last.eq(desc.in_w == 1), wbank.eq(0), wbase.eq(0),
+                                 wslot.eq(_wrap_inc(wslot, slots))]
+                    with m.If(wy_last):
+                        m.d.sync += [wy.eq(0), wy_last.eq(desc.in_h == 1), wimg.eq(wimg + 1),
+                                     wimg_last.eq(wimg + 2 == desc.batch)]
+                        with m.If(wimg_last):
+                            m.d.comb += w_finish.eq(1)
+                            m.d.sync += self.w_done.eq(1)
+                    with m.Else():
+                        m.d.sync += [wy.eq(wy + 1), wy_last.eq(wy + 2 == desc.in_h)]
+                with m.Else():
+                    m.d.sync += [wx.eq(x_at + 1), wx_last.eq(x_at + 2 == desc.in_w)]
+                    with m.If(bank_at == k - 1):
+                        m.d.sync += [wbank.eq(0), wbase.eq(base_at + desc.ci_tiles)]
+                    with m.Else():
+                        m.d.sync += [wbank.eq(bank_at + 1), wbase.eq(base_at)]
+            with m.Else():
+                m.d.sync += [wci.eq(ci_at + 1), wci_last.eq(ci_at + 2 == desc.ci_tiles),
+                             wx.eq(x_at), wx_last.eq(x_last_at), wbank.eq(bank_at),
+                             wbase.eq(base_at)]
+        with m.If(wen):
+            with m.If(two):
+                advance(ci1, ci_last1, x1, x_last1, bank1, base1)
+            with m.Else():
+                advance(wci, wci_last, wx, wx_last, wbank, wbase)
+
+
+class _PairBank:
+    """One bank of the line buffer as two memories of ``depth`` words, even and odd
+    word addresses (``writer_words`` 2: two words of one row a cycle never meet in
+    one half).
+
+    The read address goes to both halves (less its low bit); the data is the
+    half of the address's parity, carried beside the read. The writer drives
+    each half's write port itself (``parts``).
+    """
+
+    def __init__(self, m, name, width, depth, **kwargs):
+        self.parts = [MemoryPorts(m, f"{name}_{p}", width, depth, **kwargs) for p in range(2)]
+        self.r_addr = Signal(len(self.parts[0].r_addr) + 1, name=f"{name}_raddr")
+        self.r_data = Signal(width, name=f"{name}_rdata")
+        self.latency = self.parts[0].latency
+        self.write_latency = self.parts[0].write_latency
+
+    def connect_read(self, m, name):
+        parity = delayed(m, self.r_addr[0], self.latency, f"rpar_{name}_", reset_less=True)
+        m.d.comb += [part.r_addr.eq(self.r_addr[1:]) for part in self.parts]
+        m.d.comb += self.r_data.eq(Mux(parity, self.parts[1].r_data, self.parts[0].r_data))
 
 
 @dataclasses.dataclass

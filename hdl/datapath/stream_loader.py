@@ -10,7 +10,7 @@ register is needed) and hands the pixel words on, one per cycle, to the line
 buffer.
 """
 
-from amaranth.hdl import Array, Cat, Module, Signal, signed, unsigned
+from amaranth.hdl import Array, Cat, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -18,6 +18,7 @@ from ...core.config import require_config
 from ...core.contract import PARAM_RECORD_FIELDS, engine_contract
 from ...core.descriptor import descriptor_layout
 from .limits import limits
+from .pixel_words import pixel_group_shape, step_in_row
 from ..tech.pipelined_memory import MemoryPorts
 
 __all__ = ["PARAM_RECORD", "StreamLoader"]
@@ -46,8 +47,10 @@ class StreamLoader(wiring.Component):
         when ``desc.load_weights``, the weights from word ``desc.weight_base``;
         the parameters alone when ``desc.load_params``).
     i_stream : In(stream.Signature(unsigned(stream_width)))
-    o_pixels : Out(stream.Signature(unsigned(8*pin)))
-        The pixel words of the whole batch, NHWC order.
+    o_pixels : Out(stream.Signature(pixel_group_shape(config)))
+        The pixel words of the whole batch, NHWC order: one word a transfer,
+        or with ``writer_words`` 2 one or two of one input row
+        (:func:`~fpgacnn.hdl.datapath.pixel_words.pixel_group_shape`).
     wants : Out(1)
         A beat would be taken this cycle if it were valid.
     done : Out(1)
@@ -90,7 +93,7 @@ class StreamLoader(wiring.Component):
             "desc": In(descriptor_layout()),
             "start": In(1),
             "i_stream": In(stream.Signature(unsigned(config.stream_width))),
-            "o_pixels": Out(stream.Signature(unsigned(8 * config.pin))),
+            "o_pixels": Out(stream.Signature(pixel_group_shape(config))),
             "wants": Out(1),
             "done": Out(1, init=1),
             "param_addr": In(range(engine_contract(config).params.words)),
@@ -170,19 +173,24 @@ class StreamLoader(wiring.Component):
         image_end = last_ci & last_x & last_y
         batch_end = image_end & (px_n == desc.batch - 1)
 
-        def advance_pixel():
-            with m.If(last_ci):
+        def advance_pixel(at=None):
+            # The position after the word at `at` (the current one, or the
+            # second of a pair: writer_words 2, whose column may be the next).
+            ci_at, ci_last_at, x_at, x_last_at = at or (px_ci, last_ci, px_x, last_x)
+            with m.If(ci_last_at):
                 m.d.sync += [px_ci.eq(0), last_ci.eq(desc.ci_tiles == 1)]
-                with m.If(last_x):
+                with m.If(x_last_at):
                     m.d.sync += [px_x.eq(0), last_x.eq(desc.in_w == 1)]
                     with m.If(last_y):
                         m.d.sync += [px_y.eq(0), px_n.eq(px_n + 1), last_y.eq(desc.in_h == 1)]
                     with m.Else():
                         m.d.sync += [px_y.eq(px_y + 1), last_y.eq(px_y + 2 == desc.in_h)]
                 with m.Else():
-                    m.d.sync += [px_x.eq(px_x + 1), last_x.eq(px_x + 2 == desc.in_w)]
+                    m.d.sync += [px_x.eq(x_at + 1), last_x.eq(x_at + 2 == desc.in_w)]
             with m.Else():
-                m.d.sync += [px_ci.eq(px_ci + 1), last_ci.eq(px_ci + 2 == desc.ci_tiles)]
+                m.d.sync += [px_ci.eq(ci_at + 1), last_ci.eq(ci_at + 2 == desc.ci_tiles)]
+                if at is not None:
+                    m.d.sync += [px_x.eq(x_at), last_x.eq(x_last_at)]
 
         with m.FSM(name="section"):
             with m.State("IDLE"):
@@ -233,7 +241,38 @@ class StreamLoader(wiring.Component):
                         m.d.sync += beat_no.eq(beat_no + 1)
 
             with m.State("PIXELS"):
-                if cfg.stream_bytes >= cfg.pin:
+                if cfg.writer_words == 2:
+                    # Two words a beat, handed on as one pair where both are
+                    # in one input row; a row's last word goes alone, and so
+                    # does the first of the next row in the same beat (the
+                    # line buffer's writer stores a pair of one row a cycle).
+                    lo, hi = (self.i_stream.payload[i * 8 * cfg.pin:(i + 1) * 8 * cfg.pin]
+                              for i in range(2))
+                    two = (beat_no == 0) & ~(last_ci & last_x)
+                    beat_end = (beat_no == 1) | two | image_end
+                    second = step_in_row((px_ci, last_ci, px_x, last_x), desc.ci_tiles,
+                                         desc.in_w)
+                    ci2, ci_last2, x2, x_last2 = second
+                    pair_batch_end = (ci_last2 & x_last2 & last_y & (px_n == desc.batch - 1))
+                    m.d.comb += [
+                        self.o_pixels.valid.eq(self.i_stream.valid),
+                        self.o_pixels.payload.eq(Cat(Mux(beat_no[0], hi, lo), hi, two)),
+                        self.i_stream.ready.eq(self.o_pixels.ready & beat_end),
+                        self.wants.eq(self.o_pixels.ready),
+                    ]
+                    with m.If(self.o_pixels.valid & self.o_pixels.ready):
+                        with m.If(two):
+                            advance_pixel(second)
+                        with m.Else():
+                            advance_pixel()
+                        with m.If(beat_end):
+                            m.d.sync += beat_no.eq(0)
+                        with m.Else():
+                            m.d.sync += beat_no.eq(beat_no + 1)
+                        with m.If(Mux(two, pair_batch_end, batch_end)):
+                            m.d.sync += self.done.eq(1)
+                            m.next = "IDLE"
+                elif cfg.stream_bytes >= cfg.pin:
                     # Several words per beat: the beat is taken with its last word.
                     per_beat = cfg.stream_bytes // cfg.pin
                     words = [self.i_stream.payload[i * 8 * cfg.pin:(i + 1) * 8 * cfg.pin]
