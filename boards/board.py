@@ -76,6 +76,10 @@ class Resources:
     bram_aspects : tuple of (depth, width)
         The depth x width shapes one block RAM can take, for counting how many
         blocks a memory of a given shape needs.
+    bram_half_aspects : tuple of (depth, width)
+        Where a block RAM is two independent halves (a Xilinx RAMB36 tile
+        holds two RAMB18s), the shapes of one half; a memory may take an odd
+        number of halves, counted as half a block each. Empty elsewhere.
     uram_blocks : int
         UltraRAM blocks (288 Kbit each, Zynq UltraScale+); 0 elsewhere.
     spram_blocks : int
@@ -91,6 +95,7 @@ class Resources:
     bram_block_bits: int
     bram_aspects: tuple
     uram_blocks: int = 0
+    bram_half_aspects: tuple = ()
     spram_blocks: int = 0
 
     @property
@@ -107,11 +112,17 @@ class Resources:
         """Block RAMs one memory of ``depth`` words of ``width`` bits takes.
 
         The cheapest aspect ratio wins, as in the synthesis tools' mapping of
-        an inferred memory onto cascaded blocks.
+        an inferred memory onto cascaded blocks. Where blocks split in halves
+        (:attr:`bram_half_aspects`) a memory of an odd number of halves counts
+        half a block more than its whole ones: a RAMB18 beside them, whose
+        tile another memory's RAMB18 can share (a float then, a multiple of 0.5).
         """
         if depth <= 0 or width <= 0:
             return 0
-        return min(math.ceil(depth / d) * math.ceil(width / w) for d, w in self.bram_aspects)
+        whole = min(math.ceil(depth / d) * math.ceil(width / w) for d, w in self.bram_aspects)
+        halves = min((math.ceil(depth / d) * math.ceil(width / w)
+                      for d, w in self.bram_half_aspects), default=2 * whole)
+        return whole if 2 * whole <= halves else halves / 2
 
 
 @dataclass(frozen=True)
@@ -333,13 +344,20 @@ def load_board_file(path):
         uart_baud = DEFAULT_UART_BAUD
 
     r = top.sub("resources")
-    aspects = []
-    for i, a in enumerate(r.get("bram_aspects", list, check=bool, what="a non-empty list")):
-        m = _ASPECT_RE.match(a) if isinstance(a, str) else None
-        if not m:
-            raise BoardError(f"{path}: resources.bram_aspects[{i}]: must be 'DEPTHxWIDTH' "
-                             f"like '512x36', not {a!r}")
-        aspects.append((int(m.group(1)), int(m.group(2))))
+
+    def aspects_of(key, values):
+        aspects = []
+        for i, a in enumerate(values):
+            m = _ASPECT_RE.match(a) if isinstance(a, str) else None
+            if not m:
+                raise BoardError(f"{path}: resources.{key}[{i}]: must be 'DEPTHxWIDTH' "
+                                 f"like '512x36', not {a!r}")
+            aspects.append((int(m.group(1)), int(m.group(2))))
+        return tuple(aspects)
+    aspects = aspects_of("bram_aspects",
+                         r.get("bram_aspects", list, check=bool, what="a non-empty list"))
+    half_aspects = aspects_of("bram_half_aspects",
+                              r.get("bram_half_aspects", list, default=[]))
     shape = r.get("multiplier_shape", str, check=lambda v: _ASPECT_RE.match(v) is not None,
                   what="'AxB' operand widths like '18x18'")
     resources = Resources(
@@ -349,15 +367,19 @@ def load_board_file(path):
         multiplier_kind=r.get("multiplier_kind", str),
         bram_blocks=r.get("bram_blocks", int, check=_non_negative, what="non-negative"),
         bram_block_bits=r.get("bram_block_bits", int, check=_positive, what="positive"),
-        bram_aspects=tuple(aspects),
+        bram_aspects=aspects,
+        bram_half_aspects=half_aspects,
         uram_blocks=r.get("uram_blocks", int, default=0, check=_non_negative, what="non-negative"),
         spram_blocks=r.get("spram_blocks", int, default=0, check=_non_negative,
                            what="non-negative"),
     )
-    for i, (d, w) in enumerate(resources.bram_aspects):
-        if d * w > resources.bram_block_bits:
-            raise BoardError(f"{path}: resources.bram_aspects[{i}]: {d}x{w} holds more than "
-                             f"bram_block_bits ({resources.bram_block_bits})")
+    for key, limit in (("bram_aspects", resources.bram_block_bits),
+                       ("bram_half_aspects", resources.bram_block_bits // 2)):
+        for i, (d, w) in enumerate(getattr(resources, key)):
+            if d * w > limit:
+                raise BoardError(f"{path}: resources.{key}[{i}]: {d}x{w} holds more than "
+                                 f"{'half of ' if key != 'bram_aspects' else ''}bram_block_bits "
+                                 f"({resources.bram_block_bits})")
     r.finish()
 
     c = top.sub("clock")

@@ -18,11 +18,15 @@
    not fit, that is chosen and the rest is built from LUTs.
 3. ``stream_width``: 64 bits (the Zynq-7000 HP ports' width), 32 on parts
    under 10k LUTs, or the nearest width that divides with ``pin`` and ``pout``.
+3b. ``writer_words``: 2 where a beat holds two input words (``stream_width
+   == 16*pin``) on parts of 10k LUTs or more (docs/engine.md, "The pair
+   writer"), else 1.
 4. Buffers: starting from a small engine, ``max_channels``,
    ``max_out_channels`` and ``max_width`` are doubled in turn while the
    engine contract's buffers (line, weight, parameter buffers and the
    max-pool's row memory) fit the block RAMs, counted per memory in whole
-   blocks of the best aspect ratio, leaving 5% of the blocks (at least the
+   blocks of the best aspect ratio (half blocks where a block splits in
+   two, a Xilinx RAMB36 into RAMB18s), leaving 5% of the blocks (at least the
    2 the FIFOs take) for FIFOs and skid buffers.
 5. ``deep_pipeline``: 1 (registers for 100 MHz and more), 0 on iCE40
    parts, whose logic cells are few and whose clock is slow anyway.
@@ -83,7 +87,8 @@ def bram_blocks_needed(config, board):
     -------
     dict
         ``{"line_buffer": n, "weight_buffer": n, "param_buffer": n,
-        "pool_row": n, "total": n}``.
+        "pool_row": n, "total": n}``; a count with a half block (a Xilinx
+        RAMB18) is a float.
     """
     r = board.resources
     k = engine_contract(config)
@@ -99,8 +104,10 @@ def bram_blocks_needed(config, board):
         weight, param = (_in_beat_lanes(beats, buffer.words, config, r)
                          for beats, buffer in ((k.weight_beats, k.weights),
                                                (k.param_beats, k.params)))
-    return {"line_buffer": line, "weight_buffer": weight, "param_buffer": param,
-            "pool_row": pool, "total": line + weight + param + pool}
+    counts = {"line_buffer": line, "weight_buffer": weight, "param_buffer": param,
+              "pool_row": pool, "total": line + weight + param + pool}
+    # Whole numbers as ints; half blocks (RAMB18s, Resources.blocks_for) stay floats.
+    return {name: int(n) if float(n).is_integer() else n for name, n in counts.items()}
 
 
 def _in_beat_lanes(beats, depth, config, resources):
@@ -153,8 +160,14 @@ def _stream_width(pin, pout, resources):
 
 
 def _config(pin, pout, sizes, resources):
-    return EngineConfig(pin=pin, pout=pout, kmax=_KMAX,
-                        stream_width=_stream_width(pin, pout, resources), **sizes)
+    stream = _stream_width(pin, pout, resources)
+    # Two input words a beat: the line buffer stores both a cycle (its banks
+    # in halves), where one a cycle bounds the 1x1 remap, Gemm, stride-2 and
+    # thin first layers at half the stream. Not on parts under 10k LUTs (the
+    # iCE40s): their logic is full.
+    pairs = stream == 16 * pin and resources.luts >= 10000
+    return EngineConfig(pin=pin, pout=pout, kmax=_KMAX, stream_width=stream,
+                        writer_words=2 if pairs else 1, **sizes)
 
 
 def size_engine(board):
@@ -205,6 +218,9 @@ def size_engine(board):
     stream = _stream_width(pin, pout, r)
     reasons.append(f"stream_width={stream}: 64 bits, 32 on parts under 10k LUTs, "
                    f"or what pin/pout divide with")
+    if _config(pin, pout, _START, r).writer_words == 2:
+        reasons.append("writer_words=2: a beat holds two input words, and the line buffer "
+                       "stores both a cycle (its banks in halves)")
 
     # 4. buffers from the block RAMs
     sizes = dict(_START)
@@ -251,10 +267,11 @@ def sizing_markdown(boards):
         s = size_engine(board)
         c, r = s.config, board.resources
         row = (f"{c.pin} x {c.pout}", f"{c.peak_macs_per_cycle}",
-               f"{c.max_width} / {c.max_channels} / {c.max_out_channels}",
+               f"{c.max_width} / {c.max_channels} / {c.max_out_channels}", f"{c.writer_words}",
                f"{s.multipliers} / {r.multipliers}", f"{s.bram_blocks['total']} / {r.bram_blocks}")
         rows.setdefault(row, []).append(board.name)
-    lines = ["| board | pin x pout | MACs/cycle | max width / ch in / ch out | DSPs (est.) | BRAM (est.) |",
-             "| --- | --- | --- | --- | --- | --- |"]
+    lines = ["| board | pin x pout | MACs/cycle | max width / ch in / ch out | input words "
+             "stored a cycle | DSPs (est.) | BRAM (est.) |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
     lines += [f"| {', '.join(names)} | " + " | ".join(row) + " |" for row, names in rows.items()]
     return "\n".join(lines)

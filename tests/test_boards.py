@@ -143,6 +143,8 @@ def test_adding_a_board_is_adding_a_file(tmp_path):
      r"resources\.bram_aspects\[1\]: must be 'DEPTHxWIDTH' like '512x36', not '512by36'"),
     (lambda t: t.replace('"512x36"', '"1024x36"'),
      r"resources\.bram_aspects\[1\]: 1024x36 holds more than bram_block_bits \(18432\)"),
+    (lambda t: t.replace('bram_aspects = [', 'bram_half_aspects = ["512x36"]\nbram_aspects = ['),
+     r"resources\.bram_half_aspects\[0\]: 512x36 holds more than half of bram_block_bits"),
     (lambda t: t.replace('host_link = "uart"', 'host_link = "carrier-pigeon"'),
      r"host_link: must be one of uart, spi, usb-acm, zynq-axi, not 'carrier-pigeon'"),
     (lambda t: t.replace('platform = "amaranth_boards.ulx3s:ULX3S_25F_Platform"\n', ''),
@@ -191,6 +193,32 @@ def test_block_ram_counting():
     assert r.blocks_for(256, 1152) == 32  # 512x36, 32 side by side
     assert r.blocks_for(16384, 1) == 1
     assert r.multipliers_for(8, 8) == 1 and r.multipliers_for(32, 17) == 2
+
+
+def test_block_ram_halves_on_xilinx_parts():
+    # A RAMB36 tile holds two RAMB18s of any two memories: an odd number of
+    # halves counts half a block; ECP5 blocks do not split.
+    r = load_board("pynq-z2").resources
+    assert r.blocks_for(1376, 32) == 1.5   # a 1024x36 RAMB36 and a 512x36 RAMB18
+    assert r.blocks_for(2752, 32) == 3     # whole blocks, as before
+    assert r.blocks_for(512, 36) == 0.5 and r.blocks_for(1024, 36) == 1
+    assert r.blocks_for(512, 72) == 1      # 72 bits wide: a RAMB36 only
+    assert load_board("ulx3s-85f").resources.blocks_for(300, 32) == 1
+
+
+def test_pair_writer_costs_no_block_ram_on_zynq():
+    # The pair writer's halves of a line-buffer bank take the blocks the
+    # whole bank takes (RAMB18 halves), so the PYNQ-Z2's buffers stay.
+    s = size_engine(load_board("pynq-z2"))
+    assert s.config.writer_words == 2
+    single = dataclasses.replace(s.config, writer_words=1)
+    board = load_board("pynq-z2")
+    assert (bram_blocks_needed(s.config, board)["line_buffer"]
+            == bram_blocks_needed(single, board)["line_buffer"])
+    assert (s.config.max_width, s.config.max_channels, s.config.max_out_channels) == \
+        (256, 128, 256)
+    for name in ("zcu104", "ulx3s-85f", "icebreaker"):  # one word a beat, or a small part
+        assert size_engine(load_board(name)).config.writer_words == 1, name
 
 
 def test_ecp5_loader_buffers_counted_as_built():
