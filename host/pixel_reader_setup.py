@@ -29,6 +29,7 @@ Examples
 import math
 
 from ..core.fields import fields_fit, in_wide_words
+from ..core.memory_port import words_per_read
 from ..core.pixel_reader_fields import READER_FIELDS
 from .packing import remap_group, zero_point_rows
 from .program_image import SOURCE_BATCH, SOURCE_STRIP, SOURCE_ZERO_COLUMN, EngineRecord
@@ -161,14 +162,47 @@ def wide_fields(config, fields):
     fields : dict or None
         With ``wide`` 0.
 
+    A row of pixels that lie back to back in memory (``pixel_stride ==
+    words``, no remap blocks: a 3-channel first layer's pixels of one word)
+    is read as rows of ``k`` times fewer pixels of ``k`` times the words
+    (:func:`_pixels_merged`) when that makes every count a multiple of ``k``.
+
     Returns
     -------
     dict or None
         The fields with ``wide`` 1 and the word counts divided by ``k``; None
         when ``fields`` is, when the port is no wider than ``pin`` or when a
-        count is not a multiple of ``k``.
+        count is not a multiple of ``k`` (neither as they are nor merged).
     """
-    return in_wide_words(config, READER_FIELDS, fields, _WORD_FIELDS)
+    wide = in_wide_words(config, READER_FIELDS, fields, _WORD_FIELDS)
+    if wide is None and fields is not None:
+        wide = in_wide_words(config, READER_FIELDS, _pixels_merged(config, fields),
+                             _WORD_FIELDS)
+    return wide
+
+
+def _pixels_merged(config, fields):
+    """``fields`` with every ``k = R / pin`` adjacent pixels of a row read as one, or None.
+
+    Only where a row's pixels lie back to back (``pixel_stride == words``, one
+    block position) and its pixels, read and synthesized, come in whole groups
+    of ``k``. The merged pixel keeps all its lanes (``channels`` is its
+    ``k * words * pin``): the lanes past the run's channels in each pixel
+    then carry what memory holds there (a tensor pixel's padding bytes, or
+    channels of the tensor past the run's) instead of 0, and, in a pixel of
+    ``x_zp``, the zero point: every one of them meets a weight of 0 in the
+    run's weight words (channels past a run's are 0, docs/engine.md), so the
+    run's results are the same.
+    """
+    k = words_per_read(config)
+    if (fields is None or k == 1 or fields["blocks"] != 1
+            or fields["pixel_stride"] != fields["words"] or fields["last_cols"] != fields["cols"]
+            or fields["cols"] % k or fields["zp_pixels"] % k):
+        return None
+    words = k * fields["words"]
+    return dict(fields, cols=fields["cols"] // k, last_cols=fields["last_cols"] // k,
+                words=words, pixel_stride=words, zp_pixels=fields["zp_pixels"] // k,
+                channels=words * config.pin)
 
 
 def _remap_fields(image, record, fields):
