@@ -52,8 +52,9 @@ from ...core.pixel_reader_fields import reader_layout
 
 __all__ = ["PixelReader", "require_outstanding"]
 
-#: A command: where a word comes from, and how many of its lanes are kept.
-_READ, _ZP, _ZERO = 0, 1, 2
+#: A command: where a word comes from, and how many of its lanes are kept;
+#: ``_ZERO_BEAT``: a whole beat of zeros, two narrow words (a zero line's pair).
+_READ, _ZP, _ZERO, _ZERO_BEAT = 0, 1, 2, 3
 
 
 def require_outstanding(outstanding):
@@ -186,7 +187,13 @@ class PixelReader(wiring.Component):
         # from this row of the block on.
         left, ky_left = Signal(signed(34)), Signal(signed(34))
         command = Signal(command_layout)
-        step = Signal()  # a word is issued this cycle
+        step = Signal()  # a word (or a zero beat) is issued this cycle
+        # A beat of zeros a cycle (two narrow words of a read, one word to a block
+        # position): in a line (row, ky) wholly past the channels, two of its words
+        # at a beat's start. `phase`: the narrow words issued, mod 2.
+        pairs = per_read == 2
+        phase = Signal()
+        zero_beat = Signal()
         packer_empty = Signal()  # no word waits in the packer for the rest of its beat
         word_last = word == f.words - 1
         lanes = Mux(left >= word_lanes, word_lanes,
@@ -244,10 +251,29 @@ class PixelReader(wiring.Component):
             with m.Else():
                 next_image()
 
+        def line_end():
+            """The next line of the block, the next row, or the image's next part."""
+            with m.If(ky != f.blocks - 1):
+                offset = ky_offset + f.ky_stride
+                rest = ky_left - f.ky_channels
+                m.d.sync += [word.eq(0), kx.eq(0), col.eq(0), ky.eq(ky + 1),
+                             ky_offset.eq(offset), pixel_base.eq(row_base),
+                             block_base.eq(row_base + offset), addr.eq(row_base + offset),
+                             ky_left.eq(rest), left.eq(rest)]
+            with m.Elif(row != f.rows - 1):
+                following = row_base + f.row_stride
+                m.d.sync += [word.eq(0), kx.eq(0), col.eq(0), ky.eq(0), row.eq(row + 1),
+                             row_base.eq(following), pixel_base.eq(following),
+                             block_base.eq(following), addr.eq(following),
+                             ky_offset.eq(0), ky_left.eq(f.channels),
+                             left.eq(f.channels)]
+            with m.Else():
+                after_reads()
+
         with m.FSM(name="issue"):
             with m.State("IDLE"):
                 with m.If(self.start):
-                    m.d.sync += [image.eq(0), self.busy.eq(1)]
+                    m.d.sync += [image.eq(0), self.busy.eq(1), phase.eq(0)]
                     at(f.base)
                     start_image()
 
@@ -255,11 +281,28 @@ class PixelReader(wiring.Component):
                 # A word wholly past the pixel's channels, or of a padding pixel
                 # of the last row, is not read (a zero).
                 read = (left > 0) & ~((row == f.rows - 1) & (col >= f.last_cols))
+                if pairs:
+                    # A zero line's words two at a time, from a beat's start while
+                    # two are left in the line.
+                    line_last_word = (col == f.cols - 1) & (kx == f.blocks - 1)
+                    m.d.comb += zero_beat.eq(~wide & (f.words == 1) & (f.blocks > 1)
+                                             & (ky_left <= 0) & ~phase & ~line_last_word)
                 # valid waits for room for the command, never for ready.
                 m.d.comb += [self.o_addr.valid.eq(commands.w_rdy & read),
                              step.eq(commands.w_rdy & (self.o_addr.ready | ~read)),
-                             command.kind.eq(Mux(read, _READ, _ZERO))]
-                with m.If(step):
+                             command.kind.eq(Mux(zero_beat, _ZERO_BEAT,
+                                                 Mux(read, _READ, _ZERO)))]
+                with m.If(step & zero_beat):
+                    # Two positions on (one word each): within the pixel, into the
+                    # next one, or, ending the line, to the next line.
+                    with m.If(kx + 2 < f.blocks):
+                        m.d.sync += kx.eq(kx + 2)
+                    with m.Elif(col != f.cols - 1):
+                        m.d.sync += [kx.eq(kx + 2 - f.blocks), col.eq(col + 1),
+                                     left.eq(ky_left)]
+                    with m.Else():
+                        line_end()
+                with m.Elif(step):
                     with m.If(~word_last):
                         m.d.sync += [word.eq(word + 1), addr.eq(addr + 1),
                                      left.eq(left - word_lanes)]
@@ -272,22 +315,8 @@ class PixelReader(wiring.Component):
                         m.d.sync += [word.eq(0), kx.eq(0), col.eq(col + 1), pixel_base.eq(pixel),
                                      block_base.eq(pixel + ky_offset),
                                      addr.eq(pixel + ky_offset), left.eq(ky_left)]
-                    with m.Elif(ky != f.blocks - 1):
-                        offset = ky_offset + f.ky_stride
-                        rest = ky_left - f.ky_channels
-                        m.d.sync += [word.eq(0), kx.eq(0), col.eq(0), ky.eq(ky + 1),
-                                     ky_offset.eq(offset), pixel_base.eq(row_base),
-                                     block_base.eq(row_base + offset), addr.eq(row_base + offset),
-                                     ky_left.eq(rest), left.eq(rest)]
-                    with m.Elif(row != f.rows - 1):
-                        following = row_base + f.row_stride
-                        m.d.sync += [word.eq(0), kx.eq(0), col.eq(0), ky.eq(0), row.eq(row + 1),
-                                     row_base.eq(following), pixel_base.eq(following),
-                                     block_base.eq(following), addr.eq(following),
-                                     ky_offset.eq(0), ky_left.eq(f.channels),
-                                     left.eq(f.channels)]
                     with m.Else():
-                        after_reads()
+                        line_end()
 
             with m.State("ZP"):
                 m.d.comb += [step.eq(commands.w_rdy), command.kind.eq(_ZP)]
@@ -313,6 +342,10 @@ class PixelReader(wiring.Component):
                     m.d.comb += self.done.eq(1)
                     m.d.sync += self.busy.eq(0)
                     m.next = "IDLE"
+
+        if pairs:
+            with m.If(step & ~zero_beat):
+                m.d.sync += phase.eq(~phase)
 
         # -- responses: always room (see `outstanding`) ------------------------------------
         m.d.comb += [
@@ -364,8 +397,9 @@ class PixelReader(wiring.Component):
             with m.If(pop):
                 if wide is not None:
                     # A wide word is a whole beat (R is the beat here), and a wide
-                    # section starts on one: every section ends on a beat.
-                    with m.If(wide):
+                    # section starts on one: every section ends on a beat. So does
+                    # a beat of zeros (issued at a beat's start).
+                    with m.If(wide | (head.kind == _ZERO_BEAT)):
                         m.d.sync += [beat.eq(value), out_valid.eq(1)]
                     with m.Else():
                         narrow_word()
