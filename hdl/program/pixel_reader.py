@@ -126,7 +126,12 @@ class PixelReader(wiring.Component):
     or one beat per cycle when a word is wider than a beat, with no bubble
     between pixels, rows, parts or images. ``W`` counts the section's words
     in its own unit: a wide section of ``W`` R-byte words is ``B = W`` beats,
-    ``max(W, B) = W``, a beat per cycle. The four cycles are the issue
+    ``max(W, B) = W``, a beat per cycle. Where a read is two words (``R =
+    2 * pin``), a narrow section of one word a block position (the 1x1
+    remap of a thin tensor) issues two words of a line ``(row, ky)`` whose
+    positions are all past the channels as one beat of zeros, from a beat's
+    start while two are left in the line: ``W`` counts each such pair once.
+    The four cycles are the issue
     state, the command FIFO, the response FIFO's output register and the
     packer's register; the output side sees a read's data ``L + 2`` cycles
     after it issued the read, hence ``outstanding >= L + 3`` for full rate.
