@@ -421,27 +421,32 @@ def expected_cycles(config, fields, nbytes, latency):
 
 
 def zero_beats(config, fields):
-    """Beats of zeros the reader issues in one cycle each (its Latency section): on an
-    engine of two words to a read, narrow, one word to a block position, in a line
-    ``(row, ky)`` whose positions are all past the channels, a beat-aligned pair of
-    its words (the section walked as the counter nest does)."""
+    """Beats the reader issues whole, in one cycle each (its Latency section): on an
+    engine of two words to a read, narrow, one word to a block position, two words
+    of a line ``(row, ky)`` from a beat's start, of which at most one is read (the
+    other past the channels, or of a padding pixel): the section walked as the
+    counter nest does."""
     if (fields["wide"] or words_per_read(config) != 2 or fields["words"] != 1
             or fields["blocks"] < 2):
         return 0
-    blocks, cols, ky_channels = fields["blocks"], fields["cols"], fields["ky_channels"]
-    per_pixel_rows = fields["rows"] * blocks
+    blocks, cols, rows = fields["blocks"], fields["cols"], fields["rows"]
+
+    def reads(row, ky, col, kx):
+        left = fields["channels"] - ky * fields["ky_channels"] - kx * config.pin
+        return left > 0 and not (row == rows - 1 and col >= fields["last_cols"])
     phase = beats = 0
     for image in range(fields["images"]):
-        for line in range(per_pixel_rows):
-            zero_line = fields["channels"] - (line % blocks) * ky_channels <= 0
-            left = cols * blocks
-            while left:
-                if zero_line and phase == 0 and left >= 2:
-                    beats, left = beats + 1, left - 2
-                else:
-                    phase, left = phase ^ 1, left - 1
-        others = fields["zp_pixels"] * fields["words"] + fields["zero_words"]
-        phase ^= others & 1
+        for row in range(rows):
+            for ky in range(blocks):
+                line = [(col, kx) for col in range(cols) for kx in range(blocks)]
+                i = 0
+                while i < len(line):
+                    if (phase == 0 and i + 1 < len(line)
+                            and not (reads(row, ky, *line[i]) and reads(row, ky, *line[i + 1]))):
+                        beats, i = beats + 1, i + 2
+                    else:
+                        phase, i = phase ^ 1, i + 1
+        phase ^= (fields["zp_pixels"] * fields["words"] + fields["zero_words"]) & 1
     return beats
 
 

@@ -52,9 +52,10 @@ from ...core.pixel_reader_fields import reader_layout
 
 __all__ = ["PixelReader", "require_outstanding"]
 
-#: A command: where a word comes from, and how many of its lanes are kept;
-#: ``_ZERO_BEAT``: a whole beat of zeros, two narrow words (a zero line's pair).
-_READ, _ZP, _ZERO, _ZERO_BEAT = 0, 1, 2, 3
+#: A command: where a word comes from, and how many of its lanes are kept; with
+#: ``pair``, a whole beat of two narrow words, the read one (if any) in the half
+#: ``high`` names, the other 0.
+_READ, _ZP, _ZERO = 0, 1, 2
 
 
 def require_outstanding(outstanding):
@@ -71,7 +72,8 @@ def require_outstanding(outstanding):
 
 def _command_layout(lanes):
     """A command of words of at most ``lanes`` lanes."""
-    return data.StructLayout({"kind": 2, "lanes": unsigned(lanes.bit_length())})
+    return data.StructLayout({"kind": 2, "lanes": unsigned(lanes.bit_length()), "pair": 1,
+                              "high": 1})
 
 
 class PixelReader(wiring.Component):
@@ -128,9 +130,10 @@ class PixelReader(wiring.Component):
     in its own unit: a wide section of ``W`` R-byte words is ``B = W`` beats,
     ``max(W, B) = W``, a beat per cycle. Where a read is two words (``R =
     2 * pin``), a narrow section of one word a block position (the 1x1
-    remap of a thin tensor) issues two words of a line ``(row, ky)`` whose
-    positions are all past the channels as one beat of zeros, from a beat's
-    start while two are left in the line: ``W`` counts each such pair once.
+    remap of a thin tensor) issues two words of a line ``(row, ky)`` of
+    which at most one is read (the other past the channels, or of a padding
+    pixel) as one beat, from a beat's start: ``W`` counts each such pair
+    once.
     The four cycles are the issue
     state, the command FIFO, the response FIFO's output register and the
     packer's register; the output side sees a read's data ``L + 2`` cycles
@@ -192,13 +195,16 @@ class PixelReader(wiring.Component):
         # from this row of the block on.
         left, ky_left = Signal(signed(34)), Signal(signed(34))
         command = Signal(command_layout)
-        step = Signal()  # a word (or a zero beat) is issued this cycle
-        # A beat of zeros a cycle (two narrow words of a read, one word to a block
-        # position): in a line (row, ky) wholly past the channels, two of its words
-        # at a beat's start. `phase`: the narrow words issued, mod 2.
+        step = Signal()  # a word (or a pair) is issued this cycle
+        # Two narrow words a cycle, a whole beat (two words to a read, one word to
+        # a block position): two positions of a line (row, ky) from a beat's
+        # start of which at most one is read. `phase`: the narrow words issued,
+        # mod 2 (a pair keeps it).
         pairs = per_read == 2
         phase = Signal()
-        zero_beat = Signal()
+        pair = Signal()
+        second_reads = Signal()  # the pair's read word is its second
+        read_addr = Signal(ADDRESS_BITS)
         packer_empty = Signal()  # no word waits in the packer for the rest of its beat
         word_last = word == f.words - 1
         lanes = Mux(left >= word_lanes, word_lanes,
@@ -207,12 +213,16 @@ class PixelReader(wiring.Component):
             commands.w_data.eq(command),
             commands.w_en.eq(step),
             command.lanes.eq(lanes),
+            command.pair.eq(pair),
+            command.high.eq(second_reads),
+            read_addr.eq(addr),
         ]
         if wide is not None:
             # The nest counts R-byte words; the port counts pin-byte ones.
-            m.d.comb += self.o_addr.payload.eq(Mux(wide, addr << exact_log2(per_read), addr))
+            m.d.comb += self.o_addr.payload.eq(Mux(wide, read_addr << exact_log2(per_read),
+                                                   read_addr))
         else:
-            m.d.comb += self.o_addr.payload.eq(addr)
+            m.d.comb += self.o_addr.payload.eq(read_addr)
 
         def at(base):
             """Every address register to a new tensor pixel block at ``base``."""
@@ -285,26 +295,49 @@ class PixelReader(wiring.Component):
             with m.State("READ"):
                 # A word wholly past the pixel's channels, or of a padding pixel
                 # of the last row, is not read (a zero).
-                read = (left > 0) & ~((row == f.rows - 1) & (col >= f.last_cols))
+                last_row = row == f.rows - 1
+                read = (left > 0) & ~(last_row & (col >= f.last_cols))
+                reads = Signal()  # a read is issued with this command
                 if pairs:
-                    # A zero line's words two at a time, from a beat's start while
-                    # two are left in the line.
-                    line_last_word = (col == f.cols - 1) & (kx == f.blocks - 1)
-                    m.d.comb += zero_beat.eq(~wide & (f.words == 1) & (f.blocks > 1)
-                                             & (ky_left <= 0) & ~phase & ~line_last_word)
+                    # The next position of the line, and whether it is read.
+                    in_pixel = kx != f.blocks - 1
+                    next_addr = Mux(in_pixel, block_base + f.block_stride,
+                                    pixel_base + f.pixel_stride + ky_offset)
+                    next_left = Signal(signed(34))
+                    m.d.comb += next_left.eq(Mux(in_pixel, left - word_lanes, ky_left))
+                    next_read = (next_left > 0) & ~(last_row & Mux(in_pixel, col >= f.last_cols,
+                                                                  col + 1 >= f.last_cols))
+                    next_lanes = Mux(next_left >= word_lanes, word_lanes,
+                                     Mux(next_left > 0, next_left[:rb.bit_length()], 0))
+                    line_last_word = (col == f.cols - 1) & ~in_pixel
+                    m.d.comb += [
+                        pair.eq(~wide & (f.words == 1) & (f.blocks > 1) & ~phase
+                                & ~line_last_word & ~(read & next_read)),
+                        second_reads.eq(pair & ~read & next_read),
+                    ]
+                    with m.If(second_reads):
+                        m.d.comb += [read_addr.eq(next_addr), command.lanes.eq(next_lanes)]
+                m.d.comb += reads.eq(read | second_reads)
                 # valid waits for room for the command, never for ready.
-                m.d.comb += [self.o_addr.valid.eq(commands.w_rdy & read),
-                             step.eq(commands.w_rdy & (self.o_addr.ready | ~read)),
-                             command.kind.eq(Mux(zero_beat, _ZERO_BEAT,
-                                                 Mux(read, _READ, _ZERO)))]
-                with m.If(step & zero_beat):
+                m.d.comb += [self.o_addr.valid.eq(commands.w_rdy & reads),
+                             step.eq(commands.w_rdy & (self.o_addr.ready | ~reads)),
+                             command.kind.eq(Mux(reads, _READ, _ZERO))]
+                with m.If(step & pair):
                     # Two positions on (one word each): within the pixel, into the
                     # next one, or, ending the line, to the next line.
                     with m.If(kx + 2 < f.blocks):
-                        m.d.sync += kx.eq(kx + 2)
+                        following = block_base + (f.block_stride << 1)
+                        m.d.sync += [kx.eq(kx + 2), block_base.eq(following),
+                                     addr.eq(following), left.eq(left - (word_lanes << 1))]
                     with m.Elif(col != f.cols - 1):
-                        m.d.sync += [kx.eq(kx + 2 - f.blocks), col.eq(col + 1),
-                                     left.eq(ky_left)]
+                        # the next pixel, at position 0 or (from the last) 1
+                        to_second = kx + 2 - f.blocks == 1
+                        pixel = pixel_base + f.pixel_stride
+                        position = pixel + ky_offset + Mux(to_second, f.block_stride, 0)
+                        m.d.sync += [kx.eq(Mux(to_second, 1, 0)), col.eq(col + 1),
+                                     pixel_base.eq(pixel), block_base.eq(position),
+                                     addr.eq(position),
+                                     left.eq(ky_left - Mux(to_second, word_lanes, 0))]
                     with m.Else():
                         line_end()
                 with m.Elif(step):
@@ -349,7 +382,7 @@ class PixelReader(wiring.Component):
                     m.next = "IDLE"
 
         if pairs:
-            with m.If(step & ~zero_beat):
+            with m.If(step & ~pair):
                 m.d.sync += phase.eq(~phase)
 
         # -- responses: always room (see `outstanding`) ------------------------------------
@@ -403,9 +436,14 @@ class PixelReader(wiring.Component):
                 if wide is not None:
                     # A wide word is a whole beat (R is the beat here), and a wide
                     # section starts on one: every section ends on a beat. So does
-                    # a beat of zeros (issued at a beat's start).
-                    with m.If(wide | (head.kind == _ZERO_BEAT)):
+                    # a pair (issued at a beat's start): its word in its half.
+                    with m.If(wide):
                         m.d.sync += [beat.eq(value), out_valid.eq(1)]
+                    with m.Elif(head.pair):
+                        word_value = value[:word_bits]
+                        m.d.sync += [beat.eq(Mux(head.high, word_value << word_bits,
+                                                 word_value)),
+                                     out_valid.eq(1)]
                     with m.Else():
                         narrow_word()
                 else:
