@@ -173,13 +173,13 @@ def layer_cycles(config, desc, *, macs=None, feed_delay=0):
             if j_free <= len(r_end):
                 freed = t0 if j_free == 0 else r_end[j_free - 1]
                 prev = w_end[-1] if w_end else t0 + (1 if held else 0)
-                row_in = row_cycles[g % in_h]
+                row_time = row_cycles[g % in_h]
                 if freed > prev:
                     # blocked: the words in the register slice and all but the last beat
                     # of the next word are waiting
-                    end = max(prev + row_in, freed + row_in - (held + 1) * (per_word_in - 1))
+                    end = max(prev + row_time, freed + row_time - (held + 1) * (per_word_in - 1))
                 else:
-                    end = prev + row_in
+                    end = prev + row_time
                 w_end.append(end)
                 g += 1
                 continue

@@ -156,22 +156,12 @@ def test_random_sweep(seed):
     cfg = SWEEP_CONFIGS[seed % len(SWEEP_CONFIGS)]
     layers = []
     while len(layers) < 4:
-        k = int(rng.integers(1, cfg.kmax + 1))
-        s = int(rng.integers(1, cfg.kmax + 1))
-        layer = random_layer(rng, cfg, k=k, stride=s, batch=int(rng.integers(1, 3)))
+        k, s = (int(v) for v in rng.integers(1, cfg.kmax + 1, 2))
         cin, cout = (int(v) for v in rng.integers(1, 10, 2))
         h, w = (int(v) for v in rng.integers(k, 9, 2))
-        layer["x"] = rng.integers(-128, 128, (layer["x"].shape[0], cin, h, w), dtype=np.int8)
-        set_weights(rng, layer, rng.integers(-128, 128, (cout, cin, k, k), dtype=np.int8))
-        pads = tuple(int(p) for p in rng.integers(0, min(k, cfg.kmax - 1) + 1, 4))
-        oh = (h + pads[0] + pads[2] - k) // s + 1
-        ow = (w + pads[1] + pads[3] - k) // s + 1
-        layer.update(pads=pads, pool=bool(rng.random() < 0.3 and oh >= 2 and ow >= 2))
-        try:
-            pack_layer(cfg, **layer)
-        except MappingError:
-            continue  # does not fit this small engine
-        layers.append(layer)
+        layer = shaped_layer(rng, cfg, k, s, int(rng.integers(1, 3)), (cout, cin, h, w), 0.3)
+        if layer is not None:
+            layers.append(layer)
     packed = [pack_layer(cfg, **layer) for layer in layers]
     pauses = [(0, 0), (0.3, 0.3), (0.6, 0.1), (0.1, 0.7)][seed % 4]
     reset = 1 if seed % 3 == 2 else None
@@ -209,28 +199,36 @@ def pair_layers(cfg, rng, count):
     starting on a beat's second word), one column, one tile or several."""
     layers = []
     while len(layers) < count:
-        k = int(rng.integers(1, cfg.kmax + 1))
-        s = int(rng.integers(1, cfg.kmax + 1))
-        layer = random_layer(rng, cfg, k=k, stride=s, batch=int(rng.integers(1, 4)))
+        k, s = (int(v) for v in rng.integers(1, cfg.kmax + 1, 2))
         cin, cout = (int(v) for v in rng.integers(1, 3 * cfg.pin + 1, 2))
         h = int(rng.integers(k, 8))
         w = int(rng.integers(max(k, 1), cfg.max_width + 1)) if rng.random() < 0.8 else k
         if not layers:  # the first: one input tile, rows of an odd word count
             cin, w, h = cfg.pin, w | 1, max(h, 2)
-        layer["x"] = rng.integers(-128, 128, (layer["x"].shape[0], cin, h, w), dtype=np.int8)
-        set_weights(rng, layer, rng.integers(-128, 128, (cout, cin, k, k), dtype=np.int8))
-        pads = tuple(int(p) for p in rng.integers(0, min(k, cfg.kmax - 1) + 1, 4))
-        oh = (h + pads[0] + pads[2] - k) // s + 1
-        ow = (w + pads[1] + pads[3] - k) // s + 1
-        if oh < 1 or ow < 1:
-            continue
-        layer.update(pads=pads, pool=bool(rng.random() < 0.25 and oh >= 2 and ow >= 2))
-        try:
-            pack_layer(cfg, **layer)
-        except MappingError:
-            continue  # does not fit this small engine
-        layers.append(layer)
+        layer = shaped_layer(rng, cfg, k, s, int(rng.integers(1, 4)), (cout, cin, h, w), 0.25)
+        if layer is not None:
+            layers.append(layer)
     return layers
+
+
+def shaped_layer(rng, cfg, k, stride, batch, shape, pool_odds):
+    """A random ``k x k`` layer of ``shape = (cout, cin, h, w)`` with random pads (and
+    a 2x2 pool at ``pool_odds``), or None when it does not fit ``cfg``."""
+    cout, cin, h, w = shape
+    layer = random_layer(rng, cfg, k=k, stride=stride, batch=batch)
+    layer["x"] = rng.integers(-128, 128, (batch, cin, h, w), dtype=np.int8)
+    set_weights(rng, layer, rng.integers(-128, 128, (cout, cin, k, k), dtype=np.int8))
+    pads = tuple(int(p) for p in rng.integers(0, min(k, cfg.kmax - 1) + 1, 4))
+    oh = (h + pads[0] + pads[2] - k) // stride + 1
+    ow = (w + pads[1] + pads[3] - k) // stride + 1
+    if oh < 1 or ow < 1:
+        return None
+    layer.update(pads=pads, pool=bool(rng.random() < pool_odds and oh >= 2 and ow >= 2))
+    try:
+        pack_layer(cfg, **layer)
+    except MappingError:
+        return None  # does not fit this small engine
+    return layer
 
 
 @pytest.mark.parametrize("arrangement", ARRANGEMENTS)

@@ -236,15 +236,18 @@ class LineBuffer(wiring.Component):
         lim = limits(cfg)
         wci, wx = Signal(lim.ci_bits, name="wci"), Signal(lim.col_bits, name="wx")
         wy, wimg = Signal(16, name="wy"), Signal(16, name="wimg")
-        wbank = Signal(range(k))
-        wbase = Signal(range(depth + 1))
-        wslot = Signal(range(slots))
+        # Named where `finish_row` (below) captures them: a closure's variable
+        # hides its assignment from Amaranth's name inference (the names it
+        # inferred before, so the generated Verilog stays as it was).
+        wbank = Signal(range(k), name="wbank")
+        wbase = Signal(range(depth + 1), name="wbase")
+        wslot = Signal(range(slots), name="wslot")
         # Input rows written, counted from the first row of the reader's current
         # image (negative while the writer still finishes the previous image's
         # unused last rows; at most in_h + row_slots). Comparing this one small
         # count replaces global row numbers.
         avail = Signal(signed(19))
-        row_written = Signal()
+        row_written = Signal(name="row_written")
         image_read = Signal()
 
         # ---- reader position ------------------------------------------------
@@ -298,30 +301,34 @@ class LineBuffer(wiring.Component):
                         banks[r][b].w_en.eq(wen & (wslot == r) & (wbank == b)),
                     ]
         # Writer "last" flags, as the reader's below: `row_written` feeds avail.
-        wci_last, wx_last = Signal(), Signal()
-        w_finish = Signal()  # the batch's last word is written
+        wci_last, wx_last = Signal(), Signal(name="wx_last")
+        w_finish = Signal(name="w_finish")  # the batch's last word is written
         # The last row and image, flags registered with the counters too:
         # they decide `w_finish`, which the lookahead of can_write follows.
-        wy_last, wimg_last = Signal(), Signal()
+        wy_last, wimg_last = Signal(), Signal(name="wimg_last")
+
+        def finish_row():
+            # A row's last word is written: the next row's first, or the next image's.
+            m.d.comb += row_written.eq(1)
+            m.d.sync += [wx.eq(0), wx_last.eq(desc.in_w == 1), wbank.eq(0), wbase.eq(0),
+                         wslot.eq(_wrap_inc(wslot, slots))]
+            with m.If(wy_last):
+                m.d.sync += [wy.eq(0), wy_last.eq(desc.in_h == 1), wimg.eq(wimg + 1),
+                             wimg_last.eq(wimg + 2 == desc.batch)]
+                with m.If(wimg_last):
+                    m.d.comb += w_finish.eq(1)
+                    m.d.sync += self.w_done.eq(1)
+            with m.Else():
+                m.d.sync += [wy.eq(wy + 1), wy_last.eq(wy + 2 == desc.in_h)]
         if pairs:
             self._pair_writer(m, banks, wen, (wci, wci_last, wx, wx_last, wbank, wbase),
-                              (wy, wy_last, wimg, wimg_last, wslot), row_written, w_finish)
+                              wslot, finish_row)
         else:
             with m.If(wen):
                 with m.If(wci_last):
                     m.d.sync += [wci.eq(0), wci_last.eq(desc.ci_tiles == 1)]
                     with m.If(wx_last):
-                        m.d.comb += row_written.eq(1)
-                        m.d.sync += [wx.eq(0), wx_last.eq(desc.in_w == 1), wbank.eq(0), wbase.eq(0),
-                                     wslot.eq(_wrap_inc(wslot, slots))]
-                        with m.If(wy_last):
-                            m.d.sync += [wy.eq(0), wy_last.eq(desc.in_h == 1), wimg.eq(wimg + 1),
-                                         wimg_last.eq(wimg + 2 == desc.batch)]
-                            with m.If(wimg_last):
-                                m.d.comb += w_finish.eq(1)
-                                m.d.sync += self.w_done.eq(1)
-                        with m.Else():
-                            m.d.sync += [wy.eq(wy + 1), wy_last.eq(wy + 2 == desc.in_h)]
+                        finish_row()
                     with m.Else():
                         m.d.sync += [wx.eq(wx + 1), wx_last.eq(wx + 2 == desc.in_w)]
                         with m.If(wbank == k - 1):
@@ -644,13 +651,13 @@ class LineBuffer(wiring.Component):
         m.d.sync += [self.o_window.as_value().eq(Cat(*taps)), self.o_valid.eq(v1)]
         return m
 
-
-    def _pair_writer(self, m, banks, wen, at, row, row_written, w_finish):
+    def _pair_writer(self, m, banks, wen, at, wslot, finish_row):
         """The writer of ``writer_words`` 2: a word or a pair of one row a cycle.
 
         ``at`` is the current word's ``(ci, ci_last, x, x_last, bank, base)``
-        (registers), ``row`` the row's ``(y, y_last, image, image_last,
-        slot)``. The second word of a pair is the row's next, in the next
+        (registers), ``wslot`` its row slot, ``finish_row()`` what follows a
+        row's last word. The
+        second word of a pair is the row's next, in the next
         column's bank or at the next address of the same bank: the bank's
         half for its address parity differs from the first word's, so each
         half memory takes at most one of the two.
@@ -658,7 +665,6 @@ class LineBuffer(wiring.Component):
         cfg, desc, k, pin = self._config, self.desc, self._config.kmax, self._config.pin
         slots = engine_contract(cfg).row_slots
         wci, wci_last, wx, wx_last, wbank, wbase = at
-        wy, wy_last, wimg, wimg_last, wslot = row
         payload = self.w_stream.payload
         first, second, two = payload[:8 * pin], payload[8 * pin:16 * pin], payload[16 * pin]
         ci1, ci_last1, x1, x_last1 = step_in_row((wci, wci_last, wx, wx_last), desc.ci_tiles,
@@ -688,17 +694,7 @@ class LineBuffer(wiring.Component):
             with m.If(ci_last_at):
                 m.d.sync += [wci.eq(0), wci_last.eq(desc.ci_tiles == 1)]
                 with m.If(x_last_at):
-                    m.d.comb += row_written.eq(1)
-                    m.d.sync += [wx.eq(0), wx_last.eq(desc.in_w == 1), wbank.eq(0), wbase.eq(0),
-                                 wslot.eq(_wrap_inc(wslot, slots))]
-                    with m.If(wy_last):
-                        m.d.sync += [wy.eq(0), wy_last.eq(desc.in_h == 1), wimg.eq(wimg + 1),
-                                     wimg_last.eq(wimg + 2 == desc.batch)]
-                        with m.If(wimg_last):
-                            m.d.comb += w_finish.eq(1)
-                            m.d.sync += self.w_done.eq(1)
-                    with m.Else():
-                        m.d.sync += [wy.eq(wy + 1), wy_last.eq(wy + 2 == desc.in_h)]
+                    finish_row()
                 with m.Else():
                     m.d.sync += [wx.eq(x_at + 1), wx_last.eq(x_at + 2 == desc.in_w)]
                     with m.If(bank_at == k - 1):

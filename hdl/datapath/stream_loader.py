@@ -252,8 +252,8 @@ class StreamLoader(wiring.Component):
                     beat_end = (beat_no == 1) | two | image_end
                     second = step_in_row((px_ci, last_ci, px_x, last_x), desc.ci_tiles,
                                          desc.in_w)
-                    ci2, ci_last2, x2, x_last2 = second
-                    pair_batch_end = (ci_last2 & x_last2 & last_y & (px_n == desc.batch - 1))
+                    _, ci_last2, _, x_last2 = second
+                    pair_batch_end = ci_last2 & x_last2 & last_y & (px_n == desc.batch - 1)
                     m.d.comb += [
                         self.o_pixels.valid.eq(self.i_stream.valid),
                         self.o_pixels.payload.eq(Cat(Mux(beat_no[0], hi, lo), hi, two)),
