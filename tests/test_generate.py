@@ -70,6 +70,13 @@ def test_example_config_is_the_default():
     ("[engine]\npin = 3\n", r"^fpgacnn: error: pin \(3 bytes per word\) and stream_width \(8 bytes per beat\) "
                             r"must divide one another$"),
     ("[engine]\nkmax = \"3\"\n", r"^fpgacnn: error: kmax must be an integer, not '3'$"),
+    ("[engine]\nwriter_words = 0\n", r"^fpgacnn: error: writer_words must be between 1 and 2, not 0$"),
+    ("[engine]\nwriter_words = 3\n", r"^fpgacnn: error: writer_words must be between 1 and 2, not 3$"),
+    ("[engine]\nwriter_words = 2\n", r"^fpgacnn: error: writer_words 2 needs a beat of two input words: "
+                                     r"stream_width 64 is 8 bytes, pin is 8$"),
+    ("[engine]\npin = 4\nstream_width = 32\nwriter_words = 2\n",
+     r"^fpgacnn: error: writer_words 2 needs a beat of two input words: stream_width 32 is 4 "
+     r"bytes, pin is 4$"),
 ])
 def test_bad_configuration_is_named(tmp_path, capsys, text, message):
     code, out, err = generate(tmp_path, text, capsys)
@@ -77,6 +84,12 @@ def test_bad_configuration_is_named(tmp_path, capsys, text, message):
     assert err.count("\n") == 1
     assert re.match(message, err.strip()), err
     assert not (tmp_path / "out").exists()
+
+
+def test_pair_writer_takes_a_beat_of_two_words():
+    assert EngineConfig(pin=4, stream_width=64, writer_words=2).writer_words == 2
+    assert EngineConfig(pin=2, stream_width=32, writer_words=2).writer_words == 2
+    assert EngineConfig(pin=4, stream_width=32).writer_words == 1
 
 
 def test_missing_config_file(tmp_path, capsys):
