@@ -54,6 +54,9 @@ _POWERS = (1, 2, 4, 8, 16, 32, 64)
 _START = {"max_channels": 8, "max_out_channels": 8, "max_width": 16}
 _CAP = {"max_channels": 512, "max_out_channels": 512, "max_width": 512}
 _GROW_ORDER = ("max_channels", "max_out_channels", "max_width")
+#: Parts with fewer LUTs (the iCE40s) take 32-bit streams and one word a cycle:
+#: their logic is full and their clock slow.
+_SMALL_PART_LUTS = 10000
 
 
 #: Block RAMs the design's FIFOs take beside the engine's buffers: the
@@ -151,7 +154,7 @@ class Sizing:
 def _stream_width(pin, pout, resources):
     # Small parts (iCE40) take 32-bit streams: less packing logic, and the
     # UART host link is far slower than either width.
-    preferred = (32, 64, 128) if resources.luts < 10000 else (64, 32, 128)
+    preferred = (32, 64, 128) if resources.luts < _SMALL_PART_LUTS else (64, 32, 128)
     for width in preferred:
         b = width // 8
         if (pin % b == 0 or b % pin == 0) and (pout % b == 0 or b % pout == 0):
@@ -165,7 +168,7 @@ def _config(pin, pout, sizes, resources):
     # in halves), where one a cycle bounds the 1x1 remap, Gemm, stride-2 and
     # thin first layers at half the stream. Not on parts under 10k LUTs (the
     # iCE40s): their logic is full.
-    pairs = stream == 16 * pin and resources.luts >= 10000
+    pairs = stream == 16 * pin and resources.luts >= _SMALL_PART_LUTS
     return EngineConfig(pin=pin, pout=pout, kmax=_KMAX, stream_width=stream,
                         writer_words=2 if pairs else 1, **sizes)
 

@@ -31,6 +31,7 @@ from amaranth.hdl import UnusedElaboratable, unsigned
 from amaranth.sim import Simulator
 
 from fpgacnn.core.config import EngineConfig
+from fpgacnn.core.contract import engine_contract
 from fpgacnn.core.memory_port import words_per_read, ADDRESS_BITS, read_bytes
 from fpgacnn.core.pixel_reader_fields import READER_FIELDS, reader_layout
 from fpgacnn.hdl.program.pixel_reader import PixelReader
@@ -60,6 +61,10 @@ ENGINES = {
                          max_channels=16, max_out_channels=16),
     "beats-per-word": EngineConfig(pin=16, pout=4, kmax=2, stream_width=32, max_width=8,
                                    max_channels=32, max_out_channels=8),
+    # Two words a read with 2x2 blocks: every beat pair of a remap line starts in
+    # one pixel and ends in the next, or fills one.
+    "pairs-k2": EngineConfig(pin=4, pout=4, kmax=2, stream_width=64, max_width=16,
+                             max_channels=16, max_out_channels=16),
 }
 
 
@@ -140,6 +145,13 @@ CASES = {
                        ("remap", lambda: convolution_model(np.random.default_rng(6), 40, 4, 1,
                                                            (1, 1), (1, 1), (1, 1), (0, 0, 0, 0),
                                                            (3, 4)), 1, 1)],
+    "pairs-k2": [("remap_thin", lambda: convolution_model(np.random.default_rng(13), 4, 5, 1,
+                                                          (1, 1), (1, 1), (1, 1), (0, 0, 0, 0),
+                                                          (3, 5)), 2, 1),
+                 ("remap_gemm_thin", lambda: gemm_model(np.random.default_rng(6), 6, 3), 5, 1),
+                 ("first_layer", lambda: convolution_model(np.random.default_rng(14), 3, 4, 1,
+                                                           (2, 2), (1, 1), (1, 1), (0, 0, 1, 1),
+                                                           (4, 6)), 1, 1)],
 }
 
 
@@ -272,6 +284,11 @@ def reader_runs(engine):
         yield name, image, chosen
 
 
+#: The engines of two words a read (the PYNQ-Z2's shape), with thin remaps and
+#: 3-channel inputs among their cases.
+PAIRED = ("pynq", "pairs-k2")
+
+
 def modes(config, fields):
     """``fields`` (narrow) and, where :func:`wide_fields` takes them, their wide form."""
     wide = wide_fields(config, fields)
@@ -319,7 +336,7 @@ def test_reader_makes_the_hosts_pixel_sections(engine):
     # Wide mode is there to test exactly where the read port is wider than a word.
     assert (wide_runs > 0) == (read_bytes(config) > config.pin), wide_runs
     if read_bytes(config) > config.pin:  # pixels merged (on pynq, a 3-channel input's)
-        assert merged_runs and (engine != "pynq" or any(merged_runs)), merged_runs
+        assert merged_runs and (engine not in PAIRED or any(merged_runs)), merged_runs
 
 
 def same_section(config, narrow, fields, got, want, message):
@@ -413,14 +430,14 @@ def expected_cycles(config, fields, nbytes, latency):
     """PixelReader's Latency section: ``max(W, B) + L + 4`` cycles from ``start`` to
     ``done``, or ``max(W, B) + 3`` when nothing is read; ``W`` in the section's words
     (R bytes when wide, so ``W = B``: a beat per cycle), less a cycle for every two
-    zero words of a zero line issued as one beat (:func:`zero_beats`)."""
+    zero words of a zero line issued as one beat (:func:`paired_beats`)."""
     word = read_bytes(config) if fields["wide"] else config.pin
     words, beats = nbytes // word, nbytes // config.stream_bytes
-    words -= zero_beats(config, fields)
+    words -= paired_beats(config, fields)
     return max(words, beats) + (latency + 4 if fields["rows"] else 3)
 
 
-def zero_beats(config, fields):
+def paired_beats(config, fields):
     """Beats the reader issues whole, in one cycle each (its Latency section): on an
     engine of two words to a read, narrow, one word to a block position, two words
     of a line ``(row, ky)`` from a beat's start, of which at most one is read (the
@@ -451,7 +468,7 @@ def zero_beats(config, fields):
 
 
 @pytest.mark.parametrize("engine, latency", [("k3", 1), ("k3", 6), ("k2", 2),
-                                             ("words-per-beat", 3), ("pynq", 5),
+                                             ("words-per-beat", 3), ("pynq", 5), ("pairs-k2", 4),
                                              ("beats-per-word", 3)])
 def test_one_word_per_cycle_without_stalls(engine, latency):
     """Every section of the engine's cases, narrow and (where it can be) wide, with a
@@ -463,7 +480,7 @@ def test_one_word_per_cycle_without_stalls(engine, latency):
         for record, fields, x in chosen:
             arrange_input(image, record, x)
             runs = modes(config, fields)
-            beats += zero_beats(config, fields)
+            beats += paired_beats(config, fields)
             results = run_reader(config, image, [(f, None) for f in runs], latency=latency,
                                  stall=0, backpressure=0, outstanding=latency + 3)
             want = pixel_section(image, record)
@@ -473,7 +490,7 @@ def test_one_word_per_cycle_without_stalls(engine, latency):
                     f"{engine} {name} step {record.step} wide {f['wide']}"
     # Zero lines a beat a cycle: on an engine of two words a read (the 1x1 remap's
     # lines of block positions past the channels).
-    assert (beats > 0) == (engine == "pynq"), beats
+    assert (beats > 0) == (engine in PAIRED), beats
 
 
 def _synthesized(**values):
@@ -499,6 +516,34 @@ def test_wide_and_narrow_synthesize_the_same_section():
         assert_array_equal(got, want)
         assert cycles == expected_cycles(config, f, got.size, 2)
     assert results[1][1] == want.size // config.stream_bytes + 3
+
+
+@pytest.mark.parametrize("engine", PAIRED)
+def test_merged_pixels_meet_zero_weights_past_the_channels(engine):
+    """What makes merged reads exact: every run whose pixels wide_fields merges has
+    weight 0 in every lane past its channels (those lanes then carry memory's bytes)."""
+    config = ENGINES[engine]
+    contract = engine_contract(config)
+    merged = 0
+    for name, image, chosen in reader_runs(engine):
+        for record, fields, _ in chosen:
+            wide = wide_fields(config, fields)
+            if wide is None or wide["channels"] == fields["channels"]:
+                continue
+            merged += 1
+            desc = record.descriptor
+            wins = 1 if desc.get("depthwise", 0) else desc["ci_tiles"]
+            params = desc["co_tiles"] * contract.param_beats * config.stream_bytes
+            word = contract.weight_beats * config.stream_bytes
+            words = np.asarray(image.constants(record))[params:params + desc["co_tiles"] * wins
+                                                         * word].reshape(-1, word)
+            taps = config.pout * config.kmax ** 2 * config.pin
+            for i, w in enumerate(words):
+                ci = i % wins if wins > 1 else (i if desc.get("depthwise", 0) else 0)
+                lanes = w[:taps].reshape(config.pout, config.kmax ** 2, config.pin)
+                past = ci * config.pin + np.arange(config.pin) >= fields["channels"]
+                assert not lanes[:, :, past].any(), (name, record.step, i)
+    assert merged, "no merged run among the cases"
 
 
 def test_wide_fields_take_only_whole_read_words():
