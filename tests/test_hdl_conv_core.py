@@ -7,6 +7,7 @@ import pytest
 from numpy.testing import assert_array_equal
 
 from fpgacnn.core.config import EngineConfig
+from fpgacnn.core.contract import engine_contract
 from fpgacnn.hdl.datapath.conv_core import ConvCore
 from fpgacnn.host.cycle_model import layer_cycles
 from fpgacnn.core.errors import MappingError
@@ -205,6 +206,9 @@ def pair_layers(cfg, rng, count):
         w = int(rng.integers(max(k, 1), cfg.max_width + 1)) if rng.random() < 0.8 else k
         if not layers:  # the first: one input tile, rows of an odd word count
             cin, w, h = cfg.pin, w | 1, max(h, 2)
+        elif len(layers) == 1:  # the second: the line buffer's rows full (its last word),
+            # a kmax x kmax kernel (a 1x1 one is remapped to other rows)
+            k, cin, w, h = cfg.kmax, cfg.max_channels, cfg.max_width, max(h, cfg.kmax)
         layer = shaped_layer(rng, cfg, k, s, int(rng.integers(1, 4)), (cout, cin, h, w), 0.25)
         if layer is not None:
             layers.append(layer)
@@ -242,6 +246,9 @@ def test_pair_writer_bit_exact_and_cycles_exact(key, arrangement):
     packed = [pack_layer(cfg, **layer) for layer in layers]
     odd_rows = [d for d, _ in packed if (d["in_w"] * d["ci_tiles"]) % 2 and d["in_h"] > 1]
     assert odd_rows, "no layer with rows of an odd word count"
+    words = engine_contract(cfg).line_buffer.words
+    assert any(-(-d["in_w"] // cfg.kmax) * d["ci_tiles"] == words for d, _ in packed), \
+        "no layer filling a line-buffer bank"
     for pauses in [(0.0, 0.0), (0.3, 0.4)]:
         results = run_core(cfg, packed, seed=5, in_pause=pauses[0], out_pause=pauses[1])
         check_runs(cfg, layers, results, [d for d, _ in packed])
