@@ -1,9 +1,21 @@
-"""Shared helper of the benchmarks: replace one generated section of BENCHMARKS.md."""
+"""Shared helpers of the benchmarks: replace one generated section of BENCHMARKS.md,
+load the model zoo."""
 
+import importlib.util
 import re
 from pathlib import Path
 
-__all__ = ["replace_section"]
+__all__ = ["replace_section", "load_zoo"]
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def load_zoo():
+    """The ``examples/model_zoo.py`` module."""
+    spec = importlib.util.spec_from_file_location("model_zoo", REPO / "examples" / "model_zoo.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def replace_section(path, name, text):

@@ -61,7 +61,6 @@ and ``<!-- mlperf_tiny:end -->`` (appended when the markers are missing).
 
 import argparse
 import datetime
-import importlib.util
 import os
 import platform
 import subprocess
@@ -83,6 +82,9 @@ from fpgacnn.host.layers import Gemm, GroupedConv
 from fpgacnn.host.onnx_import import load_onnx
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from bench_report import load_zoo  # noqa: E402  (the tests call bench.load_zoo too)
+
 REPO = HERE.parent
 
 #: The engine of the issue's goals, and its batch.
@@ -119,14 +121,6 @@ PUBLISHED = {
 
 #: The parts of a layer's cycles, in table order.
 PARTS = ("weights", "compute", "input", "output", "overhead")
-
-
-def load_zoo():
-    """The ``examples/model_zoo.py`` module."""
-    spec = importlib.util.spec_from_file_location("model_zoo", REPO / "examples" / "model_zoo.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 # -- engines -------------------------------------------------------------------------------

@@ -53,9 +53,9 @@ Usage::
 
 import argparse
 import datetime
-import importlib.util
 import logging
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -63,14 +63,10 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+from bench_report import load_zoo  # noqa: E402
+
 SECTION = "## 6. The whole network on the engine's sequencer (issue 16)"
-
-
-def _zoo():
-    spec = importlib.util.spec_from_file_location("model_zoo", ROOT / "examples" / "model_zoo.py")
-    zoo = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(zoo)
-    return zoo
 
 
 def _measure_stream(acc, x, want, batches, repeats):
@@ -172,7 +168,7 @@ def main(argv=None):
     from fpgacnn.host.program_image import FoldRecord
     from fpgacnn.host.reference import ReferenceBackend
 
-    zoo = _zoo()
+    zoo = load_zoo()
     written = zoo.write_zoo(Path(tempfile.mkdtemp()), names=args.models, n_calibration=16)
     rows, engines = [], []
     for board_name in args.boards:

@@ -1,0 +1,134 @@
+"""The memory bound of a layer-by-layer engine: what no datapath mode can beat (issue 15).
+
+Each engine layer of the zoo's MLPerf Tiny models reads its input tensor
+from memory and writes its output tensor back (through the DMA's stream or
+the program engine's memory port, ``B`` bytes a cycle each way), so a layer
+takes at least ``max(MACs / peak, in_bytes / B, out_bytes / B)`` cycles
+however its MACs are mapped. Summed over a model's engine layers this is a
+floor on its cycles, and ``MACs / (peak x floor)`` a ceiling on its
+utilization; the same with twice the peak (an array of two output pixels a
+cycle, docs/engine.md "Where the array loses by construction") shows which
+layers more multipliers would speed up at all. Beside them the compiled
+program's cycles (the cycle model's, steady state, weights resident where
+they fit: what BENCHMARKS.md section 5 measures on the RTL).
+
+Weights and parameters are not counted (resident in the engine on the
+PYNQ-Z2's engine for every model but ResNet-18's stem), nor are the tensors'
+padding or the host steps (Add, pools). ``in_bytes`` is the input tensor's
+size per image (of a strided 1x1 convolution the pixels it keeps), ``out_bytes``
+the output's (after a fused max-pool).
+
+Usage::
+
+    python bench/memory_bound.py [--boards pynq-z2 zcu104] [--models resnet8 ds_cnn ...]
+                                 [--layers pynq-z2] [--write BENCHMARKS.md]
+"""
+
+import argparse
+import datetime
+import subprocess
+import sys
+import tempfile
+from math import prod
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+from bench_report import load_zoo, replace_section  # noqa: E402
+
+SECTION = "memory_bound"
+
+
+def layer_bounds(program, bytes_per_cycle):
+    """Per engine step of ``program``: ``(name, macs, in_bytes, out_bytes, cycles,
+    compute floor, memory floor)``, cycles the compiled runs' steady-state
+    prediction per image, the floors at the engine's peak."""
+    from fpgacnn.host.compiler import EngineStep
+
+    peak = program.config.peak_macs_per_cycle
+    rows = []
+    for step in program.steps:
+        if not isinstance(step, EngineStep):
+            continue
+        cycles = sum(run.warm_predicted_cycles or run.predicted_cycles for run in step.runs)
+        in_bytes = prod(step.layer.input_shape)
+        if getattr(step.layer, "kernel", None) == (1, 1) and len(step.layer.input_shape) == 3:
+            # A 1x1 convolution reads only the pixels it keeps (subsampled first).
+            in_bytes = step.layer.input_shape[0] * prod(step.layer.output_shape[1:])
+        out_bytes = prod(step.output_shape)
+        rows.append((step.name, step.macs, in_bytes, out_bytes, cycles / program.batch,
+                     step.macs / peak, max(in_bytes, out_bytes) / bytes_per_cycle))
+    return rows
+
+
+def model_bound(rows, peak, scale=1):
+    """``(floor cycles, utilization ceiling)`` of a model's rows on an array of
+    ``scale`` times the peak (the ceiling is of that array's peak)."""
+    macs = sum(r[1] for r in rows)
+    floor = sum(max(r[5] / scale, r[6]) for r in rows)
+    return floor, macs / (scale * peak * floor)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--boards", nargs="+", default=["pynq-z2", "zcu104"])
+    parser.add_argument("--models", nargs="+",
+                        default=["resnet8", "ds_cnn", "mobilenet_v1_025", "autoencoder"])
+    parser.add_argument("--layers", nargs="*", default=[], metavar="BOARD",
+                        help="per-layer tables of these boards' engines too")
+    parser.add_argument("--write", help="replace the section between its markers in this file "
+                        "(BENCHMARKS.md section 7)")
+    args = parser.parse_args(argv)
+
+    from fpgacnn.boards.board import load_board
+    from fpgacnn.boards.engine_sizing import size_engine
+    from fpgacnn.host.compiler import compile_model
+    from fpgacnn.host.onnx_import import load_onnx
+
+    zoo = load_zoo()
+    written = zoo.write_zoo(Path(tempfile.mkdtemp()), names=args.models, n_calibration=8)
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
+                            capture_output=True, text=True).stdout.strip()
+    lines = [f"Command: `python bench/memory_bound.py"
+             f"{' --layers ' + ' '.join(args.layers) if args.layers else ''}"
+             f"{' --write BENCHMARKS.md' if args.write else ''}`, "
+             f"run {datetime.date.today()} at commit {commit}. Engine layers only, batch 1, "
+             "per image; `B` = the stream's bytes per beat (each way), which is also the "
+             "Zynq memory model's 8 bytes a cycle on these engines. Floor = sum over layers "
+             "of max(MACs / peak, in bytes / B, out bytes / B); compiled = the compiled "
+             "program's steady-state cycles (the cycle model, = RTL in section 5).", "",
+             "| engine | model | MACs | compiled cycles | utilization | memory-bound layers "
+             "| floor (cycles) | ceiling | floor at 2x peak | its ceiling (of 2x peak) |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    details = []
+    for board_name in args.boards:
+        config = size_engine(load_board(board_name)).config
+        peak, beat = config.peak_macs_per_cycle, config.stream_bytes
+        for name in args.models:
+            program = compile_model(load_onnx(written[name]["int8"]), config)
+            rows = layer_bounds(program, beat)
+            macs = sum(r[1] for r in rows)
+            cycles = sum(r[4] for r in rows)
+            floor, ceil1 = model_bound(rows, peak)
+            floor2, ceil2 = model_bound(rows, peak, 2)
+            memory_bound = sum(r[6] > r[5] for r in rows)
+            lines.append(f"| {board_name} (pin {config.pin} x pout {config.pout}, B {beat}) "
+                         f"| {name} | {macs:,} | {cycles:,.0f} | {macs / (peak * cycles):.1%} "
+                         f"| {memory_bound} / {len(rows)} | {floor:,.0f} | {ceil1:.1%} "
+                         f"| {floor2:,.0f} | {ceil2:.1%} |")
+            if board_name in args.layers:
+                details += ["", f"**{name}** on {board_name}'s engine, per layer:", "",
+                            "| layer | MACs | in / out bytes | compiled cycles | compute floor "
+                            "| memory floor | floor at 2x peak |",
+                            "|---|---:|---:|---:|---:|---:|---:|"]
+                for lname, m, i, o, c, cf, mf in rows:
+                    details.append(f"| {lname} | {m:,} | {i:,} / {o:,} | {c:,.0f} | {cf:,.0f} "
+                                   f"| {mf:,.0f} | {max(cf / 2, mf):,.0f} |")
+    text = "\n".join(lines + details) + "\n"
+    print(text)
+    if args.write:
+        replace_section(args.write, SECTION, text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,119 @@
+"""PairProducts: two int8 products per multiplier (docs/engine.md, "The memory
+bound, and the plan"). Simulated against numpy on every triple of extreme
+operands and random ones; the taking apart of the packed product proven by
+yosys's SAT solver for every pair of products in range; mapped by yosys
+``synth_xilinx`` to one DSP48E1 a pair."""
+
+import re
+import subprocess
+
+import numpy as np
+import pytest
+from numpy.testing import assert_array_equal
+
+from amaranth.back import verilog
+from amaranth.hdl import Module, Signal, signed
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+from amaranth.sim import Simulator
+
+from fpgacnn.boards.synth_stats import yosys_command
+from fpgacnn.core.contract import pair_products_latency, products_latency
+from fpgacnn.hdl.tech.int8_products import Int8Products
+from fpgacnn.hdl.tech.pair_products import PACKED_SHIFT, PACKED_WIDTH, PairProducts, take_apart
+
+from hdl_pack_helpers import pack, unpack
+
+EXTREMES = (-128, -127, -1, 0, 1, 127)
+
+
+def test_packed_operand_fits_its_width():
+    low = -128 * 2 ** PACKED_SHIFT - 128
+    high = 127 * 2 ** PACKED_SHIFT + 127
+    assert -2 ** (PACKED_WIDTH - 1) <= low and high < 2 ** (PACKED_WIDTH - 1)
+    assert low < -2 ** (PACKED_WIDTH - 2)   # one bit fewer would not do
+
+
+@pytest.mark.parametrize("registered", [True, False])
+def test_pairs_match_numpy(registered):
+    n = 4
+    dut = PairProducts(n, registered_operands=registered)
+    assert dut.latency == pair_products_latency(registered) == products_latency(registered) + 1
+    rng = np.random.default_rng(7)
+    grid = np.array(np.meshgrid(EXTREMES, EXTREMES, EXTREMES)).reshape(3, -1).T
+    corners = np.repeat(grid[:, :, None], n, axis=2)          # every extreme triple
+    rand = rng.integers(-128, 128, size=(200, 3, n))
+    cases = np.concatenate([corners, rand])
+    a0, a1, b = cases[:, 0], cases[:, 1], cases[:, 2]
+    got0, got1 = [], []
+
+    async def testbench(ctx):
+        for i in range(len(cases) + dut.latency - 1):
+            if i < len(cases):
+                ctx.set(dut.i_a0.as_value(), pack(a0[i], 8))
+                ctx.set(dut.i_a1.as_value(), pack(a1[i], 8))
+                ctx.set(dut.i_b.as_value(), pack(b[i], 8))
+            await ctx.tick()
+            if i >= dut.latency - 1:
+                got0.append(unpack(ctx.get(dut.o_p0.as_value()), 16, n))
+                got1.append(unpack(ctx.get(dut.o_p1.as_value()), 16, n))
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(testbench)
+    sim.run()
+    assert_array_equal(np.array(got0), a0 * b)
+    assert_array_equal(np.array(got1), a1 * b)
+
+
+class _TakeApart(wiring.Component):
+    """:func:`take_apart` of ``hi*2**16 + lo``, beside ``hi`` and ``lo``: the property to prove."""
+
+    def __init__(self):
+        super().__init__({"hi": In(signed(16)), "lo": In(signed(16)),
+                          "ok": Out(1), "in_range": Out(1)})
+
+    def elaborate(self, platform):
+        m = Module()
+        product = Signal(signed(PACKED_WIDTH + 8))
+        m.d.comb += product.eq((self.hi << PACKED_SHIFT) + self.lo)
+        p0, p1 = take_apart(product)
+        bound = 2 ** 14  # |int8 * int8| <= 2**14
+        m.d.comb += [
+            self.in_range.eq((self.hi >= -bound) & (self.hi <= bound)
+                             & (self.lo >= -bound) & (self.lo <= bound)),
+            self.ok.eq((p0 == self.hi) & (p1 == self.lo)),
+        ]
+        return m
+
+
+def test_take_apart_proven_for_every_pair_of_products(tmp_path):
+    """For every ``hi``, ``lo`` an int8 product can be, SAT finds no sum taken apart wrong."""
+    (tmp_path / "take_apart.v").write_text(
+        verilog.convert(_TakeApart(), name="take_apart", emit_src=False))
+    script = ("read_verilog take_apart.v; proc; flatten; opt_clean; "
+              "sat -verify -prove-asserts -set in_range 1 -prove ok 1 take_apart")
+    proc = subprocess.run(yosys_command() + ["-q", "-l", "yosys.log", "-p", script],
+                          cwd=tmp_path, capture_output=True, text=True)
+    log = (tmp_path / "yosys.log").read_text() if (tmp_path / "yosys.log").exists() else ""
+    assert proc.returncode == 0, log[-3000:] + proc.stderr[-2000:]
+    assert "SAT proof finished - no model found: SUCCESS!" in log
+
+
+def _xilinx_cells(tmp_path, top, name):
+    (tmp_path / f"{name}.v").write_text(verilog.convert(top, name=name, emit_src=False))
+    script = f"read_verilog {name}.v; synth_xilinx -family xc7 -top {name} -run :map_luts; stat"
+    proc = subprocess.run(yosys_command() + ["-q", "-l", f"{name}.log", "-p", script],
+                          cwd=tmp_path, capture_output=True, text=True)
+    log = (tmp_path / f"{name}.log").read_text() if (tmp_path / f"{name}.log").exists() else ""
+    assert proc.returncode == 0, log[-3000:] + proc.stderr[-2000:]
+    stat = log[log.rindex("Printing statistics"):]
+    return {cell: int(n) for n, cell in re.findall(r"^\s+(\d+)\s+(?:[\d.]+\s+)?\$?(\w+)$", stat, re.M)}
+
+
+def test_one_dsp48e1_a_pair(tmp_path):
+    """synth_xilinx maps a pair to one DSP48E1, where two plain products take two."""
+    pairs = _xilinx_cells(tmp_path, PairProducts(4), "pairs")
+    plain = _xilinx_cells(tmp_path, Int8Products(8), "plain")
+    assert pairs.get("DSP48E1") == 4, pairs
+    assert plain.get("DSP48E1") == 8, plain
