@@ -78,6 +78,14 @@ class EngineConfig:
         (docs/engine.md, "The pair writer"). Input-bound layers (the 1x1
         remap, Gemm, stride 2, thin first layers) run up to twice as fast;
         compute-bound ones do not change.
+    spare_bank : int
+        0 (default): the line buffer splits its rows into ``kmax`` column
+        banks (column ``x`` in bank ``x mod kmax``). 1: into ``kmax + 1``,
+        so that ``kmax + 1`` consecutive columns -- two adjacent stride-1
+        windows -- are in different banks and can be read in one cycle: the
+        groundwork of two output pixels a cycle (docs/engine.md, "The memory
+        bound, and the plan"). It stores the same words in shallower
+        memories; results and cycles are those of ``spare_bank = 0``.
 
     Raises
     ------
@@ -98,6 +106,7 @@ class EngineConfig:
     stream_width: int = 64
     deep_pipeline: int = 1
     writer_words: int = 1
+    spare_bank: int = 0
 
     def __post_init__(self):
         _check_int("pin", self.pin, 1, 64)
@@ -123,6 +132,7 @@ class EngineConfig:
                 f"pout ({self.pout} bytes per word) and stream_width ({b} bytes per beat) "
                 f"must divide one another")
         _check_int("writer_words", self.writer_words, 1, 2)
+        _check_int("spare_bank", self.spare_bank, 0, 1)
         if self.writer_words == 2 and b != 2 * self.pin:
             raise ConfigError(
                 f"writer_words 2 needs a beat of two input words: stream_width "
@@ -135,6 +145,11 @@ class EngineConfig:
     def stream_bytes(self):
         """Bytes per AXI4-Stream beat."""
         return self.stream_width // 8
+
+    @property
+    def column_banks(self):
+        """Column banks of the line buffer: ``kmax + spare_bank``."""
+        return self.kmax + self.spare_bank
 
     @property
     def peak_macs_per_cycle(self):

@@ -224,7 +224,7 @@ class EngineContract:
     ----------
     config : EngineConfig
     line_buffer, weights, params, pool_row : Buffer
-        The engine's buffers: line-buffer banks (``row_slots * kmax`` banks of
+        The engine's buffers: line-buffer banks (``row_slots * column_banks`` banks of
         :attr:`line_buffer.words` words of ``pin`` bytes), the weight buffer
         (a word per (output tile, input tile)), the parameter buffer (a word
         of ``pout`` records per output tile) and the max-pool's row memory
@@ -233,8 +233,9 @@ class EngineContract:
         Words of each memory a line-buffer bank is built from: ``writer_words``
         memories a bank, one per word address modulo ``writer_words``.
     max_cols : int
-        Widest row (``in_w``, ``out_w``) any layer run can have: ``kmax``
-        columns per line-buffer word plus ``kmax - 1`` of padding.
+        Widest row (``in_w``, ``out_w``) any layer run can have:
+        ``column_banks`` columns per line-buffer word plus ``kmax - 1`` of
+        padding.
     max_ci_tiles, max_co_tiles : int
         Input and output tiles any run can have.
     ranges : dict
@@ -248,9 +249,12 @@ class EngineContract:
         k, pin, pout = c.kmax, c.pin, c.pout
         ci_tiles = math.ceil(c.max_channels / pin)
         co_tiles = math.ceil(c.max_out_channels / pout)
-        bank_words = math.ceil(c.max_width / k) * ci_tiles
+        # Column x of a row in bank x mod column_banks (kmax, or kmax + 1 with
+        # the spare bank): kmax consecutive columns never share a bank.
+        bank_words = math.ceil(c.max_width / c.column_banks) * ci_tiles
         self.row_slots = k + k  # kmax rows being read, up to max_stride (= kmax) being written
-        self.line_buffer = Buffer("line buffer", bank_words, pin, self.row_slots * k,
+        self.line_buffer = Buffer("line buffer", bank_words, pin,
+                                  self.row_slots * c.column_banks,
                                   f"{pin} channels of one pixel")
         # A bank is `writer_words` memories, one per word address modulo
         # writer_words, so that the words of a row stored in one cycle never
@@ -262,7 +266,7 @@ class EngineContract:
                              f"{pout} parameter records")
         self.pool_row = Buffer("max-pool row memory", math.ceil(c.max_width / 2) * co_tiles,
                                pout, 1, "one pooled column of one output tile")
-        self.max_cols = k * bank_words + k - 1
+        self.max_cols = c.column_banks * bank_words + k - 1
         # An input tile takes a line-buffer word and a weight word; the
         # accumulator must hold kmax*kmax*pin*ci_tiles products of 128*128.
         acc_tiles = ((1 << (c.acc_width - 1)) - 1) // (k * k * pin * 128 * 128)
@@ -322,7 +326,7 @@ class EngineContract:
         """What bounds the descriptor field ``name`` on this engine (``""`` for the field width)."""
         c = self.config
         return {
-            "in_w": f"{c.kmax} columns per word of a line-buffer bank of "
+            "in_w": f"{c.column_banks} columns per word of a line-buffer bank of "
                     f"{self.line_buffer.words} words, and kmax-1 of padding",
             "out_w": "as in_w",
             "ci_tiles": f"input channels / pin {c.pin}: a line-buffer bank of "
@@ -343,7 +347,7 @@ class EngineContract:
 
     def line_words(self, in_w, ci_tiles):
         """Words of one line-buffer bank that a row of ``in_w`` pixels in ``ci_tiles`` tiles takes."""
-        return math.ceil(in_w / self.config.kmax) * ci_tiles
+        return math.ceil(in_w / self.config.column_banks) * ci_tiles
 
     def pool_words(self, out_w, co_tiles):
         """Words of the max-pool row memory a pooled row takes (an odd last column included)."""
@@ -351,7 +355,7 @@ class EngineContract:
 
     def widest_row(self, ci_tiles):
         """Most input columns a line-buffer bank holds at ``ci_tiles`` tiles."""
-        return (self.line_buffer.words // ci_tiles) * self.config.kmax
+        return (self.line_buffer.words // ci_tiles) * self.config.column_banks
 
     def widest_pooled_row(self, co_tiles):
         """Most convolution output columns (even) the max-pool's row memory holds at ``co_tiles``."""

@@ -52,7 +52,7 @@ __all__ = [
 MAGIC = int.from_bytes(b"FCNN", "little")
 #: Register-map and stream-format version (major, minor). A driver refuses a
 #: different major version; minor versions only add registers.
-VERSION = (2, 2)
+VERSION = (2, 3)
 #: AXI4-Lite data width in bits.
 DATA_WIDTH = 32
 #: AXI4-Lite byte-address width: a 4 KiB window, the smallest address

@@ -35,13 +35,17 @@ from conftest import SMALL_ENGINE
 
 #: Unit-test configurations: the simulated board's engine, the iCEBreaker's
 #: (pin 1: 256 input tiles, the division's longest case), and a 2x2 engine
-#: with 3 output tiles (a co_tiles table with an unused entry).
+#: with 3 output tiles (a co_tiles table with an unused entry), the 2x2 one
+#: with the spare bank (rows in 3 column banks: widest_row's multiple of 3).
 UNIT_CONFIGS = {
     "small": SMALL_ENGINE,
     "icebreaker": EngineConfig(pin=1, pout=1, max_width=64, max_channels=16, max_out_channels=16,
                                stream_width=32, deep_pipeline=0),
     "k2": EngineConfig(pin=8, pout=4, kmax=2, stream_width=64, max_width=12, max_channels=16,
                        max_out_channels=12, acc_width=24),
+    "k2-spare-bank": EngineConfig(pin=8, pout=4, kmax=2, stream_width=64, max_width=12,
+                                  max_channels=16, max_out_channels=12, acc_width=24,
+                                  spare_bank=1),
 }
 
 

@@ -257,3 +257,37 @@ def test_pair_writer_bit_exact_and_cycles_exact(key, arrangement):
             for (desc, _), (_, cycles) in zip(packed, results):
                 assert cycles == layer_cycles(cfg, desc).cycles, desc
                 assert cycles <= layer_cycles(single, desc).cycles, desc
+
+
+#: Engines with the spare bank (``kmax + 1`` column banks): one word a cycle, the
+#: pair writer on 3x3 and 2x2 engines, and a 1x1 engine (two banks).
+SPARE_BANK_CONFIGS = {
+    "k3": dataclasses.replace(CFG, spare_bank=1),
+    "k3-pairs": dataclasses.replace(PAIR_CONFIGS["k3"], spare_bank=1),
+    "k2-pairs": dataclasses.replace(PAIR_CONFIGS["k2"], spare_bank=1),
+    "k1": EngineConfig(pin=2, pout=4, kmax=1, stream_width=32, max_width=8, max_channels=8,
+                       max_out_channels=8, spare_bank=1),
+}
+
+
+@pytest.mark.parametrize("arrangement", ARRANGEMENTS)
+@pytest.mark.parametrize("key", SPARE_BANK_CONFIGS)
+def test_spare_bank_bit_exact_and_cycles_unchanged(key, arrangement):
+    """The spare bank moves words between memories, nothing else: bit-exact with the
+    reference (with and without pauses), and with no pauses the cycles are the model's,
+    which are those of the same engine without it; one layer's rows fill a bank."""
+    cfg = arranged(SPARE_BANK_CONFIGS[key], arrangement)
+    contract = engine_contract(cfg)
+    rng = np.random.default_rng(sum(map(ord, key)) + 3 * cfg.deep_pipeline)
+    layers = pair_layers(cfg, rng, 6)
+    packed = [pack_layer(cfg, **layer) for layer in layers]
+    assert any(contract.line_words(d["in_w"], d["ci_tiles"]) == contract.line_buffer.words
+               for d, _ in packed), "no layer filling a line-buffer bank"
+    without = dataclasses.replace(cfg, spare_bank=0)
+    for pauses in [(0.0, 0.0), (0.3, 0.4)]:
+        results = run_core(cfg, packed, seed=9, in_pause=pauses[0], out_pause=pauses[1])
+        check_runs(cfg, layers, results, [d for d, _ in packed])
+        if pauses == (0.0, 0.0):
+            for (desc, _), (_, cycles) in zip(packed, results):
+                assert cycles == layer_cycles(cfg, desc).cycles == \
+                    layer_cycles(without, desc).cycles, desc

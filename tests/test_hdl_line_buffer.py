@@ -1,3 +1,5 @@
+import dataclasses
+
 import numpy as np
 import pytest
 from numpy.testing import assert_array_equal
@@ -238,3 +240,29 @@ def test_banks_two_block_rams_deep(arrangement):
                      pad_top=1, pad_left=1, batch=1, x_zp=3)
     x = rng.integers(-128, 128, (1, 4 * cfg.pin, 2, 1000), dtype=np.int8)
     run_line_buffer(cfg, desc, x)
+
+
+@pytest.mark.parametrize("arrangement", ARRANGEMENTS)
+@pytest.mark.parametrize("writer_words", [1, 2])
+@pytest.mark.parametrize("seed", range(4))
+def test_spare_bank_random_windows(seed, writer_words, arrangement):
+    """``spare_bank = 1``: rows in ``kmax + 1`` column banks, the same windows (strides
+    1..kmax, pads, batches, pauses), one layer's rows filling a bank to its last word."""
+    cfg = arranged(dataclasses.replace(CFG, spare_bank=1, writer_words=writer_words),
+                   arrangement)
+    c = engine_contract(cfg)
+    assert cfg.column_banks == 4 and c.line_buffer.banks == c.row_slots * 4
+    rng = np.random.default_rng(100 + seed)
+    desc, x = random_case(rng)
+    run_line_buffer(cfg, desc, x, seed=seed, in_pause=0.3 * (seed % 2),
+                    en_pause=0.3 * (seed % 3 == 1))
+    # A row as wide as the banks hold at 3 tiles (their last word), stride 1 and 3.
+    ci_tiles, s = 3, 1 + 2 * (seed % 2)
+    w = c.widest_row(ci_tiles)
+    assert c.line_words(w, ci_tiles) == c.line_buffer.words and w >= CFG.max_width
+    h = 4
+    desc = make_desc(in_h=h, in_w=w, ci_tiles=ci_tiles, co_tiles=1, out_h=(h + 1 - 3) // s + 1,
+                     out_w=(w + 1 - 3) // s + 1, stride=s, pad_top=1, pad_left=1, batch=2,
+                     x_zp=-9)
+    x = rng.integers(-128, 128, (2, ci_tiles * cfg.pin, h, w), dtype=np.int8)
+    run_line_buffer(cfg, desc, x, seed=seed, in_pause=0.2)

@@ -75,9 +75,11 @@ def test_version_2_moves_only_the_counters(regs):
     # descriptor's registers take a 128-byte block, so the counters moved
     # from 0xC0 to 0x100; everything else is where 1.1 had it. 2.1 added
     # depthwise after them; 2.2 the ID register cfg_writer_words, in the ID
-    # block (0x38), which moves nothing.
-    assert VERSION == (2, 2)
+    # block (0x38), which moves nothing; 2.3 cfg_spare_bank, the ID block's
+    # last free word (0x3C: a further engine parameter moves the control block).
+    assert VERSION == (2, 3)
     assert regs.address("cfg_writer_words") == 0x38
+    assert regs.address("cfg_spare_bank") == 0x3C
     assert [(r, regs.address(r)) for r in ("control", "status", "desc_in_h", "desc_load_weights",
                                            "desc_load_params", "desc_weight_base",
                                            "desc_depthwise", "perf_busy_cycles")] \

@@ -34,12 +34,12 @@ class DescriptorCheck(wiring.Component):
       widest_pooled_row(co_tiles)``) read tables indexed by ``co_tiles``,
       generated from those contract functions (``max_co_tiles`` entries);
       a 2x2 pool needs ``out_h, out_w >= 2``. A row of the line buffer
-      (``in_w <= widest_row(ci_tiles) = kmax * (words // ci_tiles)``) would
+      (``in_w <= widest_row(ci_tiles) = column_banks * (words // ci_tiles)``) would
       need a table indexed by ``ci_tiles``, too big for small parts (256
       entries on the iCEBreaker's engine), so it is computed after each
       write of ``ci_tiles``, by a restoring division of the constant
       ``words`` by ``ci_tiles``, one quotient bit a cycle, the columns
-      following the quotient times ``kmax``: no multiplier, no table. With
+      following the quotient times ``column_banks``: no multiplier, no table. With
       ``deep_pipeline`` (:attr:`checks_rows`), every window must hold an
       input row (``(out_h - 1) * stride - pad_top < in_h``): after
       each descriptor write, one adder sums ``~in_h`` and ``stride`` times
@@ -149,17 +149,18 @@ class DescriptorCheck(wiring.Component):
         in_w, out_w = desc.in_w[:lim.col_bits], desc.out_w[:lim.col_bits]
         ci = desc.ci_tiles[:lim.ci_bits]
 
-        # widest_row(ci_tiles) = kmax * (words // ci_tiles): `words` is a constant,
-        # so a restoring division takes one quotient bit a cycle, most significant
-        # first (`wbits` steps), and `widest` follows the quotient times kmax
-        # (doubled each step, plus kmax where the bit is 1): one subtractor, one
+        # widest_row(ci_tiles) = column_banks * (words // ci_tiles): `words` is a
+        # constant, so a restoring division takes one quotient bit a cycle, most
+        # significant first (`wbits` steps), and `widest` follows the quotient
+        # times column_banks (doubled each step, plus column_banks where the bit
+        # is 1): one subtractor, one
         # adder of a constant, no multiplier, no table. `free_cols` is widest's
         # complement in col_bits (the columns left of 2**col_bits - 1).
-        words, k = c.line_buffer.words, self._config.kmax
+        words, k = c.line_buffer.words, self._config.column_banks
         wbits = words.bit_length()
         rbits = max(lim.ci_bits, 1)
         rem = Signal(rbits)            # the remainder, below ci_tiles
-        widest = Signal(lim.col_bits)  # kmax * the quotient so far
+        widest = Signal(lim.col_bits)  # column_banks * the quotient so far
         steps = Signal(range(wbits + 1))  # quotient bits still to find
         running = Signal()
         trial = Signal(rbits + 1)

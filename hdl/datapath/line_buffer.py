@@ -3,7 +3,8 @@
 The writer side takes the input pixels of a whole batch in NHWC order, one
 ``pin``-byte word per cycle, and stores input row ``g`` (counted over the
 batch) in row slot ``g mod row_slots``; column ``x`` of a row lives in bank
-``x mod kmax`` at word ``(x div kmax)*ci_tiles + ci``. The reader side walks
+``x mod nb`` at word ``(x div nb)*ci_tiles + ci``, ``nb`` the column banks
+(``kmax``, or ``kmax + 1`` with ``spare_bank``). The reader side walks
 the schedule ``for oy: for ox: for co: for ci`` and issues one window per
 cycle: ``kmax x kmax`` taps of ``pin`` bytes, out-of-image taps reading the
 input zero point. A window touches ``kmax`` slots and ``kmax`` banks, so every
@@ -196,6 +197,9 @@ class LineBuffer(wiring.Component):
     def elaborate(self, platform):
         cfg = self._config
         k, pin, slots = cfg.kmax, cfg.pin, engine_contract(cfg).row_slots
+        # Column banks: kmax, or kmax + 1 with the spare bank (column x in bank
+        # x mod nb); a window's kmax columns never share one.
+        nb = cfg.column_banks
         depth = engine_contract(cfg).line_buffer.words
         desc = self.desc
         m = Module()
@@ -214,7 +218,7 @@ class LineBuffer(wiring.Component):
         banks = [[bank_kind(m, f"bank_{r}_{b}", 8 * pin,
                             engine_contract(cfg).line_buffer_memory_words, pipelined=deep,
                             register_output=True, register_write=True, collision_free=True)
-                  for b in range(k)] for r in range(slots)]
+                  for b in range(nb)] for r in range(slots)]
 
         # in_h mod row_slots (how far the slots turn from one image to the next),
         # by restoring division, one quotient bit per cycle after `start`: a
@@ -239,7 +243,7 @@ class LineBuffer(wiring.Component):
         # Named where `finish_row` (below) captures them: a closure's variable
         # hides its assignment from Amaranth's name inference (the names it
         # inferred before, so the generated Verilog stays as it was).
-        wbank = Signal(range(k), name="wbank")
+        wbank = Signal(range(nb), name="wbank")
         wbase = Signal(range(depth + 1), name="wbase")
         wslot = Signal(range(slots), name="wslot")
         # Input rows written, counted from the first row of the reader's current
@@ -263,8 +267,8 @@ class LineBuffer(wiring.Component):
         ytop = Signal(signed(18))   # oy*stride - pad_top
         col_w = lim.col_bits + 2  # columns, signed, with the padding on both sides
         x0 = Signal(signed(col_w))  # ox*stride - pad_left
-        bank0 = Signal(range(k))    # x0 mod kmax
-        base0 = Signal(signed((depth + lim.max_ci_tiles).bit_length() + 1))  # (x0 div kmax) * ci_tiles
+        bank0 = Signal(range(nb))    # x0 mod nb
+        base0 = Signal(signed((depth + lim.max_ci_tiles).bit_length() + 1))  # (x0 div nb) * ci_tiles
         rslot0 = Signal(range(slots))  # slot of the current image's row ytop
         img_slot = Signal(range(slots))  # slot of the current image's row 0
 
@@ -294,7 +298,7 @@ class LineBuffer(wiring.Component):
         # behaviour (the tests check it).
         if not pairs:
             for r in range(slots):
-                for b in range(k):
+                for b in range(nb):
                     m.d.comb += [
                         banks[r][b].w_addr.eq(wbase + wci),
                         banks[r][b].w_data.eq(self.w_stream.payload),
@@ -331,7 +335,7 @@ class LineBuffer(wiring.Component):
                         finish_row()
                     with m.Else():
                         m.d.sync += [wx.eq(wx + 1), wx_last.eq(wx + 2 == desc.in_w)]
-                        with m.If(wbank == k - 1):
+                        with m.If(wbank == nb - 1):
                             m.d.sync += [wbank.eq(0), wbase.eq(wbase + desc.ci_tiles)]
                         with m.Else():
                             m.d.sync += wbank.eq(wbank + 1)
@@ -357,10 +361,10 @@ class LineBuffer(wiring.Component):
         ]
 
         def row_start():
-            # x0 = -pad_left: bank (kmax - pad_left) mod kmax of word -1 when padded
+            # x0 = -pad_left: bank (nb - pad_left) mod nb of word -1 when padded
             padded = desc.pad_left != 0
             return [x0.eq(-desc.pad_left),
-                    bank0.eq(Mux(padded, k - desc.pad_left, 0)),
+                    bank0.eq(Mux(padded, nb - desc.pad_left, 0)),
                     base0.eq(Mux(padded, -desc.ci_tiles, 0))]
 
         def slot_sum(a, b):
@@ -402,11 +406,11 @@ class LineBuffer(wiring.Component):
 
         # The next column's first bank and word, from registers only: the
         # wrap compare stays off the path from `issue` to their enables.
-        bs = Signal(range(2 * k + 1))
+        bs = Signal(range(nb + k + 1))
         bank_step, base_step = Signal.like(bank0), Signal.like(base0)
         m.d.comb += [bs.eq(bank0 + desc.stride),
-                     bank_step.eq(Mux(bs >= k, bs - k, bs)),
-                     base_step.eq(Mux(bs >= k, base0 + desc.ci_tiles, base0))]
+                     bank_step.eq(Mux(bs >= nb, bs - nb, bs)),
+                     base_step.eq(Mux(bs >= nb, base0 + desc.ci_tiles, base0))]
 
         r_finish = Signal()  # the batch's last window is issued
         n_last = Signal()  # the batch's last image (a flag, as the ones below)
@@ -560,7 +564,7 @@ class LineBuffer(wiring.Component):
 
         # ---- window read: stage 0 (addresses) -> 1 (memory data) -> (with
         # deep_pipeline: 2, the memory data registered ->) the taps --------
-        for b in range(k):
+        for b in range(nb):
             # Bank b holds the window column whose word is one further on when b < bank0.
             addr = Signal(signed(19), name=f"raddr_{b}")
             m.d.comb += addr.eq(base0 + Mux(b < bank0, desc.ci_tiles, 0) + ci)
@@ -576,9 +580,9 @@ class LineBuffer(wiring.Component):
                     m.d.comb += banks[r][b].r_addr.eq(addr.as_unsigned())
                 if pairs:
                     banks[r][b].connect_read(m, f"{r}_{b}")
-        mem_data = [[banks[r][b].r_data for b in range(k)] for r in range(slots)]
+        mem_data = [[banks[r][b].r_data for b in range(nb)] for r in range(slots)]
         rsel = [Signal(range(slots), name=f"rsel_{ky}") for ky in range(k)]
-        bsel = [Signal(range(k), name=f"bsel_{kx}") for kx in range(k)]
+        bsel = [Signal(range(nb), name=f"bsel_{kx}") for kx in range(k)]
         rowv = Signal(k)
         colv = Signal(k)
         v1 = Signal()
@@ -592,9 +596,9 @@ class LineBuffer(wiring.Component):
             self._window_rows.append((slot, inside))
         for kx in range(k):
             cx = Signal(signed(col_w), name=f"cx_{kx}")
-            bs = Signal(range(2 * k), name=f"bs_{kx}")
+            bs = Signal(range(nb + k), name=f"bs_{kx}")
             m.d.comb += [cx.eq(x0 + kx), bs.eq(bank0 + kx)]
-            m.d.sync += [bsel[kx].eq(_mod_once(bs, k)),
+            m.d.sync += [bsel[kx].eq(_mod_once(bs, nb)),
                          colv[kx].eq((cx >= 0) & (cx < desc.in_w))]
         m.d.sync += v1.eq(self.issue)
         # ... and on with the memory data when its read takes longer. With
@@ -614,7 +618,7 @@ class LineBuffer(wiring.Component):
             bsel_e = [delayed(m, s, extra + split - 1, f"bsel{kx}_d") for kx, s in enumerate(bsel)]
             rowv_e = delayed(m, rowv, extra + split - 1, "rowv_d")
             colv_e = delayed(m, colv, extra + split - 1, "colv_d")
-            row_sel = [[register_copy(m, rsel_e[ky], f"rsel_{ky}_{b}") for b in range(k)]
+            row_sel = [[register_copy(m, rsel_e[ky], f"rsel_{ky}_{b}") for b in range(nb)]
                        for ky in range(k)]
             tap_sel = [[register_copy(m, bsel_e[kx], f"bsel_{ky}_{kx}") for kx in range(k)]
                        for ky in range(k)]
@@ -625,7 +629,7 @@ class LineBuffer(wiring.Component):
             bsel = [delayed(m, s, extra, f"bsel{kx}_d") for kx, s in enumerate(bsel)]
             rowv = delayed(m, rowv, extra, "rowv_d")
             colv = delayed(m, colv, extra, "colv_d")
-            row_sel = [[rsel[ky]] * k for ky in range(k)]
+            row_sel = [[rsel[ky]] * nb for ky in range(k)]
             tap_sel = [list(bsel) for _ in range(k)]
             tap_valid = [[rowv[ky] & colv[kx] for kx in range(k)] for ky in range(k)]
 
@@ -633,11 +637,11 @@ class LineBuffer(wiring.Component):
         # the banks into window columns: kmax*kmax slots:1 muxes and kmax*kmax
         # kmax:1 muxes, where rotating every slot's banks first takes
         # slots*kmax kmax:1 muxes more (~200 LUT4 on the iCE40 engine).
-        rows = [[Array(mem_data[r][b] for r in range(slots))[row_sel[ky][b]] for b in range(k)]
+        rows = [[Array(mem_data[r][b] for r in range(slots))[row_sel[ky][b]] for b in range(nb)]
                 for ky in range(k)]
         if deep:
             rows = [[delayed(m, rows[ky][b], 1, f"row_{ky}_{b}", reset_less=True)
-                     for b in range(k)] for ky in range(k)]
+                     for b in range(nb)] for ky in range(k)]
         zp_word = Cat(*([desc.x_zp] * pin))
         taps = []
         for ky in range(k):
@@ -662,7 +666,8 @@ class LineBuffer(wiring.Component):
         half for its address parity differs from the first word's, so each
         half memory takes at most one of the two.
         """
-        cfg, desc, k, pin = self._config, self.desc, self._config.kmax, self._config.pin
+        # k: the column banks (kmax, or kmax + 1 with the spare bank).
+        cfg, desc, k, pin = self._config, self.desc, self._config.column_banks, self._config.pin
         slots = engine_contract(cfg).row_slots
         wci, wci_last, wx, wx_last, wbank, wbase = at
         payload = self.w_stream.payload
