@@ -56,8 +56,11 @@ def run_line_buffer(cfg, desc, x, *, seed=0, in_pause=0.0, en_pause=0.0):
     dut = LineBuffer(cfg)
     words = pixel_words(cfg, x)
     expect = expected_windows(cfg, desc, x)
+    # With the spare bank, the window one column on: as if padded one column less.
+    expect_next = (expected_windows(cfg, dict(desc, pad_left=desc["pad_left"] - 1), x)
+                   if cfg.spare_bank else None)
     rng = np.random.default_rng(seed)
-    got = []
+    got, got_next = [], []
     issues = []
 
     async def writer(ctx):
@@ -79,12 +82,15 @@ def run_line_buffer(cfg, desc, x, *, seed=0, in_pause=0.0, en_pause=0.0):
         cycles = 0
         while len(got) < len(expect):
             ctx.set(dut.en, int(rng.random() >= en_pause))
-            _, _, valid, window, issue = await ctx.tick().sample(dut.o_valid, dut.o_window,
-                                                                  dut.issue)
+            # o_window again where the engine has no spare bank (compared with nothing)
+            following = dut.o_window_next if cfg.spare_bank else dut.o_window
+            _, _, valid, window, issue, window_next = await ctx.tick().sample(
+                dut.o_valid, dut.o_window, dut.issue, following)
             cycles += 1
             issues.append(issue)
             if valid:
                 got.append([int(v) for v in window])
+                got_next.append([int(v) for v in window_next])
             assert cycles < 20000, "line buffer hung"
         assert ctx.get(dut.r_done)
         for _ in range(200):  # unused trailing rows may still be arriving
@@ -135,6 +141,8 @@ def run_line_buffer(cfg, desc, x, *, seed=0, in_pause=0.0, en_pause=0.0):
     assert not mismatches, mismatches[:5]
     assert not collisions, collisions[:5]
     assert_array_equal(np.array(got, np.int8), expect)
+    if cfg.spare_bank:
+        assert_array_equal(np.array(got_next, np.int8), expect_next)
     return issues
 
 
@@ -247,7 +255,9 @@ def test_banks_two_block_rams_deep(arrangement):
 @pytest.mark.parametrize("seed", range(4))
 def test_spare_bank_random_windows(seed, writer_words, arrangement):
     """``spare_bank = 1``: rows in ``kmax + 1`` column banks, the same windows (strides
-    1..kmax, pads, batches, pauses), one layer's rows filling a bank to its last word."""
+    1..kmax, pads, batches, pauses), one layer's rows filling a bank to its last word;
+    beside each window the one a column on (``o_window_next``, checked in
+    :func:`run_line_buffer`)."""
     cfg = arranged(dataclasses.replace(CFG, spare_bank=1, writer_words=writer_words),
                    arrangement)
     c = engine_contract(cfg)

@@ -72,6 +72,11 @@ class LineBuffer(wiring.Component):
     o_valid : Out(1)
     o_window : Out(data.ArrayLayout(signed(8), kmax*kmax*pin))
         The window issued ``latency`` cycles earlier; tap ``(ky*kmax + kx)*pin + p``.
+    o_window_next : Out(data.ArrayLayout(signed(8), kmax*kmax*pin))
+        With ``spare_bank`` only: beside ``o_window``, the window one input
+        column on (``x0 + 1``; at stride 1 the next output pixel's), from the
+        same read: its first ``kmax - 1`` columns are ``o_window``'s last,
+        its last is the spare bank's column.
 
     Latency
     -------
@@ -90,6 +95,10 @@ class LineBuffer(wiring.Component):
         self._config = config
         k, pin = config.kmax, config.pin
         lim = limits(config)
+        # With the spare bank, the window one column on (two adjacent stride-1
+        # windows a read: docs/engine.md, "The memory bound, and the plan").
+        following = ({"o_window_next": Out(data.ArrayLayout(signed(8), k * k * pin))}
+                     if config.spare_bank else {})
         super().__init__({
             "desc": In(descriptor_layout()),
             "start": In(1),
@@ -104,6 +113,7 @@ class LineBuffer(wiring.Component):
             "r_done": Out(1, init=1),
             "o_valid": Out(1),
             "o_window": Out(data.ArrayLayout(signed(8), k * k * pin)),
+            **following,
         })
 
     @property
@@ -581,10 +591,13 @@ class LineBuffer(wiring.Component):
                 if pairs:
                     banks[r][b].connect_read(m, f"{r}_{b}")
         mem_data = [[banks[r][b].r_data for b in range(nb)] for r in range(slots)]
+        # The read spans `span` columns: the window's kmax, and with the spare
+        # bank one more, the last column of the window one column on.
+        span = k + cfg.spare_bank
         rsel = [Signal(range(slots), name=f"rsel_{ky}") for ky in range(k)]
-        bsel = [Signal(range(nb), name=f"bsel_{kx}") for kx in range(k)]
+        bsel = [Signal(range(nb), name=f"bsel_{kx}") for kx in range(span)]
         rowv = Signal(k)
-        colv = Signal(k)
+        colv = Signal(span)
         v1 = Signal()
         self._window_rows = []  # (slot, in the image) of each window row, for tests
         for ky in range(k):
@@ -594,7 +607,7 @@ class LineBuffer(wiring.Component):
             slot, inside = _mod_once(rs, slots), (ry >= 0) & (ry < desc.in_h)
             m.d.sync += [rsel[ky].eq(slot), rowv[ky].eq(inside)]
             self._window_rows.append((slot, inside))
-        for kx in range(k):
+        for kx in range(span):
             cx = Signal(signed(col_w), name=f"cx_{kx}")
             bs = Signal(range(nb + k), name=f"bs_{kx}")
             m.d.comb += [cx.eq(x0 + kx), bs.eq(bank0 + kx)]
@@ -620,10 +633,10 @@ class LineBuffer(wiring.Component):
             colv_e = delayed(m, colv, extra + split - 1, "colv_d")
             row_sel = [[register_copy(m, rsel_e[ky], f"rsel_{ky}_{b}") for b in range(nb)]
                        for ky in range(k)]
-            tap_sel = [[register_copy(m, bsel_e[kx], f"bsel_{ky}_{kx}") for kx in range(k)]
+            tap_sel = [[register_copy(m, bsel_e[kx], f"bsel_{ky}_{kx}") for kx in range(span)]
                        for ky in range(k)]
             tap_valid = [[register_copy(m, rowv_e[ky] & colv_e[kx], f"tapv_{ky}_{kx}")
-                          for kx in range(k)] for ky in range(k)]
+                          for kx in range(span)] for ky in range(k)]
         else:
             rsel = [delayed(m, s, extra, f"rsel{ky}_d") for ky, s in enumerate(rsel)]
             bsel = [delayed(m, s, extra, f"bsel{kx}_d") for kx, s in enumerate(bsel)]
@@ -631,7 +644,7 @@ class LineBuffer(wiring.Component):
             colv = delayed(m, colv, extra, "colv_d")
             row_sel = [[rsel[ky]] * nb for ky in range(k)]
             tap_sel = [list(bsel) for _ in range(k)]
-            tap_valid = [[rowv[ky] & colv[kx] for kx in range(k)] for ky in range(k)]
+            tap_valid = [[rowv[ky] & colv[kx] for kx in range(span)] for ky in range(k)]
 
         # Last stage(s): pick each window row's slot for every bank, then rotate
         # the banks into window columns: kmax*kmax slots:1 muxes and kmax*kmax
@@ -643,16 +656,21 @@ class LineBuffer(wiring.Component):
             rows = [[delayed(m, rows[ky][b], 1, f"row_{ky}_{b}", reset_less=True)
                      for b in range(nb)] for ky in range(k)]
         zp_word = Cat(*([desc.x_zp] * pin))
-        taps = []
+        taps = [[None] * span for _ in range(k)]
         for ky in range(k):
-            for kx in range(k):
+            for kx in range(span):
                 t = Signal(8 * pin, name=f"tap_{ky}_{kx}")
                 with m.If(tap_valid[ky][kx]):
                     m.d.comb += t.eq(Array(rows[ky])[tap_sel[ky][kx]])
                 with m.Else():
                     m.d.comb += t.eq(zp_word)
-                taps.append(t)
-        m.d.sync += [self.o_window.as_value().eq(Cat(*taps)), self.o_valid.eq(v1)]
+                taps[ky][kx] = t
+        m.d.sync += [self.o_window.as_value().eq(Cat(*(taps[ky][kx] for ky in range(k)
+                                                       for kx in range(k)))),
+                     self.o_valid.eq(v1)]
+        if cfg.spare_bank:
+            m.d.sync += self.o_window_next.as_value().eq(
+                Cat(*(taps[ky][kx] for ky in range(k) for kx in range(1, span))))
         return m
 
     def _pair_writer(self, m, banks, wen, at, wslot, finish_row):
