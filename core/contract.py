@@ -37,7 +37,6 @@ __all__ = [
     "ROW_FIELD_MAX", "MEMORY_READ_LATENCY", "MULTIPLIER_LATENCY", "OPERAND_PART_BITS",
     "Buffer", "Latencies", "EngineContract", "engine_contract", "memory_parts",
     "memory_part_depth", "memory_latency", "operand_parts", "products_latency",
-    "pair_products_latency",
     "requant_sum_width",    "descriptor_violations",
     "beats",
 ]
@@ -114,14 +113,6 @@ def requant_sum_width(acc_width):
 def products_latency(registered_operands):
     """Cycles of the int8 products of the MAC array: 2 with registered operands, else 1."""
     return 2 if registered_operands else 1
-
-
-def pair_products_latency(registered_operands):
-    """Cycles of products made in pairs, two per multiplier
-    (:class:`~fpgacnn.hdl.tech.pair_products.PairProducts`): those of
-    :func:`products_latency` and one more, the register of the two products
-    taken apart."""
-    return products_latency(registered_operands) + 1
 
 
 def _tree_levels(count):

@@ -16,8 +16,10 @@ from fpgacnn.hdl.datapath.mac_array import MacArray
 from hdl_pack_helpers import pack, unpack, wrap
 
 
-def _make_groups(rng, cfg, n_groups, *, max_len=4, low=-128, high=127, extreme=False):
-    """Random accumulation groups: lists of (window[T], weights[pout, T]) int64 arrays."""
+def _make_groups(rng, cfg, n_groups, *, max_len=4, low=-128, high=127, extreme=False,
+                 pairs=False):
+    """Random accumulation groups: lists of (window[T], weights[pout, T]) int64 arrays,
+    with ``pairs`` (window, weights, second window)."""
     taps = cfg.kmax * cfg.kmax * cfg.pin
     groups = []
     for g in range(n_groups):
@@ -27,24 +29,31 @@ def _make_groups(rng, cfg, n_groups, *, max_len=4, low=-128, high=127, extreme=F
             if extreme:
                 win = rng.choice([-128, 127], size=taps)
                 wts = rng.choice([-128, 127], size=(cfg.pout, taps))
+                win2 = rng.choice([-128, 127], size=taps)
             else:
                 win = rng.integers(low, high + 1, size=taps)
                 wts = rng.integers(low, high + 1, size=(cfg.pout, taps))
-            cycles.append((win.astype(np.int64), wts.astype(np.int64)))
+                win2 = rng.integers(low, high + 1, size=taps)
+            cycle = (win.astype(np.int64), wts.astype(np.int64))
+            cycles.append(cycle + ((win2.astype(np.int64),) if pairs else ()))
         groups.append(cycles)
     return groups
 
 
-def _reference(groups):
-    return np.array([sum(wts @ win for win, wts in cycles) for cycles in groups], dtype=np.int64)
+def _reference(groups, window=0):
+    """Each group's sums of its cycles' window number ``window`` (2: the second of a pair)."""
+    return np.array([sum(c[1] @ c[window] for c in cycles) for cycles in groups],
+                    dtype=np.int64)
 
 
-def _simulate(cfg, groups, *, tag_width=4, gap_prob=0.3, seed=0):
-    """Drive the groups with random idle gaps; return (accs, tags, cycles from i_last to o_valid)."""
-    dut = MacArray(cfg, tag_width=tag_width)
+def _simulate(cfg, groups, *, tag_width=4, gap_prob=0.3, seed=0, pairs=False):
+    """Drive the groups with random idle gaps; return (accs, tags, cycles from i_last to o_valid),
+    with ``pairs`` the second windows' sums as ``dut.results_next``."""
+    dut = MacArray(cfg, tag_width=tag_width, pairs=pairs)
     rng = np.random.default_rng(seed)
     taps = dut.taps
     results, tags, latencies = [], [], []
+    dut.results_next = results_next = []
     last_cycles = []
 
     async def testbench(ctx):
@@ -55,6 +64,9 @@ def _simulate(cfg, groups, *, tag_width=4, gap_prob=0.3, seed=0):
         def sample():
             if ctx.get(dut.o_valid):
                 results.append(unpack(ctx.get(dut.o_acc.as_value()), cfg.acc_width, cfg.pout))
+                if pairs:
+                    results_next.append(unpack(ctx.get(dut.o_acc_next.as_value()),
+                                               cfg.acc_width, cfg.pout))
                 tags.append(ctx.get(dut.o_tag))
                 latencies.append(cycle - last_cycles[len(results) - 1])
                 # announced one cycle early, with the same tag
@@ -63,13 +75,16 @@ def _simulate(cfg, groups, *, tag_width=4, gap_prob=0.3, seed=0):
                 early.append((cycle, ctx.get(dut.o_next_tag)))
 
         for g, cycles in enumerate(groups):
-            for i, (win, wts) in enumerate(cycles):
+            for i, (win, wts, *second) in enumerate(cycles):
                 while rng.random() < gap_prob:
                     ctx.set(dut.i_valid, 0)
                     # Garbage on the data inputs of idle cycles must be ignored.
                     ctx.set(dut.i_first, int(rng.integers(2)))
                     ctx.set(dut.i_last, int(rng.integers(2)))
                     ctx.set(dut.i_window.as_value(), pack(rng.integers(-128, 128, taps), 8))
+                    if pairs:
+                        ctx.set(dut.i_window_next.as_value(),
+                                pack(rng.integers(-128, 128, taps), 8))
                     sample()
                     await ctx.tick()
                     cycle += 1
@@ -78,6 +93,8 @@ def _simulate(cfg, groups, *, tag_width=4, gap_prob=0.3, seed=0):
                 ctx.set(dut.i_last, int(i == len(cycles) - 1))
                 ctx.set(dut.i_tag, g % (1 << tag_width))
                 ctx.set(dut.i_window.as_value(), pack(win, 8))
+                if pairs:
+                    ctx.set(dut.i_window_next.as_value(), pack(second[0], 8))
                 ctx.set(dut.i_weights.as_value(), pack(wts, 8))
                 if i == len(cycles) - 1:
                     last_cycles.append(cycle)
@@ -106,6 +123,24 @@ def test_mac_array_matches_numpy(pin, pout, kmax):
     assert_array_equal(acc, _reference(groups))
     assert tags == [g % 16 for g in range(len(groups))]
     assert lat == [dut.latency] * len(groups)
+
+
+@pytest.mark.parametrize("deep", [1, 0])
+@pytest.mark.parametrize("pin, pout, kmax", [(1, 1, 1), (2, 4, 2), (4, 2, 3)])
+def test_mac_array_pairs_match_numpy(pin, pout, kmax, deep):
+    """Two windows a cycle against the same weights (one multiplier a tap, PairProducts):
+    both windows' sums exact, extreme operands included, at the plain array's latency."""
+    cfg = EngineConfig(pin=pin, pout=pout, kmax=kmax, stream_width=32, deep_pipeline=deep)
+    rng = np.random.default_rng(500 + 1000 * pin + 10 * pout + kmax)
+    groups = _make_groups(rng, cfg, 16, pairs=True)
+    groups += _make_groups(rng, cfg, 8, max_len=2, extreme=True, pairs=True)
+    dut, acc, tags, lat = _simulate(cfg, groups, seed=pin + pout + kmax, pairs=True)
+    assert_array_equal(acc, _reference(groups))
+    assert_array_equal(np.array(dut.results_next).reshape(-1, cfg.pout), _reference(groups, 2))
+    assert tags == [g % 16 for g in range(len(groups))]
+    plain = MacArray(cfg, tag_width=4)
+    plain._MustUse__used = True  # built only to ask
+    assert lat == [dut.latency] * len(groups) and dut.latency == plain.latency
 
 
 def test_mac_array_back_to_back_groups_without_gaps():

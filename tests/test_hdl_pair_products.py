@@ -2,7 +2,7 @@
 bound, and the plan"). Simulated against numpy on every triple of extreme
 operands and random ones; the taking apart of the packed product proven by
 yosys's SAT solver for every pair of products in range; mapped by yosys
-``synth_xilinx`` to one DSP48E1 a pair."""
+``synth_xilinx`` to one DSP48E1 a pair, alone and in a MAC array of pairs."""
 
 import re
 import subprocess
@@ -18,7 +18,9 @@ from amaranth.lib.wiring import In, Out
 from amaranth.sim import Simulator
 
 from fpgacnn.boards.synth_stats import yosys_command
-from fpgacnn.core.contract import pair_products_latency, products_latency
+from fpgacnn.core.config import EngineConfig
+from fpgacnn.core.contract import products_latency
+from fpgacnn.hdl.datapath.mac_array import MacArray
 from fpgacnn.hdl.tech.int8_products import Int8Products
 from fpgacnn.hdl.tech.pair_products import PACKED_SHIFT, PACKED_WIDTH, PairProducts, take_apart
 
@@ -38,7 +40,7 @@ def test_packed_operand_fits_its_width():
 def test_pairs_match_numpy(registered):
     n = 4
     dut = PairProducts(n, registered_operands=registered)
-    assert dut.latency == pair_products_latency(registered) == products_latency(registered) + 1
+    assert dut.latency == products_latency(registered)  # a plain product's: the MAC array's
     rng = np.random.default_rng(7)
     grid = np.array(np.meshgrid(EXTREMES, EXTREMES, EXTREMES)).reshape(3, -1).T
     corners = np.repeat(grid[:, :, None], n, axis=2)          # every extreme triple
@@ -117,3 +119,12 @@ def test_one_dsp48e1_a_pair(tmp_path):
     plain = _xilinx_cells(tmp_path, Int8Products(8), "plain")
     assert pairs.get("DSP48E1") == 4, pairs
     assert plain.get("DSP48E1") == 8, plain
+
+
+def test_pair_mac_array_takes_one_dsp48e1_a_tap_and_lane(tmp_path):
+    """A MAC array of two windows a cycle: 2 x 9 x 2 products in 18 DSP48E1, as many as
+    the plain array of half the products."""
+    cfg = EngineConfig(pin=1, pout=2, kmax=3, stream_width=32)
+    pairs = _xilinx_cells(tmp_path, MacArray(cfg, tag_width=2, pairs=True), "pairs")
+    plain = _xilinx_cells(tmp_path, MacArray(cfg, tag_width=2), "plain")
+    assert pairs.get("DSP48E1") == plain.get("DSP48E1") == 9 * 2, (pairs, plain)

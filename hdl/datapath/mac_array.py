@@ -8,7 +8,9 @@ from .adder_tree import AdderTree
 from ...core.config import require_config
 from .delay import delayed
 from ...core.contract import engine_contract
-from ..tech.int8_products import Int8Products
+from ..tech.dsp import is_ecp5
+from ..tech.int8_products import Int8Products, has_sb_mac16
+from ..tech.pair_products import PairProducts
 
 __all__ = ["MacArray"]
 
@@ -44,6 +46,16 @@ class MacArray(wiring.Component):
         Width of the tag carried from ``i_tag`` to ``o_tag`` (0 for none;
         inside a design only: Amaranth writes a zero-width top-level port as
         ``[-1:0]``, which Verilog tools read as two bits).
+    pairs : bool
+        Two windows a cycle (two adjacent output pixels, docs/engine.md "The
+        memory bound, and the plan"): ``i_window_next`` meets the same weights
+        as ``i_window``, each lane has two adder trees and accumulators, and
+        ``o_acc_next`` is the second window's sums. The two products of a tap
+        share the weight, so one multiplier makes both
+        (:class:`~fpgacnn.hdl.tech.pair_products.PairProducts`: one DSP48 a
+        pair in the Zynq flow) -- except on ECP5 and iCE40 parts, whose 18x18
+        and 8x8 multipliers cannot take the packed 25-bit operand: two
+        products there. The latency is the same.
 
     Members
     -------
@@ -69,6 +81,10 @@ class MacArray(wiring.Component):
         ``sum over the group of sum_t window[t] * weights[lane][t]``, without
         bias, in two's complement modulo ``2**acc_width`` (the host keeps
         layers within ``acc_width``; the adder tree itself is exact).
+    i_window_next : In(data.ArrayLayout(signed(8), T))
+        With ``pairs`` only: the second window, tap order as ``i_window``.
+    o_acc_next : Out(data.ArrayLayout(signed(config.acc_width), pout))
+        With ``pairs`` only: ``o_acc`` of ``i_window_next``, on the same cycle.
 
     Raises
     ------
@@ -87,13 +103,17 @@ class MacArray(wiring.Component):
     cycle after the previous ``i_last`` (full throughput).
     """
 
-    def __init__(self, config, *, tag_width):
+    def __init__(self, config, *, tag_width, pairs=False):
         require_config(config)
         _check_tag_width(tag_width)
         self._config = config
         self._tag_width = tag_width
+        self._pairs = bool(pairs)
         self._taps = config.kmax * config.kmax * config.pin
         self._products_latency = engine_contract(config).latency.products
+        acc = data.ArrayLayout(signed(config.acc_width), config.pout)
+        second = ({"i_window_next": In(data.ArrayLayout(signed(8), self._taps)),
+                   "o_acc_next": Out(acc)} if self._pairs else {})
         super().__init__({
             "i_valid": In(1),
             "i_first": In(1),
@@ -105,7 +125,8 @@ class MacArray(wiring.Component):
             "o_tag": Out(tag_width),
             "o_next_valid": Out(1),
             "o_next_tag": Out(tag_width),
-            "o_acc": Out(data.ArrayLayout(signed(config.acc_width), config.pout)),
+            "o_acc": Out(acc),
+            **second,
         })
 
     @property
@@ -133,15 +154,31 @@ class MacArray(wiring.Component):
 
         # Stages 1-2: registered operands and products, so that a multiplier
         # (one DSP each; two per SB_MAC16 on iCE40 UltraPlus, see
-        # Int8Products) is a pipeline stage of its own, the routes to it too.
-        trees = []
+        # Int8Products; a pair of products per DSP48 with pairs, see
+        # PairProducts) is a pipeline stage of its own, the routes to it too.
+        registered = bool(cfg.deep_pipeline)
+        windows = [self.i_window] + ([self.i_window_next] if self._pairs else [])
+        packed = self._pairs and not (is_ecp5(platform) or has_sb_mac16(platform))
+        trees = [[] for _ in windows]  # per window, per lane
         for lane in range(cfg.pout):
-            tree = m.submodules[f"tree{lane}"] = AdderTree(taps, 16)
-            prods = m.submodules[f"mul{lane}"] = Int8Products(
-                taps, registered_operands=bool(cfg.deep_pipeline))
-            m.d.comb += [prods.i_a.eq(self.i_window), prods.i_b.eq(self.i_weights[lane]),
-                         tree.i_data.eq(prods.o_p)]
-            trees.append(tree)
+            for w in range(len(windows)):
+                suffix = "" if w == 0 else "_next"
+                trees[w].append(AdderTree(taps, 16))
+                m.submodules[f"tree{lane}{suffix}"] = trees[w][lane]
+            if packed:
+                prods = m.submodules[f"mul{lane}"] = PairProducts(
+                    taps, registered_operands=registered)
+                m.d.comb += [prods.i_a0.eq(self.i_window), prods.i_a1.eq(self.i_window_next),
+                             prods.i_b.eq(self.i_weights[lane]),
+                             trees[0][lane].i_data.eq(prods.o_p0),
+                             trees[1][lane].i_data.eq(prods.o_p1)]
+                continue
+            for w, window in enumerate(windows):
+                suffix = "" if w == 0 else "_next"
+                prods = m.submodules[f"mul{lane}{suffix}"] = Int8Products(
+                    taps, registered_operands=registered)
+                m.d.comb += [prods.i_a.eq(window), prods.i_b.eq(self.i_weights[lane]),
+                             trees[w][lane].i_data.eq(prods.o_p)]
 
         # Side band, delayed alongside the data: the products + tree levels.
         side = data.StructLayout({
@@ -157,15 +194,18 @@ class MacArray(wiring.Component):
         stage = delayed(m, stage, self._products_latency + self.tree_levels, "side_d")
 
         # Accumulator stage.
-        for lane, tree in enumerate(trees):
-            # No reset: a group's first cycle overwrites it, o_valid qualifies it.
-            acc = Signal(signed(cfg.acc_width), name=f"acc{lane}", reset_less=True)
-            m.d.comb += self.o_acc[lane].eq(acc)
-            with m.If(stage.valid):
-                with m.If(stage.first):
-                    m.d.sync += acc.eq(tree.o_sum)
-                with m.Else():
-                    m.d.sync += acc.eq(acc + tree.o_sum)
+        outputs = [self.o_acc] + ([self.o_acc_next] if self._pairs else [])
+        for w, out in enumerate(outputs):
+            suffix = "" if w == 0 else "_next"
+            for lane, tree in enumerate(trees[w]):
+                # No reset: a group's first cycle overwrites it, o_valid qualifies it.
+                acc = Signal(signed(cfg.acc_width), name=f"acc{lane}{suffix}", reset_less=True)
+                m.d.comb += out[lane].eq(acc)
+                with m.If(stage.valid):
+                    with m.If(stage.first):
+                        m.d.sync += acc.eq(tree.o_sum)
+                    with m.Else():
+                        m.d.sync += acc.eq(acc + tree.o_sum)
         m.d.comb += [self.o_next_valid.eq(stage.valid & stage.last),
                      self.o_next_tag.eq(stage.tag)]
         m.d.sync += self.o_valid.eq(stage.valid & stage.last)

@@ -20,7 +20,7 @@ from amaranth.hdl import Module, Signal, signed
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
-from ...core.contract import pair_products_latency
+from ...core.contract import products_latency
 
 __all__ = ["PairProducts", "PACKED_WIDTH", "PACKED_SHIFT", "take_apart"]
 
@@ -62,11 +62,14 @@ class PairProducts(wiring.Component):
 
     Latency
     -------
-    :func:`~fpgacnn.core.contract.pair_products_latency`: the operand
-    registers (with ``registered_operands``), the product register, and the
-    register of the two products taken apart (an increment of the upper
-    product by the lower's sign: one carry chain, kept out of the adder
-    tree's first level).
+    That of :class:`~fpgacnn.hdl.tech.int8_products.Int8Products`
+    (:func:`~fpgacnn.core.contract.products_latency`): the operand registers
+    (with ``registered_operands``) and the product register, which a DSP48
+    holds inside. The products are taken apart behind the product register
+    (:func:`take_apart`: the low half as it is, the high half plus one bit),
+    so a pair engine's MAC array has the latency of a plain one; the adder
+    tree's first level then adds that bit as a carry in, a three-input sum
+    one carry chain takes on Xilinx parts.
     """
 
     def __init__(self, count, *, registered_operands=True):
@@ -83,7 +86,7 @@ class PairProducts(wiring.Component):
 
     @property
     def latency(self):
-        return pair_products_latency(self._registered)
+        return products_latency(self._registered)
 
     def elaborate(self, platform):
         m = Module()
@@ -98,5 +101,5 @@ class PairProducts(wiring.Component):
             product = Signal(signed(PACKED_WIDTH + 8), name=f"product{i}", reset_less=True)
             m.d.sync += product.eq(packed * b)
             p0, p1 = take_apart(product)
-            m.d.sync += [self.o_p0[i].eq(p0), self.o_p1[i].eq(p1)]
+            m.d.comb += [self.o_p0[i].eq(p0), self.o_p1[i].eq(p1)]
         return m
