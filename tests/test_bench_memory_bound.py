@@ -3,20 +3,14 @@ checks what it claims): no layer's predicted cycles fall below its floor, the
 model floor is the sum of the layers', and ``--write`` replaces only the text
 between its markers."""
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
-BENCH = Path(__file__).resolve().parents[1] / "bench"
+from bench_helpers import load_bench
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("memory_bound", BENCH / "memory_bound.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("memory_bound")
 
 
 @pytest.mark.parametrize("name", ["ds_cnn", "resnet8"])

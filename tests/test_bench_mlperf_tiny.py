@@ -5,20 +5,14 @@ tables come out, the bound split adds up to the predicted cycles, and
 ``--write`` replaces only the text between the section's markers.
 """
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
-BENCH = Path(__file__).resolve().parents[1] / "bench"
+from bench_helpers import load_bench
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("mlperf_tiny", BENCH / "mlperf_tiny.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("mlperf_tiny")
 
 
 @pytest.fixture(scope="module")

@@ -11,12 +11,11 @@ import pytest
 from numpy.testing import assert_array_equal
 
 from amaranth.back import verilog
-from amaranth.sim import Simulator
 
 from fpgacnn.hdl.tech.int8_products import Int8Products, has_sb_mac16
 from fpgacnn.boards.synth_stats import yosys_command
 
-from hdl_pack_helpers import pack, unpack
+from hdl_pack_helpers import run_pipeline
 
 
 class _UP5K:
@@ -53,23 +52,9 @@ def test_generic_products_match_numpy(registered_operands, latency):
     b = rng.integers(-128, 128, size=(50, n))
     a[0], b[0] = -128, -128
     a[1], b[1] = -128, 127
-    got = []
     assert dut.latency == latency
-
-    async def testbench(ctx):
-        for i in range(len(a) + dut.latency - 1):
-            if i < len(a):
-                ctx.set(dut.i_a.as_value(), pack(a[i], 8))
-                ctx.set(dut.i_b.as_value(), pack(b[i], 8))
-            await ctx.tick()
-            if i >= dut.latency - 1:
-                got.append(unpack(ctx.get(dut.o_p.as_value()), 16, n))
-
-    sim = Simulator(dut)
-    sim.add_clock(1e-8)
-    sim.add_testbench(testbench)
-    sim.run()
-    assert_array_equal(np.array(got), a * b)
+    got = run_pipeline(dut, {"i_a": a, "i_b": b}, {"o_p": (16, n)}, latency)
+    assert_array_equal(got["o_p"], a * b)
 
 
 # The iCE40 boards' engines are compact (deep_pipeline = 0: unregistered

@@ -15,7 +15,6 @@ from amaranth.back import verilog
 from amaranth.hdl import Module, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
-from amaranth.sim import Simulator
 
 from fpgacnn.boards.synth_stats import yosys_command
 from fpgacnn.core.config import EngineConfig
@@ -24,7 +23,7 @@ from fpgacnn.hdl.datapath.mac_array import MacArray
 from fpgacnn.hdl.tech.int8_products import Int8Products
 from fpgacnn.hdl.tech.pair_products import PACKED_SHIFT, PACKED_WIDTH, PairProducts, take_apart
 
-from hdl_pack_helpers import pack, unpack
+from hdl_pack_helpers import run_pipeline
 
 EXTREMES = (-128, -127, -1, 0, 1, 127)
 
@@ -47,25 +46,10 @@ def test_pairs_match_numpy(registered):
     rand = rng.integers(-128, 128, size=(200, 3, n))
     cases = np.concatenate([corners, rand])
     a0, a1, b = cases[:, 0], cases[:, 1], cases[:, 2]
-    got0, got1 = [], []
-
-    async def testbench(ctx):
-        for i in range(len(cases) + dut.latency - 1):
-            if i < len(cases):
-                ctx.set(dut.i_a0.as_value(), pack(a0[i], 8))
-                ctx.set(dut.i_a1.as_value(), pack(a1[i], 8))
-                ctx.set(dut.i_b.as_value(), pack(b[i], 8))
-            await ctx.tick()
-            if i >= dut.latency - 1:
-                got0.append(unpack(ctx.get(dut.o_p0.as_value()), 16, n))
-                got1.append(unpack(ctx.get(dut.o_p1.as_value()), 16, n))
-
-    sim = Simulator(dut)
-    sim.add_clock(1e-8)
-    sim.add_testbench(testbench)
-    sim.run()
-    assert_array_equal(np.array(got0), a0 * b)
-    assert_array_equal(np.array(got1), a1 * b)
+    got = run_pipeline(dut, {"i_a0": a0, "i_a1": a1, "i_b": b},
+                       {"o_p0": (16, n), "o_p1": (16, n)}, dut.latency)
+    assert_array_equal(got["o_p0"], a0 * b)
+    assert_array_equal(got["o_p1"], a1 * b)
 
 
 class _TakeApart(wiring.Component):
