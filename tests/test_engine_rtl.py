@@ -5,17 +5,27 @@ configuration and the generator sources, see :mod:`fpgacnn.sim.verilator`);
 each cocotb test below runs in its own simulator process against it.
 ``FPGACNN_WAVES=1`` builds a tracing binary and leaves one trace per test in
 pytest's temporary folder; ``FPGACNN_TEST_SEED`` changes the random layers.
+
+The second configuration's layer scenarios run on the simulated board (the
+same bare engine top, built for the other tests of that configuration,
+behind the C++ DMA model) rather than in a cocotb build of their own.
 """
 
 import json
 import os
 
+import numpy as np
 import pytest
 
 from fpgacnn.core.config import EngineConfig
+from fpgacnn.host.accelerator import open_board
+from fpgacnn.host.engine_driver import EngineDriver
+from fpgacnn.host.packing import output_nbytes
 from fpgacnn.sim.engine_tb import CONFIG_ENV
 from fpgacnn.sim.verilator import (build_engine, engine_build_key, generator_sources, run_cocotb,
                                     waves_requested)
+
+from engine_layers import KINDS, check_output, model_cycles, random_layer
 
 #: Two small engines between them covering the stream packings:
 #: ``k3`` has 3x3 windows (stride up to 3) and beat = pin = pout = 4 bytes;
@@ -39,10 +49,10 @@ ALL_TESTS = [
     "reset_mid_layer/kind=soft",
     "reset_mid_layer/kind=hard",
 ]
-#: The second configuration runs the layer scenarios only.
-CASES = [("k3", name) for name in ALL_TESTS] + \
-        [("k2", name) for name in ("id_rom", "random_layers/pauses=False",
-                                   "random_layers/pauses=True", "cycles_match_model")]
+#: The first configuration runs every scenario in cocotb; the second runs the
+#: layer scenarios (the ID ROM, random layers with and without pauses, cycles
+#: against the model) on the simulated board: test_k2_* below.
+CASES = [("k3", name) for name in ALL_TESTS]
 
 _builds = {}
 
@@ -69,6 +79,88 @@ def test_engine_rtl(key, name, tmp_path):
                         waves_file=waves)
     assert result.passed or result.failed, f"no cocotb test named {name!r} ran (log: {result.log_file})"
     assert not result.failed, f"{name} failed (log: {result.log_file}):\n{result.messages[name]}"
+
+
+# -- k2's layer scenarios on the simulated board ----------------------------------
+#
+# tests/cocotb_engine.py's id_rom, random_layers and cycles_match_model, with the
+# same layers (tests/engine_layers.py), the same seeds and the same checks, on
+# the k2 engine's simulated board: the bare engine top whose Verilator build
+# tests/test_conv_views_rtl.py and tests/test_limit_boundaries.py use too, so
+# the default run builds k2's engine once instead of twice (a cocotb build of
+# its own cost ~25-45 s cold). The cocotb bus models (cocotbext-axi's AXI4-Lite
+# and AXI4-Stream) still drive the bare engine in the k3 cases above.
+
+#: Seconds of board time for one layer: far more than any of these takes.
+TIMEOUT = 0.05
+#: The odds of a withheld input beat and of output not ready in the paused runs
+#: (cocotb's pauses: random bursts with the odds 0.3).
+PAUSE_PERMILLE = 300
+
+
+@pytest.fixture(scope="module")
+def k2_board():
+    board = open_board("sim", CONFIGS["k2"])
+    yield board
+    board.close()
+
+
+def _seed():
+    return int(os.environ.get("FPGACNN_TEST_SEED", "1"))
+
+
+def _run(driver, layer):
+    run = driver.run_layer(layer.desc, np.frombuffer(layer.data, np.uint8),
+                           output_nbytes(driver.config, layer.desc), timeout=TIMEOUT,
+                           name=layer.kind)
+    check_output(layer, run.output)
+    return run
+
+
+def test_k2_id_rom_on_the_simulated_board(k2_board):
+    """The ID ROM reads back the configuration the engine was generated with; idle."""
+    k2_board.reset()
+    driver = EngineDriver(k2_board)
+    assert driver.config == CONFIGS["k2"]
+    status = driver.regs.decode("status", k2_board.mmio_read(driver.regs.address("status")))
+    assert status == dict.fromkeys(status, 0)  # idle: not busy, done, pending nor in error
+
+
+@pytest.mark.parametrize("pauses", [False, True], ids=["pauses_False", "pauses_True"])
+def test_k2_random_layers_on_the_simulated_board(k2_board, pauses):
+    """Every layer kind, bit-exact, with and without random stream pauses."""
+    driver = EngineDriver(k2_board, expected=CONFIGS["k2"])
+    seed = _seed()
+    rng = np.random.default_rng([seed, int(pauses)])
+    stalls_in = stalls_out = 0
+    if pauses:
+        k2_board.set_backpressure(PAUSE_PERMILLE, PAUSE_PERMILLE, seed=seed * 7 + 1)
+    try:
+        for kind in KINDS:
+            layer = random_layer(rng, kind, CONFIGS["k2"])
+            run = _run(driver, layer)
+            stalls_in += run.stall_in_cycles
+            stalls_out += run.stall_out_cycles
+            if not pauses:
+                assert run.stall_out_cycles == 0, f"{kind}: stalled on output without pauses"
+    finally:
+        k2_board.set_backpressure(0, 0)
+    if pauses:  # the pauses did reach the engine on both streams
+        assert stalls_in > 0 and stalls_out > 0, (stalls_in, stalls_out)
+
+
+def test_k2_cycles_match_model_on_the_simulated_board(k2_board):
+    """Measured busy cycles are within 2% of the cycle model (no pauses)."""
+    driver = EngineDriver(k2_board, expected=CONFIGS["k2"])
+    rng = np.random.default_rng([_seed(), 2])
+    report = []
+    for kind in KINDS:
+        layer = random_layer(rng, kind, CONFIGS["k2"])
+        run = _run(driver, layer)
+        report.append((kind, run.busy_cycles, model_cycles(layer)))
+    bad = [(k, m, p) for k, m, p in report if abs(m - p) > 0.02 * m]
+    assert not bad, "measured vs model cycles off by more than 2%: " + \
+        ", ".join(f"{k}: {m} vs {p}" for k, m, p in bad)
 
 
 def test_second_build_is_cached():

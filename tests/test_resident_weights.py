@@ -14,19 +14,17 @@ import numpy as np
 import pytest
 from numpy.testing import assert_array_equal
 
-from fpgacnn.boards.board import load_board
-from fpgacnn.boards.engine_sizing import size_engine
 from fpgacnn.core.config import EngineConfig
 from fpgacnn.core.contract import engine_contract
 from fpgacnn.core.errors import MappingError
-from fpgacnn.host.accelerator import Accelerator, open_board
+from fpgacnn.host.accelerator import Accelerator
 from fpgacnn.host.compiler import compile_model
 from fpgacnn.host.cycle_model import layer_cycles
 from fpgacnn.host.layers import Conv
 from fpgacnn.host.model import QuantizedModel, TensorSpec
 from fpgacnn.host.reference import ReferenceBackend
 
-from conftest import SMALL_ENGINE
+from conftest import SMALL_ENGINE, pynq_z2_engine
 from random_models import random_cnn
 
 
@@ -97,25 +95,21 @@ def _engine_cycles(acc):
 
 
 #: The PYNQ-Z2's sized engine: a weight buffer of 2,048 words, which the random
-#: CNNs (and the model zoo, tests/test_zoo_on_rtl.py) fit.
-PYNQ_Z2 = size_engine(load_board("pynq-z2")).config
-
-
-@pytest.fixture(scope="module")
-def pynq_board():
-    board = open_board("sim", PYNQ_Z2)
-    yield board
-    board.close()
+#: CNNs (and the model zoo, tests/test_zoo_on_rtl.py) fit. On the RTL its
+#: program engine (tests/conftest.py's ``pynq_z2_board``, the zoo's board),
+#: the layers streamed through the DMA.
+PYNQ_Z2 = pynq_z2_engine()
 
 
 @pytest.mark.parametrize("case", ["convs", "random_cnn_5", "random_cnn_7"])
 def test_second_inference_runs_with_resident_weights_on_rtl(case, small_engine_board,
-                                                            pynq_board):
+                                                            pynq_z2_board):
     if case == "convs":
         model, config, board = conv_stack(2), SMALL_ENGINE, small_engine_board
     else:
-        model, config, board = random_cnn(int(case[-1])), PYNQ_Z2, pynq_board
-    acc = Accelerator(model, config=config, board=board)
+        model, config, board = random_cnn(int(case[-1])), PYNQ_Z2, pynq_z2_board
+    acc = Accelerator(model, config=config, board=board, sequencer=False)
+    assert acc.sequencer is None
     assert acc.program(2).resident
     rng = np.random.default_rng(7)
     cold_cycles = None

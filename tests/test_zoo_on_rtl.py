@@ -1,8 +1,11 @@
 """The MLPerf Tiny models and the ResNet-18 stem and block of the model zoo on
-the RTL, at their full sizes, on the PYNQ-Z2's sized engine (issue 15).
+the RTL, at their full sizes, on the PYNQ-Z2's sized engine (issue 15): its
+program engine (the top a Zynq build ships), tests/conftest.py's
+``pynq_z2_board``, one build for these tests and tests/test_resident_weights.py.
 
 Every convolution (dense, depthwise, the 10x4 and 7x7 first layers) and every
-Gemm is an engine step; each model is bit-exact with the reference backend,
+Gemm is an engine step; streamed through the DMA (``sequencer=False``), each
+model is bit-exact with the reference backend,
 with and without stream back-pressure, on its first inference (which loads
 the weights) and on the next (the weights resident in the engine), and
 without back-pressure every layer's RTL cycles equal the cycle model's
@@ -17,9 +20,7 @@ from pathlib import Path
 import pytest
 from numpy.testing import assert_array_equal
 
-from fpgacnn.boards.board import load_board
-from fpgacnn.boards.engine_sizing import size_engine
-from fpgacnn.host.accelerator import Accelerator, open_board
+from fpgacnn.host.accelerator import Accelerator
 from fpgacnn.host.compiler import EngineStep, compile_model
 from fpgacnn.host.layers import Gemm, _Convolution
 from fpgacnn.host.onnx_import import load_onnx
@@ -28,6 +29,8 @@ from fpgacnn.host.program_image import EngineRecord, FoldRecord, VectorRecord
 from fpgacnn.host.sequencer_table import vector_record_fields
 from fpgacnn.host.reference import ReferenceBackend
 
+from conftest import pynq_z2_engine
+
 logging.getLogger().setLevel(logging.ERROR)
 
 _spec = importlib.util.spec_from_file_location(
@@ -35,7 +38,7 @@ _spec = importlib.util.spec_from_file_location(
 zoo = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(zoo)
 
-CONFIG = size_engine(load_board("pynq-z2")).config
+CONFIG = pynq_z2_engine()
 #: Images per model (a batch; ResNet-18's stem at 224x224 takes ~2.6M cycles each).
 IMAGES = {"resnet8": 2, "mobilenet_v1_025": 2, "ds_cnn": 3, "autoencoder": 4,
           "resnet18_stem": 1}
@@ -52,10 +55,9 @@ def written(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def board():
-    b = open_board("sim", CONFIG)
-    yield b
-    b.close()
+def board(pynq_z2_board):
+    """The layers streamed through the DMA, the host running every step."""
+    return pynq_z2_board
 
 
 @pytest.mark.parametrize("name", list(zoo.ZOO))
@@ -68,7 +70,8 @@ def test_zoo_model_is_exact_on_rtl(written, board, name):
     for layer in qm.layers:
         if isinstance(layer, (_Convolution, Gemm)):
             assert layer.name in on_engine, f"{layer.name} ({layer.op}) is not on the engine"
-    acc = Accelerator(qm, config=CONFIG, board=board)
+    acc = Accelerator(qm, config=CONFIG, board=board, sequencer=False)
+    assert acc.sequencer is None
     board.set_backpressure(*PAUSES[name], seed=len(name))
     try:
         y = acc.run_int8(x8)
@@ -98,12 +101,10 @@ SEQUENCER_STOPS = {"resnet8": [], "mobilenet_v1_025": [], "ds_cnn": [], "autoenc
 
 
 @pytest.fixture(scope="module")
-def program_board():
+def program_board(pynq_z2_board):
     """The PYNQ-Z2 engine with its program sequencer and the memory model (issue 16)."""
-    b = open_board("sim", CONFIG, sequencer=True)
-    b.set_memory_timing(latency=MEMORY_LATENCY)
-    yield b
-    b.close()
+    pynq_z2_board.set_memory_timing(latency=MEMORY_LATENCY)
+    return pynq_z2_board
 
 
 # ResNet-18's stem (2.6M cycles an image) is left to the benchmark.
