@@ -21,6 +21,12 @@
 3b. ``writer_words``: 2 where a beat holds two input words (``stream_width
    == 16*pin``) on parts of 10k LUTs or more (docs/engine.md, "The pair
    writer"), else 1.
+3c. ``spare_bank``: 1 on Xilinx parts (DSP48 multipliers): ``kmax + 1``
+   line-buffer column banks, the same windows and cycles in fewer block
+   RAMs by this model (shallower banks fit the blocks better), and the
+   groundwork of two output pixels a cycle, whose two products a DSP48
+   takes (docs/engine.md, "The memory bound, and the plan"); 0 elsewhere,
+   where the ECP5 and iCE40 builds stand as measured.
 4. Buffers: starting from a small engine, ``max_channels``,
    ``max_out_channels`` and ``max_width`` are doubled in turn while the
    engine contract's buffers (line, weight, parameter buffers and the
@@ -170,7 +176,13 @@ def _config(pin, pout, sizes, resources):
     # iCE40s): their logic is full.
     pairs = stream == 16 * pin and resources.luts >= _SMALL_PART_LUTS
     return EngineConfig(pin=pin, pout=pout, kmax=_KMAX, stream_width=stream,
-                        writer_words=2 if pairs else 1, **sizes)
+                        writer_words=2 if pairs else 1, spare_bank=int(_xilinx(resources)),
+                        **sizes)
+
+
+def _xilinx(resources):
+    """Whether the part's multipliers are Xilinx DSP48s (the pairs' packed products)."""
+    return resources.multiplier_kind.startswith("DSP48")
 
 
 def size_engine(board):
@@ -224,6 +236,9 @@ def size_engine(board):
     if _config(pin, pout, _START, r).writer_words == 2:
         reasons.append("writer_words=2: a beat holds two input words, and the line buffer "
                        "stores both a cycle (its banks in halves)")
+    if _xilinx(r):
+        reasons.append("spare_bank=1: kmax + 1 line-buffer column banks on a Xilinx part: "
+                       "the same windows and cycles in fewer block RAMs")
 
     # 4. buffers from the block RAMs
     sizes = dict(_START)
@@ -271,10 +286,11 @@ def sizing_markdown(boards):
         c, r = s.config, board.resources
         row = (f"{c.pin} x {c.pout}", f"{c.peak_macs_per_cycle}",
                f"{c.max_width} / {c.max_channels} / {c.max_out_channels}", f"{c.writer_words}",
+               f"{c.column_banks}",
                f"{s.multipliers} / {r.multipliers}", f"{s.bram_blocks['total']} / {r.bram_blocks}")
         rows.setdefault(row, []).append(board.name)
     lines = ["| board | pin x pout | MACs/cycle | max width / ch in / ch out | input words "
-             "stored a cycle | DSPs (est.) | BRAM (est.) |",
-             "| --- | --- | --- | --- | --- | --- | --- |"]
+             "stored a cycle | line-buffer column banks | DSPs (est.) | BRAM (est.) |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     lines += [f"| {', '.join(names)} | " + " | ".join(row) + " |" for row, names in rows.items()]
     return "\n".join(lines)

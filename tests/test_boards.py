@@ -221,6 +221,21 @@ def test_pair_writer_costs_no_block_ram_on_zynq():
         assert size_engine(load_board(name)).config.writer_words == 1, name
 
 
+def test_spare_bank_on_xilinx_parts_only_and_fewer_blocks():
+    # The Xilinx boards' sized engines take kmax + 1 column banks (the same
+    # buffers, fewer block RAMs by the model); the ECP5 and iCE40 ones keep kmax.
+    for board in list_boards():
+        s = size_engine(board)
+        xilinx = board.resources.multiplier_kind.startswith("DSP48")
+        assert s.config.spare_bank == int(xilinx), board.name
+        if xilinx:
+            one_bank = dataclasses.replace(s.config, spare_bank=0)
+            assert (bram_blocks_needed(s.config, board)["line_buffer"]
+                    < bram_blocks_needed(one_bank, board)["line_buffer"]), board.name
+    board = load_board("pynq-z2")
+    assert bram_blocks_needed(size_engine(board).config, board)["line_buffer"] == 48
+
+
 def test_ecp5_loader_buffers_counted_as_built():
     # With deep_pipeline the ECP5 build stores each 64-bit stream lane of
     # the weight words in blocks of its own (hdl/tech/ecp5_block_ram.py): 1152-bit

@@ -260,3 +260,18 @@ def test_mac_array_multiplies_map_to_ecp5_dsps(tmp_path):
     stat = (tmp_path / "stat.txt").read_text()
     dsps = int(re.search(r"(\d+)\s+MULT18X18D", stat).group(1))
     assert dsps == cfg.pout * dut.taps
+
+
+def test_mac_array_pairs_on_ecp5_take_two_multipliers_a_tap():
+    """ECP5's 18x18 blocks cannot take the packed 25-bit operand: a pair engine's
+    array there has two MULT18X18D a tap and lane, no packed product."""
+    from amaranth.back import verilog
+
+    class _ECP5:
+        family = "ecp5"
+
+    cfg = EngineConfig(pin=1, pout=2, kmax=2, stream_width=32)
+    text = verilog.convert(MacArray(cfg, tag_width=2, pairs=True), platform=_ECP5(),
+                           emit_src=False)
+    assert len(re.findall(r"\bMULT18X18D\b\s*#", text)) == 2 * 4 * 2
+    assert "packed" not in text
