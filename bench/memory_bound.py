@@ -7,7 +7,7 @@ takes at least ``max(MACs / peak, in_bytes / B, out_bytes / B)`` cycles
 however its MACs are mapped. Summed over a model's engine layers this is a
 floor on its cycles, and ``MACs / (peak x floor)`` a ceiling on its
 utilization; the same with twice the peak (an array of two output pixels a
-cycle, docs/engine.md "Where the array loses by construction") shows which
+cycle, docs/engine.md "The memory bound, and the plan") shows which
 layers more multipliers would speed up at all. Beside them the compiled
 program's cycles (the cycle model's, steady state, weights resident where
 they fit: what BENCHMARKS.md section 5 measures on the RTL).

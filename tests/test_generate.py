@@ -74,6 +74,9 @@ def test_example_config_is_the_default():
     ("[engine]\nwriter_words = 3\n", r"^fpgacnn: error: writer_words must be between 1 and 2, not 3$"),
     ("[engine]\nwriter_words = 2\n", r"^fpgacnn: error: writer_words 2 needs a beat of two input words: "
                                      r"stream_width 64 is 8 bytes, pin is 8$"),
+    ("[engine]\nspare_bank = -1\n", r"^fpgacnn: error: spare_bank must be between 0 and 1, not -1$"),
+    ("[engine]\nspare_bank = 2\n", r"^fpgacnn: error: spare_bank must be between 0 and 1, not 2$"),
+    ("[engine]\nspare_bank = true\n", r"^fpgacnn: error: spare_bank must be an integer, not True$"),
     ("[engine]\npin = 4\nstream_width = 32\nwriter_words = 2\n",
      r"^fpgacnn: error: writer_words 2 needs a beat of two input words: stream_width 32 is 4 "
      r"bytes, pin is 4$"),
@@ -84,6 +87,12 @@ def test_bad_configuration_is_named(tmp_path, capsys, text, message):
     assert err.count("\n") == 1
     assert re.match(message, err.strip()), err
     assert not (tmp_path / "out").exists()
+
+
+def test_spare_bank_takes_0_and_1():
+    assert EngineConfig().column_banks == 3
+    assert EngineConfig(spare_bank=1).column_banks == 4
+    assert EngineConfig(kmax=1, spare_bank=1).column_banks == 2
 
 
 def test_pair_writer_takes_a_beat_of_two_words():

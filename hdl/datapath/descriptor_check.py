@@ -153,10 +153,10 @@ class DescriptorCheck(wiring.Component):
         # constant, so a restoring division takes one quotient bit a cycle, most
         # significant first (`wbits` steps), and `widest` follows the quotient
         # times column_banks (doubled each step, plus column_banks where the bit
-        # is 1): one subtractor, one
-        # adder of a constant, no multiplier, no table. `free_cols` is widest's
-        # complement in col_bits (the columns left of 2**col_bits - 1).
-        words, k = c.line_buffer.words, self._config.column_banks
+        # is 1): one subtractor, one adder of a constant, no multiplier, no
+        # table. `free_cols` is widest's complement in col_bits (the columns
+        # left of 2**col_bits - 1).
+        words, banks = c.line_buffer.words, self._config.column_banks
         wbits = words.bit_length()
         rbits = max(lim.ci_bits, 1)
         rem = Signal(rbits)            # the remainder, below ci_tiles
@@ -174,7 +174,7 @@ class DescriptorCheck(wiring.Component):
         with m.Elif(running):
             with m.If(ci_fits_word & (steps != 0)):
                 m.d.sync += [rem.eq(Mux(take, trial - desc.ci_tiles[:rbits], trial)),
-                             widest.eq((widest << 1) + Mux(take, k, 0)),
+                             widest.eq((widest << 1) + Mux(take, banks, 0)),
                              steps.eq(steps - 1)]
             with m.Else():
                 m.d.sync += running.eq(0)

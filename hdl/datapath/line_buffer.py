@@ -591,13 +591,12 @@ class LineBuffer(wiring.Component):
                 if pairs:
                     banks[r][b].connect_read(m, f"{r}_{b}")
         mem_data = [[banks[r][b].r_data for b in range(nb)] for r in range(slots)]
-        # The read spans `span` columns: the window's kmax, and with the spare
-        # bank one more, the last column of the window one column on.
-        span = k + cfg.spare_bank
+        # A read takes a column from every bank: the window's kmax, and with
+        # the spare bank one more, the last column of the window one column on.
         rsel = [Signal(range(slots), name=f"rsel_{ky}") for ky in range(k)]
-        bsel = [Signal(range(nb), name=f"bsel_{kx}") for kx in range(span)]
+        bsel = [Signal(range(nb), name=f"bsel_{kx}") for kx in range(nb)]
         rowv = Signal(k)
-        colv = Signal(span)
+        colv = Signal(nb)
         v1 = Signal()
         self._window_rows = []  # (slot, in the image) of each window row, for tests
         for ky in range(k):
@@ -607,7 +606,7 @@ class LineBuffer(wiring.Component):
             slot, inside = _mod_once(rs, slots), (ry >= 0) & (ry < desc.in_h)
             m.d.sync += [rsel[ky].eq(slot), rowv[ky].eq(inside)]
             self._window_rows.append((slot, inside))
-        for kx in range(span):
+        for kx in range(nb):
             cx = Signal(signed(col_w), name=f"cx_{kx}")
             bs = Signal(range(nb + k), name=f"bs_{kx}")
             m.d.comb += [cx.eq(x0 + kx), bs.eq(bank0 + kx)]
@@ -633,10 +632,10 @@ class LineBuffer(wiring.Component):
             colv_e = delayed(m, colv, extra + split - 1, "colv_d")
             row_sel = [[register_copy(m, rsel_e[ky], f"rsel_{ky}_{b}") for b in range(nb)]
                        for ky in range(k)]
-            tap_sel = [[register_copy(m, bsel_e[kx], f"bsel_{ky}_{kx}") for kx in range(span)]
+            tap_sel = [[register_copy(m, bsel_e[kx], f"bsel_{ky}_{kx}") for kx in range(nb)]
                        for ky in range(k)]
             tap_valid = [[register_copy(m, rowv_e[ky] & colv_e[kx], f"tapv_{ky}_{kx}")
-                          for kx in range(span)] for ky in range(k)]
+                          for kx in range(nb)] for ky in range(k)]
         else:
             rsel = [delayed(m, s, extra, f"rsel{ky}_d") for ky, s in enumerate(rsel)]
             bsel = [delayed(m, s, extra, f"bsel{kx}_d") for kx, s in enumerate(bsel)]
@@ -644,7 +643,7 @@ class LineBuffer(wiring.Component):
             colv = delayed(m, colv, extra, "colv_d")
             row_sel = [[rsel[ky]] * nb for ky in range(k)]
             tap_sel = [list(bsel) for _ in range(k)]
-            tap_valid = [[rowv[ky] & colv[kx] for kx in range(span)] for ky in range(k)]
+            tap_valid = [[rowv[ky] & colv[kx] for kx in range(nb)] for ky in range(k)]
 
         # Last stage(s): pick each window row's slot for every bank, then rotate
         # the banks into window columns: kmax*kmax slots:1 muxes and kmax*kmax
@@ -656,9 +655,9 @@ class LineBuffer(wiring.Component):
             rows = [[delayed(m, rows[ky][b], 1, f"row_{ky}_{b}", reset_less=True)
                      for b in range(nb)] for ky in range(k)]
         zp_word = Cat(*([desc.x_zp] * pin))
-        taps = [[None] * span for _ in range(k)]
+        taps = [[None] * nb for _ in range(k)]
         for ky in range(k):
-            for kx in range(span):
+            for kx in range(nb):
                 t = Signal(8 * pin, name=f"tap_{ky}_{kx}")
                 with m.If(tap_valid[ky][kx]):
                     m.d.comb += t.eq(Array(rows[ky])[tap_sel[ky][kx]])
@@ -670,7 +669,7 @@ class LineBuffer(wiring.Component):
                      self.o_valid.eq(v1)]
         if cfg.spare_bank:
             m.d.sync += self.o_window_next.as_value().eq(
-                Cat(*(taps[ky][kx] for ky in range(k) for kx in range(1, span))))
+                Cat(*(taps[ky][kx] for ky in range(k) for kx in range(1, nb))))
         return m
 
     def _pair_writer(self, m, banks, wen, at, wslot, finish_row):
@@ -684,24 +683,24 @@ class LineBuffer(wiring.Component):
         half for its address parity differs from the first word's, so each
         half memory takes at most one of the two.
         """
-        # k: the column banks (kmax, or kmax + 1 with the spare bank).
-        cfg, desc, k, pin = self._config, self.desc, self._config.column_banks, self._config.pin
+        cfg, desc, pin = self._config, self.desc, self._config.pin
+        nb = cfg.column_banks  # kmax, or kmax + 1 with the spare bank
         slots = engine_contract(cfg).row_slots
         wci, wci_last, wx, wx_last, wbank, wbase = at
         payload = self.w_stream.payload
         first, second, two = payload[:8 * pin], payload[8 * pin:16 * pin], payload[16 * pin]
         ci1, ci_last1, x1, x_last1 = step_in_row((wci, wci_last, wx, wx_last), desc.ci_tiles,
                                                  desc.in_w)
-        wrap = wci_last & (wbank == k - 1)
+        wrap = wci_last & (wbank == nb - 1)
         bank1 = Signal.like(wbank, name="wbank1")
         base1 = Signal.like(wbase, name="wbase1")
-        m.d.comb += [bank1.eq(Mux(wci_last, Mux(wbank == k - 1, 0, wbank + 1), wbank)),
+        m.d.comb += [bank1.eq(Mux(wci_last, Mux(wbank == nb - 1, 0, wbank + 1), wbank)),
                      base1.eq(Mux(wrap, wbase + desc.ci_tiles, wbase))]
         addr_bits = len(banks[0][0].parts[0].w_addr) + 1
         addr0 = Signal(addr_bits, name="waddr0")
         addr1 = Signal(addr_bits, name="waddr1")
         m.d.comb += [addr0.eq(wbase + wci), addr1.eq(base1 + ci1)]
-        for b in range(k):
+        for b in range(nb):
             for p in range(2):
                 sel0 = (wbank == b) & (addr0[0] == p)
                 sel1 = Signal(name=f"wsel1_{b}_{p}")
@@ -720,7 +719,7 @@ class LineBuffer(wiring.Component):
                     finish_row()
                 with m.Else():
                     m.d.sync += [wx.eq(x_at + 1), wx_last.eq(x_at + 2 == desc.in_w)]
-                    with m.If(bank_at == k - 1):
+                    with m.If(bank_at == nb - 1):
                         m.d.sync += [wbank.eq(0), wbase.eq(base_at + desc.ci_tiles)]
                     with m.Else():
                         m.d.sync += [wbank.eq(bank_at + 1), wbase.eq(base_at)]
