@@ -158,13 +158,13 @@ class MacArray(wiring.Component):
         # PairProducts) is a pipeline stage of its own, the routes to it too.
         registered = bool(cfg.deep_pipeline)
         windows = [self.i_window] + ([self.i_window_next] if self._pairs else [])
+        suffixes = ("", "_next")  # of each window's submodules and accumulators
         packed = self._pairs and not (is_ecp5(platform) or has_sb_mac16(platform))
         trees = [[] for _ in windows]  # per window, per lane
         for lane in range(cfg.pout):
             for w in range(len(windows)):
-                suffix = "" if w == 0 else "_next"
                 trees[w].append(AdderTree(taps, 16))
-                m.submodules[f"tree{lane}{suffix}"] = trees[w][lane]
+                m.submodules[f"tree{lane}{suffixes[w]}"] = trees[w][lane]
             if packed:
                 prods = m.submodules[f"mul{lane}"] = PairProducts(
                     taps, registered_operands=registered)
@@ -174,8 +174,7 @@ class MacArray(wiring.Component):
                              trees[1][lane].i_data.eq(prods.o_p1)]
                 continue
             for w, window in enumerate(windows):
-                suffix = "" if w == 0 else "_next"
-                prods = m.submodules[f"mul{lane}{suffix}"] = Int8Products(
+                prods = m.submodules[f"mul{lane}{suffixes[w]}"] = Int8Products(
                     taps, registered_operands=registered)
                 m.d.comb += [prods.i_a.eq(window), prods.i_b.eq(self.i_weights[lane]),
                              trees[w][lane].i_data.eq(prods.o_p)]
@@ -196,10 +195,10 @@ class MacArray(wiring.Component):
         # Accumulator stage.
         outputs = [self.o_acc] + ([self.o_acc_next] if self._pairs else [])
         for w, out in enumerate(outputs):
-            suffix = "" if w == 0 else "_next"
             for lane, tree in enumerate(trees[w]):
                 # No reset: a group's first cycle overwrites it, o_valid qualifies it.
-                acc = Signal(signed(cfg.acc_width), name=f"acc{lane}{suffix}", reset_less=True)
+                acc = Signal(signed(cfg.acc_width), name=f"acc{lane}{suffixes[w]}",
+                             reset_less=True)
                 m.d.comb += out[lane].eq(acc)
                 with m.If(stage.valid):
                     with m.If(stage.first):
