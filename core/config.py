@@ -86,6 +86,16 @@ class EngineConfig:
         groundwork of two output pixels a cycle (docs/engine.md, "The memory
         bound, and the plan"). It stores the same words in shallower
         memories; results and cycles are those of ``spare_bank = 0``.
+    pixel_pairs : int
+        0 (default): one window a cycle. 1: a run may compute two adjacent
+        output pixels a cycle (stride 1, no pool, no depthwise: the
+        descriptor's ``pixel_pairs``): the window and the one a column on
+        from one read of the spare bank's line buffer, two products a tap
+        sharing its weight (one DSP48 a pair on Xilinx parts), two adder
+        trees, accumulators and requantizers a lane, and the second pixel's
+        words in a FIFO of their own until the first pixel's are out
+        (docs/engine.md, "Pixel pairs"). Needs ``spare_bank = 1`` and the
+        deep arrangement (``deep_pipeline = 1``).
 
     Raises
     ------
@@ -107,6 +117,7 @@ class EngineConfig:
     deep_pipeline: int = 1
     writer_words: int = 1
     spare_bank: int = 0
+    pixel_pairs: int = 0
 
     def __post_init__(self):
         _check_int("pin", self.pin, 1, 64)
@@ -133,6 +144,12 @@ class EngineConfig:
                 f"must divide one another")
         _check_int("writer_words", self.writer_words, 1, 2)
         _check_int("spare_bank", self.spare_bank, 0, 1)
+        _check_int("pixel_pairs", self.pixel_pairs, 0, 1)
+        if self.pixel_pairs and not (self.spare_bank and self.deep_pipeline):
+            raise ConfigError(
+                "pixel_pairs 1 needs spare_bank 1 (the two windows of a pair in one read) "
+                f"and deep_pipeline 1, not spare_bank {self.spare_bank} and "
+                f"deep_pipeline {self.deep_pipeline}")
         if self.writer_words == 2 and b != 2 * self.pin:
             raise ConfigError(
                 f"writer_words 2 needs a beat of two input words: stream_width "
@@ -152,8 +169,14 @@ class EngineConfig:
         return self.kmax + self.spare_bank
 
     @property
-    def peak_macs_per_cycle(self):
+    def window_macs(self):
+        """Multiply-accumulates of one window issue: ``kmax*kmax*pin*pout``."""
         return self.kmax * self.kmax * self.pin * self.pout
+
+    @property
+    def peak_macs_per_cycle(self):
+        """The array's products a cycle: a window's, two windows' with ``pixel_pairs``."""
+        return self.window_macs * (1 + self.pixel_pairs)
 
     # -- (de)serialisation ---------------------------------------------------
 

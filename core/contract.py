@@ -175,6 +175,12 @@ class Latencies:
         Pixel words held between the loader and the line buffer's writer.
     output_fifo_slack : int
         Output FIFO words beyond the pipeline latency (the FIFO's and the packer's own).
+    output_fifo_pair_words : int
+        With ``pixel_pairs``, words each of the two output FIFOs holds beyond
+        those: a pixel's every output tile (``max_co_tiles``), since the second
+        pixel's words wait in theirs until the first pixel's are out, while
+        the next pair's first words arrive (docs/engine.md, "Pixel pairs");
+        else 0.
     """
 
     line_buffer: int
@@ -189,6 +195,7 @@ class Latencies:
     start: int
     pixel_slice_words: int
     output_fifo_slack: int
+    output_fifo_pair_words: int = 0
 
     def pipeline(self, pool):
         """From a group's last window issue to its output word's FIFO write."""
@@ -202,8 +209,9 @@ class Latencies:
 
     @property
     def output_fifo_depth(self):
-        """Output FIFO words: credits to cover the pipeline at one word per cycle."""
-        return self.pipeline(True) + self.output_fifo_slack
+        """Words of the output FIFO (of each, with pixel pairs): credits to cover the
+        pipeline at one word per cycle, and a pixel's words with pixel pairs."""
+        return self.pipeline(True) + self.output_fifo_slack + self.output_fifo_pair_words
 
 
 class EngineContract:
@@ -297,7 +305,7 @@ class EngineContract:
         with a default): where False, the field's register is a constant and its
         range only its default."""
         return {"load_params": self.resident_weights, "weight_base": self.resident_weights,
-                "depthwise": self.depthwise_runs}
+                "depthwise": self.depthwise_runs, "pixel_pairs": bool(self.config.pixel_pairs)}
 
     def weight_words(self, desc):
         """Weight words the run ``desc`` reads: a word per (output tile, input tile),
@@ -333,6 +341,8 @@ class EngineContract:
                             "the compact arrangement keeps no resident weights"),
             "depthwise": ("" if self.depthwise_runs else
                           "depthwise runs need the deep arrangement and pin == pout"),
+            "pixel_pairs": ("" if c.pixel_pairs else
+                            "the engine was generated without pixel_pairs"),
             "pad_top": f"kmax - 1 = {c.kmax - 1}", "pad_left": f"kmax - 1 = {c.kmax - 1}",
         }.get(name, "")
 
@@ -468,7 +478,8 @@ class EngineContract:
             mac_array=products + _tree_levels(taps) + 1, param_lookup=1,
             requantizer=requant, maxpool=pool, weight_read=weight_read,
             param_read=param_read, start=1, pixel_slice_words=2 if deep else 0,
-            output_fifo_slack=4)
+            output_fifo_slack=4,
+            output_fifo_pair_words=self.max_co_tiles if c.pixel_pairs else 0)
 
 
 @functools.lru_cache(maxsize=256)
@@ -523,6 +534,16 @@ def descriptor_violations(config, desc):
     if desc["depthwise"] and ci != co:
         out.append(("depthwise", f"a depthwise run pairs each output tile with its input "
                                  f"tile: ci_tiles {ci} must equal co_tiles {co}"))
+    if desc["pixel_pairs"]:
+        # Two windows a column apart from one read: adjacent output pixels at
+        # stride 1 only; the max-pool and the depthwise schedule take one
+        # pixel a window.
+        why = [w for bad, w in ((int(desc["stride"]) != 1, f"stride {desc['stride']}"),
+                                (desc["pool"], "a fused max-pool"),
+                                (desc["depthwise"], "a depthwise run")) if bad]
+        if why:
+            out.append(("pixel_pairs", f"pixel pairs are two adjacent stride-1 output "
+                                       f"pixels: not with {' and '.join(why)}"))
     last = (int(desc["out_h"]) - 1) * int(desc["stride"]) - int(desc["pad_top"])
     if last >= int(desc["in_h"]):
         # The line buffer turns its row slots by the input rows an output row

@@ -49,6 +49,9 @@ DESCRIPTOR_FIELDS = (
     # Register map 2.1: depthwise runs (docs/engine.md, "Depthwise runs").
     DescriptorField("depthwise", 1, False, "output tile t reads input tile t only (pin == pout): "
                     "one window and one weight word per output tile", default=0),
+    # Register map 2.4: pixel pairs (docs/engine.md, "Pixel pairs").
+    DescriptorField("pixel_pairs", 1, False, "two adjacent output pixels a window issue "
+                    "(stride 1, no pool, not depthwise)", default=0),
 )
 
 

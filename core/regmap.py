@@ -9,10 +9,12 @@ the gateware (:class:`fpgacnn.hdl.bus.csr_bank.CSRBank` decodes it), the driver
 Layout (each block starts on a 64-byte boundary)::
 
     id      magic, version, one ``cfg_*`` register per EngineConfig parameter   (const)
+            (the first fourteen: the block is full; the others in ``id_more``)
     ctrl    control (start, soft_reset: write 1 to pulse), status (busy, done,
             error, pending, error_fields: one bit per descriptor field)
     desc    one ``desc_*`` register per descriptor field                         (rw)
     perf    busy / stall-on-input / stall-on-output cycle counters               (ro)
+    id_more ``cfg_*`` registers of the parameters added since 2.3 (pixel_pairs) (const)
 
 ``status.done`` is sticky: set when a layer run finishes, cleared by the next
 ``start`` (and by a reset). ``status.error`` is sticky too: set when a
@@ -52,7 +54,7 @@ __all__ = [
 MAGIC = int.from_bytes(b"FCNN", "little")
 #: Register-map and stream-format version (major, minor). A driver refuses a
 #: different major version; minor versions only add registers.
-VERSION = (2, 3)
+VERSION = (2, 4)
 #: AXI4-Lite data width in bits.
 DATA_WIDTH = 32
 #: AXI4-Lite byte-address width: a 4 KiB window, the smallest address
@@ -470,13 +472,21 @@ def build_regmap(config):
     require_config(config)
     b = RegisterMapBuilder()
 
+    def add_cfg(params):
+        for f in params:
+            b.add(f"cfg_{f.name}", "const", [("value", 32)], value=getattr(config, f.name),
+                  doc=f"generator parameter {f.name}")
+
+    # The ID block is full with the parameters of register map 2.3: later ones
+    # are in a block of their own after the performance counters, so that
+    # every 2.x register stays where it was.
+    params = dc_fields(EngineConfig)
+    in_id = _BLOCK_ALIGN // (DATA_WIDTH // 8) - 2
     b.begin_group("id")
     b.add("magic", "const", [("value", 32)], value=MAGIC, doc='ID magic, b"FCNN"')
     b.add("version", "const", [("minor", 16), ("major", 16)],
           value={"major": VERSION[0], "minor": VERSION[1]}, doc="register map version")
-    for f in dc_fields(EngineConfig):
-        b.add(f"cfg_{f.name}", "const", [("value", 32)], value=getattr(config, f.name),
-              doc=f"generator parameter {f.name}")
+    add_cfg(params[:in_id])
 
     b.begin_group("ctrl")
     b.add("control", "pulse", [
@@ -495,7 +505,7 @@ def build_regmap(config):
          "engine contract; none when the registers were written while busy"),
     ], doc="engine status")
 
-    # 19 registers: a 128-byte block (the engine tells a descriptor write by
+    # 20 registers: a 128-byte block (the engine tells a descriptor write by
     # its block). A field this engine has no use for is a constant (no
     # flip-flops): resident weights and depthwise runs on the compact
     # arrangement, depthwise runs where pin != pout.
@@ -514,4 +524,7 @@ def build_regmap(config):
           doc="busy cycles waiting for input stream data")
     b.add("perf_stall_out_cycles", "ro", [("value", 32)],
           doc="busy cycles held up by output stream back-pressure")
+
+    b.begin_group("id_more")
+    add_cfg(params[in_id:])
     return b.build(config=config)

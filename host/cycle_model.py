@@ -133,7 +133,10 @@ def layer_cycles(config, desc, *, macs=None, feed_delay=0):
     # every input tile is still written to the line buffer).
     wins = 1 if desc.get("depthwise", 0) else ci
     if macs is None:
-        macs = out_h * out_w * co * wins * peak * batch
+        macs = out_h * out_w * co * wins * config.window_macs * batch
+    # Output pixels a window issue computes: two adjacent ones with pixel pairs.
+    pairs = bool(desc.get("pixel_pairs", 0))
+    positions = -(-out_w // 2) if pairs else out_w
 
     load = 0
     if desc["load_weights"]:
@@ -152,7 +155,7 @@ def layer_cycles(config, desc, *, macs=None, feed_delay=0):
     else:
         row_cycles = [row_in] * in_h
     per_word_out = max(1, pout // beat)          # cycles per output word
-    issue = out_w * co * wins                    # cycles to issue one output row
+    issue = positions * co * wins                # cycles to issue one output row
     latency, drain = lat.pipeline(pool), lat.drain
     depth = lat.output_fifo_depth
 
@@ -163,6 +166,7 @@ def layer_cycles(config, desc, *, macs=None, feed_delay=0):
     j_free = 0      # output rows issued before the writer may start its next row
     wait_in = wait_out = 0
     pops = []       # output-word pop cycles (only kept while they can throttle the issue)
+    pair_pops = ([], [])  # pixel pairs: the even and the odd pixels' FIFOs' pops
     last_pop = -(1 << 60)
     g = j = 0
     while g < rows or j < orows:
@@ -190,7 +194,11 @@ def layer_cycles(config, desc, *, macs=None, feed_delay=0):
         start = max(prev, w_end[target - 1])
         wait_in += start - prev
         groups = _produced(oy, out_w, out_h, co, pool)
-        if per_word_out <= wins:
+        if pairs:
+            last_pop, end = _pair_row(start, out_w, co, wins, latency, depth, per_word_out,
+                                      pair_pops, last_pop)
+            wait_out += end - start - issue
+        elif per_word_out <= wins:
             # Pops keep up with results: the issue never waits for credits.
             end = start + issue
             if groups:
@@ -247,6 +255,39 @@ def layer_cycles(config, desc, *, macs=None, feed_delay=0):
         tail_cycles=int(tail), bound=bound, reason=reason,
         detail={"fill": fill, "first_issue": r_start[0], "last_issue": last_issue,
                 "latency": latency, "demand": demand})
+
+
+def _pair_row(start, out_w, co, wins, latency, depth, per_word_out, pops, last_pop):
+    """One output row of a pixel-pair run, word by word: returns ``(last_pop, end)``.
+
+    Group ``(p, c)`` (pixels ``2p`` and ``2p + 1``, output tile ``c``) issues
+    its first window once the group before is issued and it holds a place in
+    the FIFO of each pixel it writes (a place frees the cycle after its word's
+    pop); both words are written ``wins - 1 + latency`` cycles after.
+    The packer pops pixel ``2p``'s words from the first FIFO, then pixel ``2p +
+    1``'s from the second, one word every ``per_word_out`` cycles, each two
+    cycles after its write at the earliest. ``pops`` (the two FIFOs' pop
+    cycles, from earlier rows on) grows. A group's places are those of words at
+    least a pixel's ``co`` words earlier (``depth`` is more), so the pops of
+    the pairs before decide every group of a pair.
+    """
+    t = start - wins
+    for p in range(-(-out_w // 2)):
+        second = 2 * p + 1 < out_w
+        written = []
+        for _ in range(co):
+            t += wins
+            for fifo, needed in zip(pops, (True, second)):
+                reserved = len(fifo) + len(written)
+                if needed and reserved >= depth:
+                    t = max(t, fifo[reserved - depth] + 1)
+            written.append(t + wins - 1 + latency)
+        for fifo, needed in zip(pops, (True, second)):
+            if needed:
+                for w in written:
+                    last_pop = max(w + 2, last_pop + per_word_out)
+                    fifo.append(last_pop)
+    return last_pop, t + wins
 
 
 def _pair_row_cycles(offset, words):

@@ -127,11 +127,11 @@ def use_remap(config, cin, kernel, remap=None):
 
 
 _GEOMETRY_FIELDS = ("in_h", "in_w", "ci_tiles", "co_tiles", "out_h", "out_w", "stride",
-                    "pad_top", "pad_left", "batch", "pool", "depthwise")
+                    "pad_top", "pad_left", "batch", "pool", "depthwise", "pixel_pairs")
 
 
 def map_layer(config, x_shape, w_shape, *, stride=1, pads=(0, 0, 0, 0), pool=False, remap=None,
-              depthwise=False, name="layer"):
+              depthwise=False, pixel_pairs=None, name="layer"):
     """How a convolution of the given shapes runs on the engine, checked against its limits.
 
     Parameters
@@ -141,7 +141,7 @@ def map_layer(config, x_shape, w_shape, *, stride=1, pads=(0, 0, 0, 0), pool=Fal
         Input shape ``(N, Cin, H, W)``.
     w_shape : (int, int, int, int)
         Weight shape ``(Cout, Cin, KH, KW)``.
-    stride, pads, pool, remap, name
+    stride, pads, pool, remap, pixel_pairs, name
         As for :func:`pack_layer`.
     depthwise : bool
         A depthwise run: ``w_shape`` is the dense ``(C, C, KH, KW)`` of a
@@ -152,7 +152,8 @@ def map_layer(config, x_shape, w_shape, *, stride=1, pads=(0, 0, 0, 0), pool=Fal
     dict
         The geometry fields of the descriptor (``in_h``, ``in_w``, ``ci_tiles``,
         ``co_tiles``, ``out_h``, ``out_w``, ``stride``, ``pad_top``, ``pad_left``,
-        ``batch``, ``pool``), plus ``remap`` (bool) and ``macs``: the layer's
+        ``batch``, ``pool``, ``depthwise``, ``pixel_pairs``), plus ``remap``
+        (bool) and ``macs``: the layer's
         real multiply-accumulates for the whole batch.
 
     Raises
@@ -193,9 +194,14 @@ def map_layer(config, x_shape, w_shape, *, stride=1, pads=(0, 0, 0, 0), pool=Fal
         raise MappingError(f"{name}: stride {sy}x{sx} is not square; the engine has one stride")
     else:
         h += zero_point_rows(h, out_h, sy, pads[0])
+    if pixel_pairs is None:
+        # Two pixels a window wherever the engine takes them: never slower (the
+        # same windows in half the issues; docs/engine.md, "Pixel pairs").
+        pixel_pairs = bool(config.pixel_pairs) and sy == 1 and not pool and not depthwise
     geo = dict(in_h=h, in_w=wd, ci_tiles=math.ceil(cin / pin), co_tiles=math.ceil(cout / pout),
                out_h=out_h, out_w=out_w, stride=sy, pad_top=pads[0], pad_left=pads[1], batch=n,
-               pool=int(bool(pool)), depthwise=int(bool(depthwise)))
+               pool=int(bool(pool)), depthwise=int(bool(depthwise)),
+               pixel_pairs=int(bool(pixel_pairs)))
     # Everything else the engine cannot take is the contract's to say.
     violations = descriptor_violations(config, dict(_NEUTRAL_FIELDS, **geo))
     if violations:
@@ -205,7 +211,8 @@ def map_layer(config, x_shape, w_shape, *, stride=1, pads=(0, 0, 0, 0), pool=Fal
 
 
 def pack_layer(config, x, w, bias, x_zp, mult, shift, y_zp, *, clamp=(-128, 127), stride=1,
-               pads=(0, 0, 0, 0), pool=False, load_weights=True, remap=None, name="layer"):
+               pads=(0, 0, 0, 0), pool=False, load_weights=True, remap=None, pixel_pairs=None,
+               name="layer"):
     """Pack one convolution layer run (descriptor + input stream bytes).
 
     The composition of :func:`map_layer` (the checks), :func:`layer_descriptor`,
@@ -238,6 +245,10 @@ def pack_layer(config, x, w, bias, x_zp, mult, shift, y_zp, *, clamp=(-128, 127)
         ones, which must be this layer's).
     remap : bool or None
         Run a 1x1 layer through the remap; ``None`` decides (:func:`use_remap`).
+    pixel_pairs : bool or None
+        Run two adjacent output pixels a window issue (an engine with
+        ``pixel_pairs``, stride 1, no pool); ``None`` takes them wherever the
+        engine can.
     name : str
         Layer name used in error messages.
 
@@ -264,7 +275,7 @@ def pack_layer(config, x, w, bias, x_zp, mult, shift, y_zp, *, clamp=(-128, 127)
     if lo > hi:
         raise MappingError(f"{name}: clamp_lo {lo} is above clamp_hi {hi}")
     geo = map_layer(config, x.shape, w.shape, stride=stride, pads=pads, pool=pool,
-                    remap=remap, name=name)
+                    remap=remap, pixel_pairs=pixel_pairs, name=name)
     params = _parameters(w, bias, x_zp, mult, shift, name)  # checked even when not streamed
     desc = layer_descriptor(geo, x_zp=x_zp, y_zp=y_zp, clamp=(lo, hi), load_weights=load_weights)
     pixels = pack_pixels(config, x, x_zp, w.shape, stride=stride, pads=pads, remap=geo["remap"],

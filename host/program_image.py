@@ -82,8 +82,9 @@ __all__ = ["ALIGN", "FORMAT_MAGIC", "FORMAT_VERSION", "DestPattern", "EngineReco
 FORMAT_MAGIC = int.from_bytes(b"FCNP", "little")
 #: The image format's version (major, minor); a reader refuses another major.
 #: 1.1: vector records; 1.2: input folds; 2.0: the header's engine parameters gain
-#: ``writer_words`` (the words after it move); 3.0: and ``spare_bank``.
-FORMAT_VERSION = (3, 0)
+#: ``writer_words`` (the words after it move); 3.0: and ``spare_bank``; 4.0: and
+#: ``pixel_pairs``, and a record's descriptor the field ``pixel_pairs``.
+FORMAT_VERSION = (4, 0)
 #: Alignment in bytes of every region and of every tensor image (a memory burst); an
 #: engine whose words (``pin`` or ``pout`` bytes) do not divide it aligns to the
 #: least common multiple (:func:`alignment`), so that every address is a whole word.
@@ -366,6 +367,7 @@ class Header(_Words):
     deep_pipeline: int
     writer_words: int
     spare_bank: int
+    pixel_pairs: int
     batch: int
     resident: int
     records_offset: int

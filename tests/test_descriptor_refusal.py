@@ -13,6 +13,8 @@ of ``error_fields``) instead of running; the driver names the fields.
 
 import dataclasses
 
+import itertools
+
 import numpy as np
 import pytest
 from numpy.testing import assert_array_equal
@@ -36,7 +38,8 @@ from conftest import SMALL_ENGINE
 #: Unit-test configurations: the simulated board's engine, the iCEBreaker's
 #: (pin 1: 256 input tiles, the division's longest case), and a 2x2 engine
 #: with 3 output tiles (a co_tiles table with an unused entry), the 2x2 one
-#: with the spare bank (rows in 3 column banks: widest_row's multiple of 3).
+#: with the spare bank (rows in 3 column banks: widest_row's multiple of 3),
+#: and one with pixel pairs.
 UNIT_CONFIGS = {
     "small": SMALL_ENGINE,
     "icebreaker": EngineConfig(pin=1, pout=1, max_width=64, max_channels=16, max_out_channels=16,
@@ -46,6 +49,11 @@ UNIT_CONFIGS = {
     "k2-spare-bank": EngineConfig(pin=8, pout=4, kmax=2, stream_width=64, max_width=12,
                                   max_channels=16, max_out_channels=12, acc_width=24,
                                   spare_bank=1),
+    # pixel pairs, with depthwise runs (pin == pout): refused with a stride
+    # other than 1, a pool or a depthwise run
+    "k2-pixel-pairs": EngineConfig(pin=4, pout=4, kmax=2, stream_width=64, max_width=12,
+                                   max_channels=16, max_out_channels=12, acc_width=24,
+                                   spare_bank=1, pixel_pairs=1),
 }
 
 
@@ -120,6 +128,20 @@ def test_check_agrees_with_descriptor_violations(key):
             descs.append(dict(descs[-1], co_tiles=co, in_w=1, pool=1, out_h=2,
                               ci_tiles=min(c.max_ci_tiles_for(co) + extra, c.max_ci_tiles),
                               out_w=min(c.widest_pooled_row(co) + extra, c.max_cols)))
+    if config.pixel_pairs:
+        # Pixel pairs with every stride, pool and depthwise choice, in an
+        # otherwise valid descriptor: refused (field pixel_pairs) but at stride 1
+        # with neither.
+        fits = dict(descs[-1], ci_tiles=1, co_tiles=1, in_w=4, in_h=4, out_w=2, out_h=2, pad_top=0,
+                    pad_left=0, batch=1, weight_base=0, x_zp=0, y_zp=0, clamp_lo=-128,
+                    clamp_hi=127)
+        assert not descriptor_violations(config, dict(fits, pixel_pairs=1, stride=1, pool=0,
+                                                      depthwise=0))
+        for stride, pool, depthwise in itertools.product((1, 2), (0, 1), (0, 1)):
+            d = dict(fits, pixel_pairs=1, stride=stride, pool=pool, depthwise=depthwise)
+            assert ({name for name, _ in descriptor_violations(config, d)} ==
+                    ({"pixel_pairs"} if (stride, pool, depthwise) != (1, 0, 0) else set()))
+            descs.append(d)
     mismatches = []
 
     async def bench(ctx):

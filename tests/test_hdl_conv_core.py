@@ -291,3 +291,93 @@ def test_spare_bank_bit_exact_and_cycles_unchanged(key, arrangement):
             for (desc, _), (_, cycles) in zip(packed, results):
                 assert cycles == layer_cycles(cfg, desc).cycles == \
                     layer_cycles(without, desc).cycles, desc
+
+
+#: Engines with pixel pairs (two adjacent stride-1 output pixels a window issue):
+#: a 3x3 one as the PYNQ-Z2's (two words a beat, the pair writer), one whose
+#: output word spans two beats (a word popped every other cycle), 2x2 and 1x1
+#: ones (three and two column banks).
+PIXEL_PAIR_CONFIGS = {
+    "k3": EngineConfig(pin=2, pout=2, kmax=3, stream_width=32, max_width=12, max_channels=12,
+                       max_out_channels=8, writer_words=2, spare_bank=1, pixel_pairs=1),
+    "k3-wide-out": EngineConfig(pin=2, pout=8, kmax=3, stream_width=32, max_width=11,
+                                max_channels=8, max_out_channels=24, spare_bank=1,
+                                pixel_pairs=1),
+    "k2": EngineConfig(pin=4, pout=2, kmax=2, stream_width=64, max_width=9, max_channels=12,
+                       max_out_channels=8, writer_words=2, spare_bank=1, pixel_pairs=1),
+    "k1": EngineConfig(pin=2, pout=4, kmax=1, stream_width=32, max_width=8, max_channels=8,
+                       max_out_channels=8, spare_bank=1, pixel_pairs=1),
+}
+
+
+def pixel_pair_layers(cfg, rng):
+    """Random layers for pixel pairs, each slot drawn until it is what it is for: an
+    odd output width (a row ending on a single pixel) with one input tile (two words
+    out a cycle of issue: output-bound), output-bound for long enough that the
+    FIFOs fill (the issue waits for places in both: the odd pixels' FIFO holds up to
+    a pixel's words more than the even ones'), every output tile of the engine (a pixel's
+    words fill the FIFOs' pixel room), one output column, several input tiles, an
+    unremapped 1x1 layer, and runs of one pixel a window on the same engine (a pool,
+    stride 2)."""
+    contract = engine_contract(cfg)
+    per_word_out = max(1, cfg.pout // cfg.stream_bytes)
+
+    def fifo_fills(d):
+        # its words leave slower than they come, by more than both FIFOs hold
+        words = d["batch"] * d["out_h"] * d["out_w"] * d["co_tiles"]
+        issues = d["batch"] * d["out_h"] * -(-d["out_w"] // 2) * d["co_tiles"] * d["ci_tiles"]
+        return words * per_word_out - issues > 2 * contract.latency.output_fifo_depth
+    slots = [
+        lambda d: d["pixel_pairs"] and d["out_w"] % 2 and d["ci_tiles"] == 1,
+        lambda d: (d["pixel_pairs"] and fifo_fills(d)
+                   and d["co_tiles"] == contract.max_co_tiles),
+        lambda d: d["pixel_pairs"] and d["co_tiles"] == contract.max_co_tiles,
+        lambda d: d["pixel_pairs"] and d["out_w"] == 1,
+        lambda d: d["pixel_pairs"] and d["ci_tiles"] > 1 and d["out_w"] > 2,
+        lambda d: d["pixel_pairs"] and d["out_w"] % 2 == 0 and d["batch"] == 2,
+        lambda d: not d["pixel_pairs"] and d["pool"],
+        lambda d: not d["pixel_pairs"] and d["stride"] > 1 and cfg.kmax > 1 or cfg.kmax == 1,
+    ]
+    layers = []
+    for wanted in slots:
+        for _ in range(500):
+            k = int(rng.integers(1, cfg.kmax + 1))
+            stride = int(rng.integers(1, k + 1)) if rng.random() < 0.3 else 1
+            cin = int(rng.integers(1, 3 * cfg.pin + 1))
+            cout = (contract.max_co_tiles * cfg.pout if rng.random() < 0.3
+                    else int(rng.integers(1, 3 * cfg.pout + 1)))
+            h, w = int(rng.integers(k, 6)), int(rng.integers(k, cfg.max_width + 1))
+            layer = shaped_layer(rng, cfg, k, stride, int(rng.integers(1, 3)), (cout, cin, h, w),
+                                 0.3)
+            if layer is None:
+                continue
+            layer["remap"] = False  # a 1x1 layer as it is (remapped, it is stride kmax)
+            try:
+                desc, _ = pack_layer(cfg, **layer)
+            except MappingError:
+                continue
+            if wanted(desc):
+                layers.append(layer)
+                break
+        else:
+            raise AssertionError(f"no layer for slot {len(layers)} on {cfg}")
+    return layers
+
+
+@pytest.mark.parametrize("key", PIXEL_PAIR_CONFIGS)
+def test_pixel_pairs_bit_exact_and_cycles_exact(key):
+    """Bit-exact with the reference, with and without pauses; with none the cycles are
+    the model's exactly and no more than one pixel a window takes on the same engine
+    (the model's, which the other tests hold to the RTL)."""
+    cfg = PIXEL_PAIR_CONFIGS[key]
+    rng = np.random.default_rng(sum(map(ord, key)) + 41)
+    layers = pixel_pair_layers(cfg, rng)
+    packed = [pack_layer(cfg, **layer) for layer in layers]
+    descs = [d for d, _ in packed]
+    for pauses in [(0.0, 0.0), (0.3, 0.4)]:
+        results = run_core(cfg, packed, seed=7, in_pause=pauses[0], out_pause=pauses[1])
+        check_runs(cfg, layers, results, descs)
+        if pauses == (0.0, 0.0):
+            for desc, (_, cycles) in zip(descs, results):
+                assert cycles == layer_cycles(cfg, desc).cycles, desc
+                assert cycles <= layer_cycles(cfg, dict(desc, pixel_pairs=0)).cycles, desc

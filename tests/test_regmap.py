@@ -76,10 +76,14 @@ def test_version_2_moves_only_the_counters(regs):
     # from 0xC0 to 0x100; everything else is where 1.1 had it. 2.1 added
     # depthwise after them; 2.2 the ID register cfg_writer_words, in the ID
     # block (0x38), which moves nothing; 2.3 cfg_spare_bank, the ID block's
-    # last free word (0x3C: a further engine parameter moves the control block).
-    assert VERSION == (2, 3)
+    # last free word (0x3C); 2.4 desc_pixel_pairs after depthwise, and
+    # cfg_pixel_pairs in a block of its own after the counters (0x140), so
+    # that the control block stays where it was.
+    assert VERSION == (2, 4)
     assert regs.address("cfg_writer_words") == 0x38
     assert regs.address("cfg_spare_bank") == 0x3C
+    assert regs.address("desc_pixel_pairs") == 0xCC
+    assert regs.address("cfg_pixel_pairs") == 0x140
     assert [(r, regs.address(r)) for r in ("control", "status", "desc_in_h", "desc_load_weights",
                                            "desc_load_params", "desc_weight_base",
                                            "desc_depthwise", "perf_busy_cycles")] \

@@ -13,7 +13,16 @@ order ``for oy: for ox: for co: for ci``. Issue is credit based: a group of
 a place in the output FIFO is reserved for it, so the fixed-latency pipeline
 behind the issue point never needs to stall, whatever the back-pressure on
 ``o_stream``.
+
+Pixel pairs (``pixel_pairs``, docs/engine.md): in a run with the descriptor's
+``pixel_pairs`` a window issue computes output pixels ``ox`` and ``ox + 1``
+(``ox`` even): the MAC array's second window, a second requantizer, and a
+second output FIFO for the odd pixels' words, which wait there while the
+even pixel's words go out; the packer takes each pixel's words from the FIFO
+of its parity. A group reserves a place in each FIFO its pixels write.
 """
+
+import dataclasses
 
 from amaranth.hdl import Array, Cat, Module, Mux, Signal, unsigned
 from amaranth.lib import data, stream, wiring
@@ -72,8 +81,9 @@ class ConvCore(wiring.Component):
         require_config(config)
         self._config = config
         self._co_bits = max(1, (engine_contract(config).max_co_tiles - 1).bit_length())
+        self._pairs = bool(config.pixel_pairs)
         self._tag = data.StructLayout({"co": unsigned(self._co_bits), "produce": 1,
-                                       "img_first": 1})
+                                       "img_first": 1, **({"second": 1} if self._pairs else {})})
         super().__init__({
             "desc": In(descriptor_layout()),
             "start": In(1),
@@ -88,8 +98,10 @@ class ConvCore(wiring.Component):
         # Sub-blocks are built here so that their latencies are known up front.
         self._lb = LineBuffer(config)
         self._loader = StreamLoader(config)
-        self._mac = MacArray(config, tag_width=self._tag.size)
+        self._mac = MacArray(config, tag_width=self._tag.size, pairs=self._pairs)
         self._rq = Requantizer(config, tag_width=self._tag.size)
+        # the second pixel's (its tag is the first's)
+        self._rq_next = Requantizer(config, tag_width=0) if self._pairs else None
         self._pool = MaxPool2x2(config)
 
     def pipeline_latency(self, pool):
@@ -100,7 +112,7 @@ class ConvCore(wiring.Component):
 
     @property
     def fifo_depth(self):
-        """Output FIFO words (the contract's ``output_fifo_depth``)."""
+        """Output FIFO words, of each with pixel pairs (the contract's ``output_fifo_depth``)."""
         return engine_contract(self._config).latency.output_fifo_depth
 
     def elaborate(self, platform):
@@ -115,6 +127,12 @@ class ConvCore(wiring.Component):
         m.submodules.pool = pool
         depth = self.fifo_depth
         m.submodules.fifo = fifo = SyncFIFOBuffered(width=8 * cfg.pout, depth=depth)
+        fifos = [fifo]
+        if self._pairs:
+            # the odd pixels' words of a pixel-pair run
+            m.submodules.fifo_next = fifo_next = SyncFIFOBuffered(width=8 * cfg.pout, depth=depth)
+            m.submodules.requantizer_next = rq_next = self._rq_next
+            fifos.append(fifo_next)
 
         start = self.start & ~self.busy
         with m.If(start):
@@ -138,24 +156,20 @@ class ConvCore(wiring.Component):
             wiring.connect(m, loader.o_pixels, lb.w_stream)
 
         # ---- issue, gated by output credits ---------------------------------
-        credits = Signal(range(depth + 1), init=depth)
-        no_credit = Signal()
         produce = Signal()
         reserve = Signal()
         m.d.comb += [
             produce.eq(~desc.pool | (lb.oy[0] & lb.ox[0])),
-            lb.en.eq(self.busy & ~(lb.first & produce & no_credit)),
             reserve.eq(lb.issue & lb.first & produce),
         ]
-        pop = Signal()
-        m.d.sync += credits.eq(credits + pop - reserve)
-        # `credits == 0`, registered: it gates the issue, whose fanout is the
-        # reader's every counter. A pop alone never leaves none; a reserve
-        # alone leaves none when one was left; both or neither keep it.
-        m.d.sync += no_credit.eq(Mux(pop & ~reserve, 0,
-                                     Mux(reserve & ~pop, credits == 1, no_credit)))
-        with m.If(start):
-            m.d.sync += [credits.eq(depth), no_credit.eq(0)]
+        # A pop of each FIFO (the packer's, below), and whether each is out of
+        # credits; a pair's group needs one in the second FIFO too.
+        pops = [Signal(name=name) for name in ("pop", "pop_next")[:len(fifos)]]
+        no_credits = [self._credits(m, "_next" if i else "", depth, pops[i],
+                                    reserve & (lb.second if i else 1), start)
+                      for i in range(len(fifos))]
+        blocked = no_credits[0] | (lb.second & no_credits[1]) if self._pairs else no_credits[0]
+        m.d.comb += lb.en.eq(self.busy & ~(lb.first & produce & blocked))
 
         # Stage 0 -> lb.latency: control travels beside the window read. The
         # weight word is read the loader's weight read latency before the MAC
@@ -172,6 +186,8 @@ class ConvCore(wiring.Component):
             # the tag travels with the group's last window: first word of an image
             s0.tag.img_first.eq((lb.oy == 0) & (lb.ox == 0) & (lb.co == 0)),
         ]
+        if self._pairs:
+            m.d.comb += [s0.tag.second.eq(lb.second), mac.i_window_next.eq(lb.o_window_next)]
         s_ctrl = delayed(m, s0, lb.latency, "s")
         widx = delayed(m, lb.widx, lb.latency - loader.weight_read_latency, "widx")
         weights = loader.weight_data.as_value()
@@ -192,17 +208,22 @@ class ConvCore(wiring.Component):
         acc_tag = Signal(self._tag.size)
         acc = Signal.like(mac.o_acc)
         m.d.sync += [acc_valid.eq(mac.o_valid), acc_tag.eq(mac.o_tag), acc.eq(mac.o_acc)]
-        m.d.comb += [
-            rq.i_valid.eq(acc_valid), rq.i_tag.eq(acc_tag), rq.i_acc.eq(acc),
-            rq.y_zp.eq(desc.y_zp), rq.clamp_lo.eq(desc.clamp_lo), rq.clamp_hi.eq(desc.clamp_hi),
-        ]
-        for lane in range(cfg.pout):
-            rec = params[lane]
-            m.d.comb += [
-                rq.i_bias[lane].eq(rec.bias),
-                rq.i_mult[lane].eq(rec.mult),
-                rq.i_shift[lane].eq(rec.shift[:6]),
-            ]
+        m.d.comb += [rq.i_valid.eq(acc_valid), rq.i_tag.eq(acc_tag), rq.i_acc.eq(acc)]
+        if self._pairs:
+            # the second pixel's sums, requantized beside the first's with the same records
+            acc_next = Signal.like(mac.o_acc_next)
+            m.d.sync += acc_next.eq(mac.o_acc_next)
+            m.d.comb += [rq_next.i_valid.eq(acc_valid), rq_next.i_acc.eq(acc_next)]
+        for r in [rq] + ([rq_next] if self._pairs else []):
+            m.d.comb += [r.y_zp.eq(desc.y_zp), r.clamp_lo.eq(desc.clamp_lo),
+                         r.clamp_hi.eq(desc.clamp_hi)]
+            for lane in range(cfg.pout):
+                rec = params[lane]
+                m.d.comb += [
+                    r.i_bias[lane].eq(rec.bias),
+                    r.i_mult[lane].eq(rec.mult),
+                    r.i_shift[lane].eq(rec.shift[:6]),
+                ]
 
         # ---- optional max-pool, then the output FIFO -------------------------
         rq_tag = data.View(self._tag, rq.o_tag)
@@ -216,10 +237,13 @@ class ConvCore(wiring.Component):
             m.d.comb += [fifo.w_en.eq(pool.o_valid), fifo.w_data.eq(pool.o_data)]
         with m.Else():
             m.d.comb += [fifo.w_en.eq(rq.o_valid), fifo.w_data.eq(rq.o_data)]
+        if self._pairs:
+            m.d.comb += [fifo_next.w_en.eq(rq.o_valid & rq_tag.second),
+                         fifo_next.w_data.eq(rq_next.o_data)]
 
         # ---- packing words into beats ----------------------------------------
         out_done = Signal()
-        self._packer(m, desc, fifo, pop, out_done, start)
+        self._packer(m, desc, fifos, pops, out_done, start)
 
         # ---- completion and stall reporting ---------------------------------
         # Results of windows that produce no output (a pooled layer's odd last
@@ -241,13 +265,41 @@ class ConvCore(wiring.Component):
         ]
         return m
 
-    def _packer(self, m, desc, fifo, pop, out_done, start):
-        """FIFO words -> ``o_stream`` beats; sets ``out_done`` on the batch's final beat."""
+    def _credits(self, m, name, depth, pop, reserve, start):
+        """Places of a FIFO of ``depth`` words not yet reserved; returns `none left`."""
+        credits = Signal(range(depth + 1), init=depth, name=f"credits{name}")
+        no_credit = Signal(name=f"no_credit{name}")
+        m.d.sync += credits.eq(credits + pop - reserve)
+        # `credits == 0`, registered: it gates the issue, whose fanout is the
+        # reader's every counter. A pop alone never leaves none; a reserve
+        # alone leaves none when one was left; both or neither keep it.
+        m.d.sync += no_credit.eq(Mux(pop & ~reserve, 0,
+                                     Mux(reserve & ~pop, credits == 1, no_credit)))
+        with m.If(start):
+            m.d.sync += [credits.eq(depth), no_credit.eq(0)]
+        return no_credit
+
+    def _packer(self, m, desc, fifos, pops, out_done, start):
+        """FIFO words -> ``o_stream`` beats; sets ``out_done`` on the batch's final beat.
+
+        With pixel pairs, ``fifos`` and ``pops`` are the even and the odd pixels':
+        each pixel's words come from the FIFO of its column's parity."""
         cfg = self._config
         wbits, bbits = 8 * cfg.pout, cfg.stream_width
         lim = limits(cfg)
         oco, opx = Signal(lim.co_bits, name="o_co"), Signal(lim.col_bits, name="o_px")
         opy, on = Signal(16, name="o_py"), Signal(16, name="o_n")
+        if self._pairs:
+            # a pixel-pair run's odd column: its words are in the second FIFO
+            odd = desc.pixel_pairs & opx[0]
+            fifo = _FifoRead(r_rdy=Mux(odd, fifos[1].r_rdy, fifos[0].r_rdy),
+                             r_data=Mux(odd, fifos[1].r_data, fifos[0].r_data),
+                             r_en=Signal(name="fifo_r_en"))
+            pop = Signal(name="pop_either")
+            m.d.comb += [fifos[0].r_en.eq(fifo.r_en & ~odd), fifos[1].r_en.eq(fifo.r_en & odd),
+                         pops[0].eq(pop & ~odd), pops[1].eq(pop & odd)]
+        else:
+            fifo, pop = fifos[0], pops[0]
         # The last output position, registered from the descriptor (static
         # during a run; the first output word comes long after `start`):
         # computed in the compares, the pooled-size mux and the subtracts
@@ -333,3 +385,11 @@ class ConvCore(wiring.Component):
                 m.d.sync += [held.eq(fifo.r_data), left.eq(per_word), held_last.eq(batch_end)]
             with m.Elif(accepted):
                 m.d.sync += [held.eq(held >> bbits), left.eq(left - 1)]
+
+
+@dataclasses.dataclass
+class _FifoRead:
+    """The read side of the FIFO the packer takes the next word from."""
+    r_rdy: object
+    r_data: object
+    r_en: object

@@ -270,6 +270,10 @@ class DescriptorCheck(wiring.Component):
             over_capacity["co_tiles"] = _carry(m, ci, ci_room, "weights_over_buffer")
         if self.checks_rows:
             over_capacity["out_h"] = below
+        if c.config.pixel_pairs:
+            # two adjacent stride-1 pixels a window: no pool, no depthwise schedule
+            over_capacity["pixel_pairs"] = desc.pixel_pairs & (
+                (desc.stride != 1) | desc.pool | desc.depthwise)
 
         # -- registered result ----------------------------------------------
         any_out_of_range = Signal()

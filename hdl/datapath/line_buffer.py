@@ -77,6 +77,12 @@ class LineBuffer(wiring.Component):
         column on (``x0 + 1``; at stride 1 the next output pixel's), from the
         same read: its first ``kmax - 1`` columns are ``o_window``'s last,
         its last is the spare bank's column.
+    second : Out(1)
+        With ``pixel_pairs`` only: in a run with the descriptor's
+        ``pixel_pairs`` the reader steps ``ox`` by two (the window and
+        ``o_window_next`` are pixels ``ox`` and ``ox + 1``), and ``second``
+        says that pixel ``ox + 1`` is in the row (not past an odd
+        ``out_w``'s end). Low in other runs.
 
     Latency
     -------
@@ -99,6 +105,8 @@ class LineBuffer(wiring.Component):
         # windows a read: docs/engine.md, "The memory bound, and the plan").
         following = ({"o_window_next": Out(data.ArrayLayout(signed(8), k * k * pin))}
                      if config.spare_bank else {})
+        if config.pixel_pairs:
+            following["second"] = Out(1)
         super().__init__({
             "desc": In(descriptor_layout()),
             "start": In(1),
@@ -274,6 +282,14 @@ class LineBuffer(wiring.Component):
         # A depthwise run reads input tile `co` only: one window per output tile
         # (`ci` follows `co`, every window is the first and the last of its group).
         dw = desc.depthwise if engine_contract(cfg).depthwise_runs else Const(0, 1)
+        # Pixel pairs: ox steps by two; `second` says whether pixel ox + 1 is
+        # in the row (docs/engine.md, "Pixel pairs"). Both are constants
+        # without them, so the other engines' logic is as it was.
+        pp = desc.pixel_pairs if cfg.pixel_pairs else Const(0, 1)
+        second = self.second if cfg.pixel_pairs else Signal()
+        # columns (and output pixels) from one position to the next in a row
+        x_step = desc.stride + pp if cfg.pixel_pairs else desc.stride
+        ox_step = 1 + pp if cfg.pixel_pairs else 1
         ytop = Signal(signed(18))   # oy*stride - pad_top
         col_w = lim.col_bits + 2  # columns, signed, with the padding on both sides
         x0 = Signal(signed(col_w))  # ox*stride - pad_left
@@ -418,11 +434,16 @@ class LineBuffer(wiring.Component):
         # wrap compare stays off the path from `issue` to their enables.
         bs = Signal(range(nb + k + 1))
         bank_step, base_step = Signal.like(bank0), Signal.like(base0)
-        m.d.comb += [bs.eq(bank0 + desc.stride),
+        m.d.comb += [bs.eq(bank0 + x_step),
                      bank_step.eq(Mux(bs >= nb, bs - nb, bs)),
                      base_step.eq(Mux(bs >= nb, base0 + desc.ci_tiles, base0))]
 
         r_finish = Signal()  # the batch's last window is issued
+        # A row's first position: the last when it is the row's only one (two
+        # pixels with pairs), a pair when the row has a second pixel.
+        row_one_step = Mux(pp, desc.out_w <= 2, desc.out_w == 1) if cfg.pixel_pairs \
+            else desc.out_w == 1
+        row_second = pp & (desc.out_w >= 2)
         n_last = Signal()  # the batch's last image (a flag, as the ones below)
         row_read = Signal()  # an output row (not an image's last) is issued
         with m.If(self.start):
@@ -436,7 +457,8 @@ class LineBuffer(wiring.Component):
                          n.eq(0), oy.eq(0), ox.eq(0), co.eq(0), ci.eq(0), widx.eq(wbase0),
                          self.r_done.eq(0), ci_first.eq(1),
                          ci_last.eq(dw | (desc.ci_tiles == 1)), co_last.eq(desc.co_tiles == 1),
-                         ox_last.eq(desc.out_w == 1), oy_last.eq(desc.out_h == 1)]
+                         ox_last.eq(row_one_step), oy_last.eq(desc.out_h == 1),
+                         second.eq(row_second)]
             m.d.sync += image_start(Const(0, range(slots)),
                                     None if deep else slot_sum(0, -desc.pad_top), at_start=True)
         with m.Elif(self.issue):
@@ -445,7 +467,7 @@ class LineBuffer(wiring.Component):
                 with m.If(co_last):
                     m.d.sync += [co.eq(0), widx.eq(wbase0), co_last.eq(desc.co_tiles == 1)]
                     with m.If(ox_last):
-                        m.d.sync += [ox.eq(0), ox_last.eq(desc.out_w == 1)]
+                        m.d.sync += [ox.eq(0), ox_last.eq(row_one_step), second.eq(row_second)]
                         m.d.sync += row_start()
                         with m.If(oy_last):
                             m.d.sync += oy_last.eq(desc.out_h == 1)
@@ -465,9 +487,17 @@ class LineBuffer(wiring.Component):
                             m.d.comb += row_read.eq(1)
                             m.d.sync += bounds.row_step()
                     with m.Else():
-                        m.d.sync += [ox.eq(ox + 1), ox_last.eq(next_last(ox, desc.out_w)),
-                                     x0.eq(x0 + desc.stride),
+                        m.d.sync += [ox.eq(ox + ox_step), x0.eq(x0 + x_step),
                                      bank0.eq(bank_step), base0.eq(base_step)]
+                        if cfg.pixel_pairs:
+                            # after the step to ox + 2: last when ox + 4 >= out_w,
+                            # a pair when ox + 3 < out_w
+                            m.d.sync += [
+                                ox_last.eq(Mux(pp, ox + 4 >= desc.out_w,
+                                               next_last(ox, desc.out_w))),
+                                second.eq(pp & (ox + 3 < desc.out_w))]
+                        else:
+                            m.d.sync += ox_last.eq(next_last(ox, desc.out_w))
                 with m.Else():
                     m.d.sync += [co.eq(co + 1), co_last.eq(next_last(co, desc.co_tiles)),
                                  widx.eq(widx + 1)]
