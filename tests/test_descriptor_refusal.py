@@ -445,7 +445,7 @@ def _message(desc, fields):
 
 @pytest.mark.parametrize("what,changes,fields", OVER, ids=[o[0] for o in OVER])
 def test_descriptor_over_a_limit_is_refused(driver, what, changes, fields):
-    board, regs = driver.board, driver.regs
+    board = driver.board
     base = _base()
     bad = dict(base.desc, **changes)
     assert sorted(f for f, _ in descriptor_violations(driver.config, bad)) == sorted(fields)
@@ -509,7 +509,7 @@ def _start_and_stream(driver, layer):
 def test_start_right_after_writing_ci_tiles_waits_for_the_check(driver, fits):
     """ci_tiles = 1 written last: the division takes ``division_cycles``, longer than
     the start write; the start waits (status.pending) and is decided right."""
-    board, regs = driver.board, driver.regs
+    board = driver.board
     layer = make_layer(driver.config, cin=4, h=3, w=20, cout=4, seed=3)
     desc = dict(layer.desc) if fits else dict(layer.desc, in_w=CONTRACT.widest_row(1) + 1)
     _write_descriptor(driver, desc, last="ci_tiles")
@@ -571,7 +571,6 @@ def test_descriptor_written_while_a_start_is_pending_refuses_it(driver):
 
 
 def test_soft_reset_clears_the_error(driver):
-    board, regs = driver.board, driver.regs
     base = _base()
     with pytest.raises(BackendError):
         driver.run_layer(dict(base.desc, batch=0), base.data, 64, timeout=TIMEOUT, check=False)
