@@ -110,17 +110,17 @@ def main(argv=None):
     for board_name in args.boards:
         board = load_board(board_name)
         config = size_engine(board).config
-        peak, beat = config.peak_macs_per_cycle, DESIGN.memory_bytes_per_cycle(board.family,
-                                                                             config)
+        peak = config.peak_macs_per_cycle
+        bandwidth = DESIGN.memory_bytes_per_cycle(board.family, config)
         for name in args.models:
             program = compile_model(load_onnx(written[name]["int8"]), config)
-            rows = layer_bounds(program, beat)
+            rows = layer_bounds(program, bandwidth)
             macs = sum(r[1] for r in rows)
             cycles = sum(r[4] for r in rows)
             floor, ceil1 = model_bound(rows, peak)
             floor2, ceil2 = model_bound(rows, peak, 2)
             memory_bound = sum(r[6] > r[5] for r in rows)
-            lines.append(f"| {board_name} (pin {config.pin} x pout {config.pout}, B {beat}) "
+            lines.append(f"| {board_name} (pin {config.pin} x pout {config.pout}, B {bandwidth}) "
                          f"| {name} | {macs:,} | {cycles:,.0f} | {macs / (peak * cycles):.1%} "
                          f"| {memory_bound} / {len(rows)} | {floor:,.0f} | {ceil1:.1%} "
                          f"| {floor2:,.0f} | {ceil2:.1%} |")

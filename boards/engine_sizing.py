@@ -169,6 +169,12 @@ class Sizing:
         return "\n".join(lines)
 
 
+def _pair_beat_width(pin):
+    """Bits of a beat of two input words: what the pair writer stores in one cycle
+    (EngineConfig's ``writer_words`` 2, rule 3b), the widest beat rule 3 takes on Zynq."""
+    return 2 * 8 * pin
+
+
 def _stream_widths(pin, board):
     """The stream widths rule 3 tries for ``board``, in order of preference."""
     if board.resources.luts < _SMALL_PART_LUTS:
@@ -179,7 +185,7 @@ def _stream_widths(pin, board):
         return (64, 32, 128)
     # The HP port's width, no wider than two input words: a third word a beat
     # would wait a cycle in the line buffer's writer (it stores at most two).
-    widest = min(DESIGN.ps(board.family).hp_max_width, 16 * pin)
+    widest = min(DESIGN.ps(board.family).hp_max_width, _pair_beat_width(pin))
     narrower = tuple(w for w in (128, 64, 32) if w <= widest)
     return narrower + tuple(w for w in (32, 64, 128) if w not in narrower)
 
@@ -199,7 +205,7 @@ def _config(pin, pout, sizes, board):
     # in halves), where one a cycle bounds the 1x1 remap, Gemm, stride-2 and
     # thin first layers at half the stream. Not on parts under 10k LUTs (the
     # iCE40s): their logic is full.
-    pairs = stream == 16 * pin and resources.luts >= _SMALL_PART_LUTS
+    pairs = stream == _pair_beat_width(pin) and resources.luts >= _SMALL_PART_LUTS
     return EngineConfig(pin=pin, pout=pout, kmax=_KMAX, stream_width=stream,
                         writer_words=2 if pairs else 1, spare_bank=int(_xilinx(resources)),
                         **sizes)
@@ -260,7 +266,7 @@ def size_engine(board):
         why = "32 bits on a part under 10k LUTs"
     elif board.family in DESIGN.families:
         why = (f"the {board.family} HP port's width ({DESIGN.ps(board.family).hp_max_width} "
-               f"bits), at most two input words a beat ({16 * pin} bits)")
+               f"bits), at most two input words a beat ({_pair_beat_width(pin)} bits)")
     else:
         why = "64 bits (the host link is far slower than the stream)"
     reasons.append(f"stream_width={stream}: {why}, or the nearest that pin/pout divide with")
