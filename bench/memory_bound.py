@@ -2,7 +2,10 @@
 
 Each engine layer of the zoo's MLPerf Tiny models reads its input tensor
 from memory and writes its output tensor back (through the DMA's stream or
-the program engine's memory port, ``B`` bytes a cycle each way), so a layer
+the program engine's memory port, ``B`` bytes a cycle each way: the board's
+HP port as the design sets it for the engine,
+``DESIGN.memory_bytes_per_cycle``, which on the sized engines is also the
+stream's beat: 8 on the PYNQ-Z2, 16 on the ZCU104), so a layer
 takes at least ``max(MACs / peak, in_bytes / B, out_bytes / B)`` cycles
 however its MACs are mapped. Summed over a model's engine layers this is a
 floor on its cycles, and ``MACs / (peak x floor)`` a ceiling on its
@@ -82,6 +85,7 @@ def main(argv=None):
 
     from fpgacnn.boards.board import load_board
     from fpgacnn.boards.engine_sizing import size_engine
+    from fpgacnn.boards.zynq_design import DESIGN
     from fpgacnn.host.compiler import compile_model
     from fpgacnn.host.onnx_import import load_onnx
 
@@ -93,8 +97,10 @@ def main(argv=None):
              f"{' --layers ' + ' '.join(args.layers) if args.layers else ''}"
              f"{' --write BENCHMARKS.md' if args.write else ''}`, "
              f"run {datetime.date.today()} at commit {commit}. Engine layers only, batch 1, "
-             "per image; `B` = the stream's bytes per beat (each way), which is also the "
-             "Zynq memory model's 8 bytes a cycle on these engines. Floor = sum over layers "
+             "per image; `B` = the board's memory bandwidth each way, its HP port's bytes a "
+             "cycle as the design sets it for the engine (`DESIGN.memory_bytes_per_cycle`, "
+             "what the simulated board's memory model takes), on these engines also the "
+             "stream's bytes per beat. Floor = sum over layers "
              "of max(MACs / peak, in bytes / B, out bytes / B); compiled = the compiled "
              "program's steady-state cycles (the cycle model, = RTL in section 5).", "",
              "| engine | model | MACs | compiled cycles | utilization | memory-bound layers "
@@ -102,17 +108,19 @@ def main(argv=None):
              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     details = []
     for board_name in args.boards:
-        config = size_engine(load_board(board_name)).config
-        peak, beat = config.peak_macs_per_cycle, config.stream_bytes
+        board = load_board(board_name)
+        config = size_engine(board).config
+        peak = config.peak_macs_per_cycle
+        bandwidth = DESIGN.memory_bytes_per_cycle(board.family, config)
         for name in args.models:
             program = compile_model(load_onnx(written[name]["int8"]), config)
-            rows = layer_bounds(program, beat)
+            rows = layer_bounds(program, bandwidth)
             macs = sum(r[1] for r in rows)
             cycles = sum(r[4] for r in rows)
             floor, ceil1 = model_bound(rows, peak)
             floor2, ceil2 = model_bound(rows, peak, 2)
             memory_bound = sum(r[6] > r[5] for r in rows)
-            lines.append(f"| {board_name} (pin {config.pin} x pout {config.pout}, B {beat}) "
+            lines.append(f"| {board_name} (pin {config.pin} x pout {config.pout}, B {bandwidth}) "
                          f"| {name} | {macs:,} | {cycles:,.0f} | {macs / (peak * cycles):.1%} "
                          f"| {memory_bound} / {len(rows)} | {floor:,.0f} | {ceil1:.1%} "
                          f"| {floor2:,.0f} | {ceil2:.1%} |")

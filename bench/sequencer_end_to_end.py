@@ -5,9 +5,11 @@ each board's sized engine (``--boards``: the PYNQ-Z2's and the ZCU104's), in
 one process, on two simulated boards of the same engine: the plain engine,
 which the host drives run by run (``Accelerator`` over
 :mod:`fpgacnn.host.program_runner`), and the ProgramEngine with its
-sequencer and the memory model at its Zynq-7000 defaults (40 cycles, 8
-bytes per cycle each way), where the host starts the sequencer
-and runs only the records it stops at (:mod:`fpgacnn.host.sequencer_runner`).
+sequencer and the memory model of the board's HP port (40 cycles, and the
+port's bytes per cycle each way as the design sets it for the engine,
+``DESIGN.memory_bytes_per_cycle``: 8 on the PYNQ-Z2, 16 on the ZCU104),
+where the host starts the sequencer and runs only the records it stops at
+(:mod:`fpgacnn.host.sequencer_runner`).
 
 Both outputs are checked against the reference backend bit for bit. Per
 model, batch and mode, in steady state (weights resident where they fit,
@@ -163,6 +165,7 @@ def main(argv=None):
 
     from fpgacnn.boards.board import load_board
     from fpgacnn.boards.engine_sizing import size_engine
+    from fpgacnn.boards.zynq_design import DESIGN
     from fpgacnn.host.accelerator import Accelerator, open_board
     from fpgacnn.host.onnx_import import load_onnx
     from fpgacnn.host.program_image import FoldRecord
@@ -172,11 +175,15 @@ def main(argv=None):
     written = zoo.write_zoo(Path(tempfile.mkdtemp()), names=args.models, n_calibration=16)
     rows, engines = [], []
     for board_name in args.boards:
-        config = size_engine(load_board(board_name)).config
+        board_data = load_board(board_name)
+        config = size_engine(board_data).config
+        # The board's HP port (its latency the memory model's default).
+        bandwidth = DESIGN.memory_bytes_per_cycle(board_data.family, config)
         engines.append(f"{board_name}: pin {config.pin}, pout {config.pout}, "
-                       f"{config.stream_width}-bit stream")
+                       f"{config.stream_width}-bit stream, memory {bandwidth} B/cycle")
         boards = {"host, run by run": open_board("sim", config),
                   "sequencer": open_board("sim", config, sequencer=True)}
+        boards["sequencer"].set_memory_timing(bytes_per_cycle=bandwidth)
         for name in args.models:
             qm = load_onnx(written[name]["int8"])
             for batch in args.batches:
@@ -220,7 +227,7 @@ def main(argv=None):
              f"`python bench/sequencer_end_to_end.py --repeats {args.repeats} "
              f"--stream {args.stream}` "
              f"(the boards' sized engines: {'; '.join(engines)}; "
-             f"memory 40 cycles, 8 B/cycle; steady state; "
+             f"memory latency 40 cycles; steady state; "
              "every output bit-exact with the reference). Engine time at 100 MHz. Host "
              "milliseconds are wall-clock on this x86 machine: compare the two modes, "
              "measured side by side in one process. Streamed rows: engine cycles per "

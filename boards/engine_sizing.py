@@ -16,8 +16,19 @@
    because a weight word is ``pout*kmax*kmax*pin`` bytes wide. Among equal MAC counts the balanced one (``pin == pout``)
    wins, then the one with more output lanes. If even ``pin = pout = 1`` does
    not fit, that is chosen and the rest is built from LUTs.
-3. ``stream_width``: 64 bits (the Zynq-7000 HP ports' width), 32 on parts
-   under 10k LUTs, or the nearest width that divides with ``pin`` and ``pout``.
+3. ``stream_width``: on Zynq boards the HP port's width of the board's
+   family (:class:`~fpgacnn.boards.zynq_design.ProcessingSystem`
+   ``hp_max_width``: 64 bits on a Zynq-7000, 128 on a Zynq UltraScale+), so
+   that the DMA's stream and the program engine's memory reads (``R =
+   max(pin, stream_bytes)`` bytes) move what the port does each cycle -- but
+   no wider than a beat of two input words (``16*pin`` bits), which the
+   line buffer stores in one cycle (3b): a wider beat would lose the pair
+   writer and halve the input rate of the layers it bounds, for faster
+   weight loads only (the Ultra96-V2's ``pin = 4`` engine stays at 64 bits;
+   docs/boards.md gives the cycles either way). Elsewhere 64 bits (the open
+   boards' streams are behind a UART, far slower than either width). 32 on
+   parts under 10k LUTs. A width that does not divide with ``pin`` and
+   ``pout`` is passed over for the nearest that does.
 3b. ``writer_words``: 2 where a beat holds two input words (``stream_width
    == 16*pin``) on parts of 10k LUTs or more (docs/engine.md, "The pair
    writer"), else 1.
@@ -51,6 +62,7 @@ from ..core.contract import engine_contract
 from ..hdl.tech.ecp5_block_ram import blocks_in_parts
 from ..hdl.tech.pipelined_memory import in_ecp5_blocks
 from .board import require_board
+from .zynq_design import DESIGN
 
 __all__ = ["Sizing", "size_engine", "multipliers_needed", "bram_blocks_needed", "fifo_reserve",
            "sizing_markdown"]
@@ -157,24 +169,43 @@ class Sizing:
         return "\n".join(lines)
 
 
-def _stream_width(pin, pout, resources):
-    # Small parts (iCE40) take 32-bit streams: less packing logic, and the
-    # UART host link is far slower than either width.
-    preferred = (32, 64, 128) if resources.luts < _SMALL_PART_LUTS else (64, 32, 128)
-    for width in preferred:
+def _pair_beat_width(pin):
+    """Bits of a beat of two input words: what the pair writer stores in one cycle
+    (EngineConfig's ``writer_words`` 2, rule 3b), the widest beat rule 3 takes on Zynq."""
+    return 2 * 8 * pin
+
+
+def _stream_widths(pin, board):
+    """The stream widths rule 3 tries for ``board``, in order of preference."""
+    if board.resources.luts < _SMALL_PART_LUTS:
+        # Small parts (iCE40) take 32-bit streams: less packing logic, and the
+        # UART host link is far slower than either width.
+        return (32, 64, 128)
+    if board.family not in DESIGN.families:
+        return (64, 32, 128)
+    # The HP port's width, no wider than two input words: a third word a beat
+    # would wait a cycle in the line buffer's writer (it stores at most two).
+    widest = min(DESIGN.ps(board.family).hp_max_width, _pair_beat_width(pin))
+    narrower = tuple(w for w in (128, 64, 32) if w <= widest)
+    return narrower + tuple(w for w in (32, 64, 128) if w not in narrower)
+
+
+def _stream_width(pin, pout, board):
+    for width in _stream_widths(pin, board):
         b = width // 8
         if (pin % b == 0 or b % pin == 0) and (pout % b == 0 or b % pout == 0):
             return width
     raise AssertionError("unreachable: pin and pout are powers of two")
 
 
-def _config(pin, pout, sizes, resources):
-    stream = _stream_width(pin, pout, resources)
+def _config(pin, pout, sizes, board):
+    resources = board.resources
+    stream = _stream_width(pin, pout, board)
     # Two input words a beat: the line buffer stores both a cycle (its banks
     # in halves), where one a cycle bounds the 1x1 remap, Gemm, stride-2 and
     # thin first layers at half the stream. Not on parts under 10k LUTs (the
     # iCE40s): their logic is full.
-    pairs = stream == 16 * pin and resources.luts >= _SMALL_PART_LUTS
+    pairs = stream == _pair_beat_width(pin) and resources.luts >= _SMALL_PART_LUTS
     return EngineConfig(pin=pin, pout=pout, kmax=_KMAX, stream_width=stream,
                         writer_words=2 if pairs else 1, spare_bank=int(_xilinx(resources)),
                         **sizes)
@@ -206,7 +237,7 @@ def size_engine(board):
     candidates = []
     for pin in _POWERS:
         for pout in _POWERS:
-            small = _config(pin, pout, _START, r)
+            small = _config(pin, pout, _START, board)
             need = multipliers_needed(small, board)
             # Wide words need many block RAMs side by side, even when shallow:
             # the smallest buffers must fit too.
@@ -215,7 +246,7 @@ def size_engine(board):
                 candidates.append((macs, -abs(math.log2(pin) - math.log2(pout)), pout, pin))
     if candidates:
         _, _, pout, pin = max(candidates)
-        need = multipliers_needed(_config(pin, pout, _START, r), board)
+        need = multipliers_needed(_config(pin, pout, _START, board), board)
         paired = (" (two 8x8 products per SB_MAC16, a lane's odd one in LUTs)"
                   if r.multiplier_kind == "SB_MAC16" else "")
         reasons.append(
@@ -224,16 +255,22 @@ def size_engine(board):
             f"doubling pin or pout would need more multipliers or block RAMs")
     else:
         pin = pout = 1
-        need = multipliers_needed(_config(1, 1, _START, r), board)
+        need = multipliers_needed(_config(1, 1, _START, board), board)
         reasons.append(
             f"pin=1, pout=1: even the smallest 3x3 engine needs {need} multipliers and the "
             f"board has {r.multipliers} {r.multiplier_kind}; yosys builds the other "
             f"{need - r.multipliers} from LUTs")
 
-    stream = _stream_width(pin, pout, r)
-    reasons.append(f"stream_width={stream}: 64 bits, 32 on parts under 10k LUTs, "
-                   f"or what pin/pout divide with")
-    if _config(pin, pout, _START, r).writer_words == 2:
+    stream = _stream_width(pin, pout, board)
+    if r.luts < _SMALL_PART_LUTS:
+        why = "32 bits on a part under 10k LUTs"
+    elif board.family in DESIGN.families:
+        why = (f"the {board.family} HP port's width ({DESIGN.ps(board.family).hp_max_width} "
+               f"bits), at most two input words a beat ({_pair_beat_width(pin)} bits)")
+    else:
+        why = "64 bits (the host link is far slower than the stream)"
+    reasons.append(f"stream_width={stream}: {why}, or the nearest that pin/pout divide with")
+    if _config(pin, pout, _START, board).writer_words == 2:
         reasons.append("writer_words=2: a beat holds two input words, and the line buffer "
                        "stores both a cycle (its banks in halves)")
     if _xilinx(r):
@@ -242,7 +279,7 @@ def size_engine(board):
 
     # 4. buffers from the block RAMs
     sizes = dict(_START)
-    blocks = bram_blocks_needed(_config(pin, pout, sizes, r), board)
+    blocks = bram_blocks_needed(_config(pin, pout, sizes, board), board)
     if blocks["total"] > budget:
         reasons.append(
             f"buffers: the smallest sizes tried ({sizes}) already take {blocks['total']} of "
@@ -255,7 +292,7 @@ def size_engine(board):
                 if sizes[key] >= _CAP[key]:
                     continue
                 trial = dict(sizes, **{key: sizes[key] * 2})
-                trial_blocks = bram_blocks_needed(_config(pin, pout, trial, r), board)
+                trial_blocks = bram_blocks_needed(_config(pin, pout, trial, board), board)
                 if trial_blocks["total"] <= budget:
                     sizes, blocks, grew = trial, trial_blocks, True
         reasons.append(
@@ -265,7 +302,7 @@ def size_engine(board):
             f"block RAMs ({reserve} kept for FIFOs); doubling any of max_channels, "
             f"max_out_channels, max_width would not fit (or is at its cap, "
             f"{_CAP['max_width']})")
-    config = _config(pin, pout, sizes, r)
+    config = _config(pin, pout, sizes, board)
     if board.family == "ice40":
         # Few logic cells and a clock in the tens of MHz: the compact
         # arrangement, a few hundred flip-flops fewer (docs/engine.md).

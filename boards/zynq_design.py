@@ -428,6 +428,32 @@ class ZynqDesign:
                                  f"{limit} bits")
         return max(64, 8 * read_bytes(config), 8 * write_bytes(config))
 
+    def memory_bytes_per_cycle(self, family, config):
+        """Bytes the HP port moves each way in one engine clock cycle: its width as the
+        design sets it (:meth:`memory_width`) / 8.
+
+        The engine, the DMA and the HP port run on one fabric clock
+        (:meth:`clock_net`), so this is the port's bandwidth in the engine's
+        cycles whatever the clock: 8 on a Zynq-7000 (a 64-bit HP port), 16 on
+        a Zynq UltraScale+ whose engine reads or writes 128-bit beats. The
+        simulated board's memory model takes it
+        (``SimulatedBoard.set_memory_timing(bytes_per_cycle=...)``).
+
+        Raises
+        ------
+        BoardError
+            As :meth:`memory_width`, or if the family has no Zynq PS.
+
+        Examples
+        --------
+        >>> from fpgacnn.core.config import EngineConfig
+        >>> DESIGN.memory_bytes_per_cycle("zynqmp", EngineConfig(pin=8, stream_width=128))
+        16
+        >>> DESIGN.memory_bytes_per_cycle("zynq7", EngineConfig(pin=4, stream_width=64))
+        8
+        """
+        return self.memory_width(family, config) // 8
+
     def address_map(self, family):
         """``{cell: (segment path, base, range)}`` of the register windows on the PS master."""
         ps = self.ps(family)

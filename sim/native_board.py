@@ -657,6 +657,11 @@ class SimulatedBoard:
     def set_memory_timing(self, latency=40, bytes_per_cycle=8.0):
         """Set the memory's latency and bandwidth (defaults: a Zynq-7000 HP port at 100 MHz).
 
+        A Zynq board's own bandwidth is
+        ``fpgacnn.boards.zynq_design.DESIGN.memory_bytes_per_cycle(family, config)``
+        (16 bytes a cycle on a Zynq UltraScale+ board whose engine takes
+        128-bit beats).
+
         Parameters
         ----------
         latency : int

@@ -217,8 +217,38 @@ def test_pair_writer_costs_no_block_ram_on_zynq():
             == bram_blocks_needed(single, board)["line_buffer"])
     assert (s.config.max_width, s.config.max_channels, s.config.max_out_channels) == \
         (256, 128, 256)
-    for name in ("zcu104", "ulx3s-85f", "icebreaker"):  # one word a beat, or a small part
+    for name in ("ulx3s-85f", "icebreaker"):  # one word a beat, or a small part
         assert size_engine(load_board(name)).config.writer_words == 1, name
+    # The ZCU104's pin = 8 in a 128-bit beat: two words, stored both a cycle, in
+    # the block RAMs its buffers took with one (the same sizes).
+    s = size_engine(load_board("zcu104"))
+    assert (s.config.stream_width, s.config.writer_words) == (128, 2)
+    assert (s.config.max_width, s.config.max_channels, s.config.max_out_channels) == \
+        (256, 256, 256)
+    assert s.bram_blocks["total"] == 246
+
+
+#: The sized engines' stream widths (rule 3): the HP port's on the Zynq boards,
+#: at most two input words a beat (the Ultra96-V2's pin = 4: 64 bits); 64 bits
+#: on the open boards of 10k LUTs or more, 32 on the iCEBreaker.
+STREAM_WIDTHS = {"zcu104": 128, "kv260": 128, "ultra96-v2": 64, "pynq-z1": 64, "pynq-z2": 64,
+                 "ulx3s-12f": 64, "ulx3s-25f": 64, "ulx3s-45f": 64, "ulx3s-85f": 64,
+                 "orangecrab-25f": 64, "ecpix5-85f": 64, "icebreaker": 32}
+
+
+@pytest.mark.parametrize("name", sorted(REQUIRED))
+def test_stream_width_is_the_hp_ports_on_zynq_boards(name):
+    from fpgacnn.boards.zynq_design import DESIGN
+    board = load_board(name)
+    c = size_engine(board).config
+    assert c.stream_width == STREAM_WIDTHS[name]
+    if board.family in DESIGN.families:
+        hp = DESIGN.ps(board.family).hp_max_width
+        assert c.stream_width == min(hp, 16 * c.pin)
+        # The design's HP port is as wide as the engine's beat, and the simulated
+        # board's memory moves that a cycle each way.
+        assert DESIGN.memory_width(board.family, c) == c.stream_width
+        assert DESIGN.memory_bytes_per_cycle(board.family, c) == c.stream_bytes
 
 
 def test_spare_bank_on_xilinx_parts_only_and_fewer_blocks():
