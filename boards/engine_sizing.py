@@ -11,8 +11,11 @@
    parts, where :class:`~fpgacnn.hdl.tech.int8_products.Int8Products` puts two
    products in each ``SB_MAC16`` (its 8x8 mode) and a lane's odd product in
    LUTs -- plus per output lane the requantizer's
-   ``acc_width x (mult_width + 1)`` product, split into tiles of the DSP's
-   operand widths; and the smallest buffers (step 4) must fit the block RAMs,
+   multiply: its partial products (``requant_product_parts``, 17-bit operand
+   parts, one hard multiplier each) with ``deep_pipeline``, else the
+   ``acc_width x (mult_width + 1)`` product split into tiles of the DSP's
+   operand widths; with pixel pairs (3d) two requantizers a lane and a
+   tap's two products in one DSP48; and the smallest buffers (step 4) must fit the block RAMs,
    because a weight word is ``pout*kmax*kmax*pin`` bytes wide. Among equal MAC counts the balanced one (``pin == pout``)
    wins, then the one with more output lanes. If even ``pin = pout = 1`` does
    not fit, that is chosen and the rest is built from LUTs.
@@ -38,6 +41,11 @@
    groundwork of two output pixels a cycle, whose two products a DSP48
    takes (docs/engine.md, "The memory bound, and the plan"); 0 elsewhere,
    where the ECP5 and iCE40 builds stand as measured.
+3d. ``pixel_pairs``: 1 on Xilinx parts too: stride-1 layers run two
+   adjacent output pixels a window issue, the pair's two products of a tap
+   in one DSP48 (docs/engine.md, "Pixel pairs"), so the same DSPs make
+   twice the products; the requantizers double. Counted in step 2 (the
+   multipliers); 0 elsewhere, whose multipliers cannot take a packed pair.
 4. Buffers: starting from a small engine, ``max_channels``,
    ``max_out_channels`` and ``max_width`` are doubled in turn while the
    engine contract's buffers (line, weight, parameter buffers and the
@@ -58,8 +66,9 @@ from dataclasses import dataclass, field
 import math
 
 from ..core.config import EngineConfig
-from ..core.contract import engine_contract
+from ..core.contract import engine_contract, requant_product_parts
 from ..hdl.tech.ecp5_block_ram import blocks_in_parts
+from ..hdl.tech.pair_products import PACKED_WIDTH
 from ..hdl.tech.pipelined_memory import in_ecp5_blocks
 from .board import require_board
 from .zynq_design import DESIGN
@@ -92,13 +101,23 @@ def fifo_reserve(bram_blocks):
 def multipliers_needed(config, board):
     """Hard multipliers ``config`` takes on ``board``: MAC array + requantizers."""
     r = board.resources
+    windows = 1 + config.pixel_pairs  # windows a cycle: each lane's products per tap
     if r.multiplier_kind == "SB_MAC16":
         # Int8Products: two 8x8 products per DSP, a lane's odd product in LUTs.
-        mac = config.pout * ((config.kmax * config.kmax * config.pin) // 2)
+        mac = windows * config.pout * ((config.kmax * config.kmax * config.pin) // 2)
+    elif config.pixel_pairs and _xilinx(r):
+        # PairProducts: a tap's two products in one 25 x 8 multiply.
+        mac = config.window_macs * r.multipliers_for(PACKED_WIDTH, config.weight_width)
     else:
         mac = config.peak_macs_per_cycle * r.multipliers_for(config.act_width, config.weight_width)
-    requant = config.pout * r.multipliers_for(config.acc_width, config.mult_width + 1)
-    return mac + requant
+    # A requantizer a window. The deep arrangement's multiplies the operands'
+    # parts (PipelinedMultiplier), a hard multiplier or more each; the compact
+    # one's is one product that synthesis tiles.
+    if config.deep_pipeline:
+        per_lane = sum(r.multipliers_for(a[1], b[1]) for a, b in requant_product_parts(config))
+    else:
+        per_lane = r.multipliers_for(config.acc_width, config.mult_width + 1)
+    return mac + windows * config.pout * per_lane
 
 
 def bram_blocks_needed(config, board):
@@ -206,8 +225,9 @@ def _config(pin, pout, sizes, board):
     # thin first layers at half the stream. Not on parts under 10k LUTs (the
     # iCE40s): their logic is full.
     pairs = stream == _pair_beat_width(pin) and resources.luts >= _SMALL_PART_LUTS
+    xilinx = int(_xilinx(resources))
     return EngineConfig(pin=pin, pout=pout, kmax=_KMAX, stream_width=stream,
-                        writer_words=2 if pairs else 1, spare_bank=int(_xilinx(resources)),
+                        writer_words=2 if pairs else 1, spare_bank=xilinx, pixel_pairs=xilinx,
                         **sizes)
 
 
@@ -276,6 +296,8 @@ def size_engine(board):
     if _xilinx(r):
         reasons.append("spare_bank=1: kmax + 1 line-buffer column banks on a Xilinx part: "
                        "the same windows and cycles in fewer block RAMs")
+        reasons.append("pixel_pairs=1: stride-1 layers two output pixels a window issue, a "
+                       "tap's two products in one DSP48, two requantizers a lane")
 
     # 4. buffers from the block RAMs
     sizes = dict(_START)
@@ -323,11 +345,12 @@ def sizing_markdown(boards):
         c, r = s.config, board.resources
         row = (f"{c.pin} x {c.pout}", f"{c.peak_macs_per_cycle}",
                f"{c.max_width} / {c.max_channels} / {c.max_out_channels}", f"{c.writer_words}",
-               f"{c.column_banks}",
+               f"{c.column_banks}", f"{1 + c.pixel_pairs}",
                f"{s.multipliers} / {r.multipliers}", f"{s.bram_blocks['total']} / {r.bram_blocks}")
         rows.setdefault(row, []).append(board.name)
     lines = ["| board | pin x pout | MACs/cycle | max width / ch in / ch out | input words "
-             "stored a cycle | line-buffer column banks | DSPs (est.) | BRAM (est.) |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "stored a cycle | line-buffer column banks | output pixels a window (stride 1) "
+             "| DSPs (est.) | BRAM (est.) |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     lines += [f"| {', '.join(names)} | " + " | ".join(row) + " |" for row, names in rows.items()]
     return "\n".join(lines)

@@ -37,7 +37,7 @@ __all__ = [
     "ROW_FIELD_MAX", "MEMORY_READ_LATENCY", "MULTIPLIER_LATENCY", "OPERAND_PART_BITS",
     "Buffer", "Latencies", "EngineContract", "engine_contract", "memory_parts",
     "memory_part_depth", "memory_latency", "operand_parts", "products_latency",
-    "requant_sum_width",    "descriptor_violations",
+    "requant_sum_width", "requant_product_parts",    "descriptor_violations",
     "beats",
 ]
 
@@ -108,6 +108,15 @@ def operand_parts(width, *, signed):
 def requant_sum_width(acc_width):
     """Bits of the requantizer's ``acc + bias`` (the bias is int32; one bit for the sum)."""
     return max(acc_width, 32) + 1
+
+
+def requant_product_parts(config):
+    """The deep requantizer's partial products, a hard multiplier (or more) each:
+    ``(sum part, mult part)`` pairs of :func:`operand_parts` of ``acc + bias``
+    (:func:`requant_sum_width`) and of the multiplier."""
+    sum_parts = operand_parts(requant_sum_width(config.acc_width), signed=True)
+    mult_parts = operand_parts(config.mult_width, signed=False)
+    return [(a, b) for a in sum_parts for b in mult_parts]
 
 
 def products_latency(registered_operands):
@@ -460,9 +469,7 @@ class EngineContract:
             # rows, the taps
             line = 3 + memory_latency(8 * pin, self.line_buffer_memory_words,
                                       register_output=True)
-            sum_width = requant_sum_width(c.acc_width)
-            parts = len(operand_parts(sum_width, signed=True)) * \
-                len(operand_parts(c.mult_width, signed=False))
+            parts = len(requant_product_parts(c))
             # bias add, the multipliers, the tree of partial products (and
             # the rounding term), shift, saturate, zero point and clamp
             requant = 1 + MULTIPLIER_LATENCY + _tree_levels(parts + 1) + 3

@@ -311,6 +311,11 @@ class RegisterMap:
         """Registers of one block, in address order."""
         return [r for r in self._registers if r.group == name]
 
+    def id_rom(self):
+        """The ID ROM's registers: the ``id`` block and the ``id_more`` one after the
+        counters (the parameters the full ``id`` block had no room for)."""
+        return self.group("id") + self.group("id_more")
+
     def address(self, name):
         return self[name].address
 
@@ -366,7 +371,7 @@ class RegisterMap:
             raise BackendError(f"engine register map version {version['major']}.{version['minor']} "
                                f"is not supported (this driver speaks {VERSION[0]}.x)")
         values = {}
-        for reg in self.group("id"):
+        for reg in self.id_rom():
             if reg.name.startswith("cfg_"):
                 values[reg.name[4:]] = reg.fields[0].decode(read(reg.address))
         try:

@@ -178,7 +178,7 @@ class EngineTB:
     async def read_config(self):
         """Read and check the ID ROM: the :class:`EngineConfig` the hardware reports."""
         rom = {}
-        for reg in self.regs.group("id"):
+        for reg in self.regs.id_rom():
             rom[reg.address] = await self.axil.read_dword(reg.address)
         return self.regs.read_config(rom.__getitem__)
 

@@ -10,6 +10,7 @@ from fpgacnn.core.contract import engine_contract
 from fpgacnn.hdl.verilog import ZYNQ_TOP_NAME
 
 from fpgacnn.boards.board import BOARD_DIR, BoardError, list_boards, load_board, load_board_file
+from fpgacnn.core.contract import requant_product_parts
 from fpgacnn.boards.engine_sizing import (bram_blocks_needed, fifo_reserve, multipliers_needed,
                                           size_engine)
 from fpgacnn.core.config import EngineConfig
@@ -251,15 +252,16 @@ def test_stream_width_is_the_hp_ports_on_zynq_boards(name):
         assert DESIGN.memory_bytes_per_cycle(board.family, c) == c.stream_bytes
 
 
-def test_spare_bank_on_xilinx_parts_only_and_fewer_blocks():
+def test_spare_bank_and_pixel_pairs_on_xilinx_parts_only_and_fewer_blocks():
     # The Xilinx boards' sized engines take kmax + 1 column banks (the same
-    # buffers, fewer block RAMs by the model); the ECP5 and iCE40 ones keep kmax.
+    # buffers, fewer block RAMs by the model) and pixel pairs; the ECP5 and
+    # iCE40 ones keep kmax banks and one pixel a window.
     for board in list_boards():
         s = size_engine(board)
         xilinx = board.resources.multiplier_kind.startswith("DSP48")
-        assert s.config.spare_bank == int(xilinx), board.name
+        assert s.config.spare_bank == s.config.pixel_pairs == int(xilinx), board.name
         if xilinx:
-            one_bank = dataclasses.replace(s.config, spare_bank=0)
+            one_bank = dataclasses.replace(s.config, spare_bank=0, pixel_pairs=0)
             assert (bram_blocks_needed(s.config, board)["line_buffer"]
                     < bram_blocks_needed(one_bank, board)["line_buffer"]), board.name
     board = load_board("pynq-z2")
@@ -325,6 +327,21 @@ def test_sizing_ulx3s_85f_is_the_144_mac_array():
     # 144 MACs + 2 lanes x 4 DSPs of 32x25-bit requantization = 152 of 156 DSPs
     c = size_engine(load_board("ulx3s-85f")).config
     assert (c.kmax, c.pin, c.pout, c.peak_macs_per_cycle) == (3, 8, 2, 144)
+
+
+def test_sizing_pynq_z2_pairs_count_the_dsps_as_built():
+    # 144 DSP48E1 for the 288 products (PairProducts: a tap's two in one 25 x 8
+    # multiply) + 2 requantizers x 4 lanes x 4 partial products (17-bit parts of
+    # the 33-bit sum and the 24-bit multiplier) = 176, as synth_xilinx maps the
+    # convolution core (docs/boards.md); one pixel a window takes 144 + 16.
+    board = load_board("pynq-z2")
+    s = size_engine(board)
+    c = s.config
+    assert (c.pin, c.pout, c.pixel_pairs, c.peak_macs_per_cycle) == (4, 4, 1, 288)
+    assert len(requant_product_parts(c)) == 4
+    assert s.multipliers == multipliers_needed(c, board) == 144 + 2 * 4 * 4
+    assert multipliers_needed(dataclasses.replace(c, pixel_pairs=0), board) == 144 + 4 * 4
+    assert "pixel_pairs=1" in s.describe()
 
 
 def test_sizing_explains_itself():

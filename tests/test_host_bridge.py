@@ -616,7 +616,7 @@ def test_engine_identify_and_id_rom():
         assert await link.command(b"I", 5) == b"i\x01\x04\x08\x00"
         assert await link.command(cmd_read(regs.address("magic")), 6) == \
             b"r" + MAGIC.to_bytes(4, "little") + b"\x00"
-        rom = {r.address: await link.read(r.address) for r in regs.group("id")}
+        rom = {r.address: await link.read(r.address) for r in regs.id_rom()}
         assert regs.read_config(rom.__getitem__) == TINY
 
     top_bench(test, fifo_depth=8)

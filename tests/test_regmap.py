@@ -1,5 +1,6 @@
 """The register map: derived from the configuration and the descriptor, exported consistently."""
 
+import dataclasses
 from dataclasses import fields
 import subprocess
 import shutil
@@ -157,6 +158,14 @@ def test_read_config_checks_the_rom(regs):
     bad_param[regs.address("cfg_pin")] = 0
     with pytest.raises(BackendError, match=r"^pin must be between 1 and 64, not 0$"):
         regs.read_config(bad_param.__getitem__)
+
+    # a parameter of the second ID block (after the counters) is read too
+    pairs = dataclasses.replace(CONFIG, spare_bank=1, pixel_pairs=1)
+    pair_regs = build_regmap(pairs)
+    pair_rom = {r.address: r.value for r in pair_regs if r.access == "const"}
+    assert pair_regs["cfg_pixel_pairs"].group == "id_more"
+    assert pair_regs.read_config(pair_rom.__getitem__) == pairs
+    assert regs.read_config(pair_rom.__getitem__) == pairs
 
 
 def test_builder_rejects_bad_declarations():

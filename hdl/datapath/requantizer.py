@@ -5,7 +5,7 @@ from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from ...core.config import require_config
-from ...core.contract import engine_contract, operand_parts, requant_sum_width
+from ...core.contract import engine_contract, requant_product_parts, requant_sum_width
 from ...core.widths import SHIFT_BITS
 from .mac_array import _check_tag_width
 from .delay import delayed
@@ -110,9 +110,7 @@ class Requantizer(wiring.Component):
 
     def _product_parts(self):
         """``((sum offset, width, signed), (mult offset, width))`` per DSP partial product."""
-        sum_parts = _parts(self._sum_width, signed=True)
-        mult_parts = _parts(self._config.mult_width, signed=False)
-        return [(a, (b[0], b[1])) for a in sum_parts for b in mult_parts]
+        return [(a, (b[0], b[1])) for a, b in requant_product_parts(self._config)]
 
     @property
     def _sum_width(self):
@@ -238,9 +236,6 @@ class Requantizer(wiring.Component):
 #: Saturated width after the shift: [-512, 511] covers every result that a
 #: zero point and a clamp in int8 do not saturate alike.
 SAT_WIDTH = 10
-
-#: Operand parts of the partial products (the contract's: the latency follows from them).
-_parts = operand_parts
 
 
 def _tree_levels(count):
