@@ -88,8 +88,8 @@ class EngineConfig:
         memories; results and cycles are those of ``spare_bank = 0``.
     pixel_pairs : int
         0 (default): one window a cycle. 1: a run may compute two adjacent
-        output pixels a cycle (stride 1, no pool, no depthwise: the
-        descriptor's ``pixel_pairs``): the window and the one a column on
+        output pixels a cycle (stride 1, no pool: the descriptor's
+        ``pixel_pairs``): the window and the one a column on
         from one read of the spare bank's line buffer, two products a tap
         sharing its weight (one DSP48 a pair on Xilinx parts), two adder
         trees, accumulators and requantizers a lane, and the second pixel's

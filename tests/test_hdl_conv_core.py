@@ -11,7 +11,8 @@ from fpgacnn.core.contract import engine_contract
 from fpgacnn.hdl.datapath.conv_core import ConvCore
 from fpgacnn.host.cycle_model import layer_cycles
 from fpgacnn.core.errors import MappingError
-from fpgacnn.host.packing import pack_layer, unpack_output
+from fpgacnn.host.packing import (layer_descriptor, map_layer, pack_layer, pack_pixels,
+                                    pack_weights, unpack_output)
 
 from arrangement_helpers import ARRANGEMENTS, arranged
 from conv_core_helpers import run_core
@@ -376,6 +377,52 @@ def test_pixel_pairs_bit_exact_and_cycles_exact(key):
     descs = [d for d, _ in packed]
     for pauses in [(0.0, 0.0), (0.3, 0.4)]:
         results = run_core(cfg, packed, seed=7, in_pause=pauses[0], out_pause=pauses[1])
+        check_runs(cfg, layers, results, descs)
+        if pauses == (0.0, 0.0):
+            for desc, (_, cycles) in zip(descs, results):
+                assert cycles == layer_cycles(cfg, desc).cycles, desc
+                assert cycles <= layer_cycles(cfg, dict(desc, pixel_pairs=0)).cycles, desc
+
+
+def depthwise_run(cfg, layer):
+    """``(desc, stream bytes)`` of ``layer`` (dense weights zero off the diagonal) as a
+    depthwise run, with pixel pairs wherever the engine takes them."""
+    x, w = layer["x"], layer["w"]
+    geo = map_layer(cfg, x.shape, w.shape, stride=layer["stride"], pads=layer["pads"],
+                    pool=layer["pool"], depthwise=True)
+    desc = layer_descriptor(geo, x_zp=layer["x_zp"], y_zp=layer["y_zp"], clamp=layer["clamp"],
+                            load_weights=True)
+    weights = pack_weights(cfg, w, layer["bias"], layer["x_zp"], layer["mult"], layer["shift"],
+                           depthwise=True)
+    pixels = pack_pixels(cfg, x, layer["x_zp"], w.shape, stride=layer["stride"],
+                         pads=layer["pads"], remap=geo["remap"])
+    return desc, np.concatenate([weights, pixels])
+
+
+def test_depthwise_pixel_pairs_bit_exact_and_cycles_exact():
+    """A depthwise run pairs as a dense one (each lane's two trees are its channel's two
+    pixels): bit-exact with and without pauses, cycles the model's and under one pixel a
+    window's; odd and even widths, one and several tiles, a stride-2 run between."""
+    cfg = PIXEL_PAIR_CONFIGS["k3"]
+    assert engine_contract(cfg).depthwise_runs
+    rng = np.random.default_rng(77)
+    layers = []
+    for c, k, stride, h, w in [(2, 3, 1, 5, 7), (5, 3, 1, 4, 8), (6, 2, 1, 3, 9), (4, 3, 2, 6, 7),
+                               (3, 1, 1, 2, 5)]:
+        layer = random_layer(rng, cfg, k=k, stride=stride, pool=False,
+                             batch=int(rng.integers(1, 3)))
+        layer["x"] = rng.integers(-128, 128, (layer["x"].shape[0], c, h, w), dtype=np.int8)
+        dense = np.zeros((c, c, k, k), np.int8)
+        for ch in range(c):
+            dense[ch, ch] = rng.integers(-128, 128, (k, k), dtype=np.int8)
+        set_weights(rng, layer, dense)
+        layers.append(layer)
+    runs = [depthwise_run(cfg, layer) for layer in layers]
+    descs = [d for d, _ in runs]
+    assert [d["pixel_pairs"] for d in descs] == [1, 1, 1, 0, 1]
+    assert all(d["depthwise"] for d in descs)
+    for pauses in [(0.0, 0.0), (0.3, 0.4)]:
+        results = run_core(cfg, runs, seed=8, in_pause=pauses[0], out_pause=pauses[1])
         check_runs(cfg, layers, results, descs)
         if pauses == (0.0, 0.0):
             for desc, (_, cycles) in zip(descs, results):

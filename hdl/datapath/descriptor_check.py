@@ -271,9 +271,8 @@ class DescriptorCheck(wiring.Component):
         if self.checks_rows:
             over_capacity["out_h"] = below
         if c.config.pixel_pairs:
-            # two adjacent stride-1 pixels a window: no pool, no depthwise schedule
-            over_capacity["pixel_pairs"] = desc.pixel_pairs & (
-                (desc.stride != 1) | desc.pool | desc.depthwise)
+            # two adjacent stride-1 pixels a window: no pool
+            over_capacity["pixel_pairs"] = desc.pixel_pairs & ((desc.stride != 1) | desc.pool)
 
         # -- registered result ----------------------------------------------
         any_out_of_range = Signal()
