@@ -37,7 +37,7 @@ __all__ = [
     "ROW_FIELD_MAX", "MEMORY_READ_LATENCY", "MULTIPLIER_LATENCY", "OPERAND_PART_BITS",
     "Buffer", "Latencies", "EngineContract", "engine_contract", "memory_parts",
     "memory_part_depth", "memory_latency", "operand_parts", "products_latency",
-    "requant_sum_width", "requant_product_parts",    "descriptor_violations",
+    "requant_sum_width", "requant_product_parts", "descriptor_violations",
     "beats",
 ]
 

@@ -13,7 +13,9 @@ The model follows the engine's schedule at the granularity of rows:
   been issued;
 - output row ``oy`` is issued once its input rows are complete, one window per
   cycle: ``out_w*co_tiles*ci_tiles`` cycles, or longer when the output stream
-  (``pout/B`` beats per output word) is slower than the array;
+  (``pout/B`` beats per output word) is slower than the array; with pixel
+  pairs two pixels a window, ``ceil(out_w/2)`` positions a row, followed word
+  by word through the two output FIFOs (docs/engine.md, "Pixel pairs");
 - the last results then drain through the pipeline and the output packer.
 
 It assumes the input stream is always valid and the output stream always
@@ -108,7 +110,7 @@ def layer_cycles(config, desc, *, macs=None, feed_delay=0):
         Descriptor values keyed by field name.
     macs : int, optional
         The layer's real MACs (for the utilization); default: the MACs the
-        array issues, ``out_h*out_w*co_tiles*ci_tiles*peak*batch``.
+        array issues, ``out_h*out_w*co_tiles*ci_tiles*window_macs*batch``.
     feed_delay : int
         Cycles the input stream starts later than the run's start and gaps
         it leaves (0: valid from the start, as from the DMA). The line

@@ -266,7 +266,8 @@ class ConvCore(wiring.Component):
         return m
 
     def _credits(self, m, name, depth, pop, reserve, start):
-        """Places of a FIFO of ``depth`` words not yet reserved; returns `none left`."""
+        """The credit counter of a FIFO of ``depth`` words (its places not yet
+        reserved); returns the registered flag that none is left."""
         credits = Signal(range(depth + 1), init=depth, name=f"credits{name}")
         no_credit = Signal(name=f"no_credit{name}")
         m.d.sync += credits.eq(credits + pop - reserve)
