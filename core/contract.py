@@ -316,6 +316,21 @@ class EngineContract:
         return {"load_params": self.resident_weights, "weight_base": self.resident_weights,
                 "depthwise": self.depthwise_runs, "pixel_pairs": bool(self.config.pixel_pairs)}
 
+    @property
+    def paired_beats(self):
+        """Whether a pixel-pair run may move its output a beat at a time: pixel pairs
+        on an engine whose beat holds two output words (``2 * pout == stream_bytes``)."""
+        c = self.config
+        return bool(c.pixel_pairs) and 2 * c.pout == c.stream_bytes
+
+    def output_entry_words(self, desc):
+        """Output words an output FIFO entry holds in the run ``desc``: 2 (a beat) in a
+        pixel-pair run with an even ``co_tiles`` on a :attr:`paired_beats` engine --
+        each pixel's words are then whole beats, two output tiles of one pixel a beat
+        (docs/engine.md, "Pixel pairs") -- else 1."""
+        return 2 if (self.paired_beats and desc.get("pixel_pairs", 0)
+                     and int(desc["co_tiles"]) % 2 == 0) else 1
+
     def weight_words(self, desc):
         """Weight words the run ``desc`` reads: a word per (output tile, input tile),
         one per output tile in a depthwise run."""

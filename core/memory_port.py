@@ -112,10 +112,16 @@ def words_per_read(config):
     return read_bytes(config) // config.pin
 
 
+def writer_unit(config):
+    """Bytes of the pixel writer's unit, ``min(pout, stream_bytes)``: it writes one a
+    cycle, so it takes the output stream at this many bytes a cycle."""
+    require_config(config)
+    return min(config.pout, config.stream_bytes)
+
+
 def write_bytes(config):
     """W: bytes of one memory write: the writer's unit or a 32-bit word, the larger."""
-    require_config(config)
-    return max(min(config.pout, config.stream_bytes), 4)
+    return max(writer_unit(config), 4)
 
 
 def memory_port_widths(config):

@@ -34,6 +34,7 @@ Examples
 from dataclasses import dataclass, field
 
 from ..core.contract import engine_contract
+from ..core.memory_port import writer_unit
 from ..core.vector_fields import VECTOR_RUN_OVERHEAD, vector_accesses
 from .packing import map_layer
 
@@ -100,7 +101,7 @@ def _produced(oy, out_w, out_h, co, pool):
     return [ox * co + c for ox in range(1, 2 * (out_w // 2), 2) for c in range(co)]
 
 
-def layer_cycles(config, desc, *, macs=None, feed_delay=0):
+def layer_cycles(config, desc, *, macs=None, feed_delay=0, sink_bytes=None):
     """Cycle count of the layer run ``desc`` (a descriptor dict, as from ``pack_layer``).
 
     Parameters
@@ -116,6 +117,11 @@ def layer_cycles(config, desc, *, macs=None, feed_delay=0):
         it leaves (0: valid from the start, as from the DMA). The line
         buffer's setup after ``start`` still runs from ``start``, so a short
         delay hides behind it on a run with no constants.
+    sink_bytes : int, optional
+        Bytes a cycle the output stream's sink takes at most: a beat (the
+        DMA's, the default), or the program engine's pixel writer's unit
+        (:func:`~fpgacnn.core.memory_port.writer_unit`). It matters where the
+        packer sends more than that a cycle (a beat of two words, pixel pairs).
 
     Returns
     -------
@@ -157,6 +163,11 @@ def layer_cycles(config, desc, *, macs=None, feed_delay=0):
     else:
         row_cycles = [row_in] * in_h
     per_word_out = max(1, pout // beat)          # cycles per output word
+    # Output words an output FIFO entry holds (two, a beat, in some pair runs) and
+    # the cycles the packer takes for one.
+    entry_words = contract.output_entry_words(desc)
+    sink = beat if sink_bytes is None else min(beat, int(sink_bytes))
+    per_entry_out = max(1, entry_words * pout // sink)
     issue = positions * co * wins                # cycles to issue one output row
     latency, drain = lat.pipeline(pool), lat.drain
     depth = lat.output_fifo_depth
@@ -197,8 +208,8 @@ def layer_cycles(config, desc, *, macs=None, feed_delay=0):
         wait_in += start - prev
         groups = _produced(oy, out_w, out_h, co, pool)
         if pairs:
-            last_pop, end = _pair_row(start, out_w, co, wins, latency, depth, per_word_out,
-                                      pair_pops, last_pop)
+            last_pop, end = _pair_row(start, out_w, co, wins, latency, depth, entry_words,
+                                      per_entry_out, pair_pops, last_pop)
             wait_out += end - start - issue
         elif per_word_out <= wins:
             # Pops keep up with results: the issue never waits for credits.
@@ -225,7 +236,9 @@ def layer_cycles(config, desc, *, macs=None, feed_delay=0):
         j += 1
 
     last_issue = r_end[-1] - 1
-    done = max(last_pop + 1 + per_word_out, last_issue + drain + 1, w_end[-1])
+    # the last entry's beats leave the packer a beat a cycle, whatever the sink's pace
+    done = max(last_pop + 1 + max(1, entry_words * pout // beat), last_issue + drain + 1,
+               w_end[-1])
     compute = orows * issue
     tail = done - r_end[-1]
     fill = r_start[0] - t0
@@ -233,7 +246,8 @@ def layer_cycles(config, desc, *, macs=None, feed_delay=0):
     # What each resource needs on its own; the largest bounds the run.
     n_words = batch * sum(len(_produced(oy, out_w, out_h, co, pool)) for oy in range(out_h))
     input_cycles = batch * sum(row_cycles)
-    demand = {"compute": compute, "input": input_cycles, "output": n_words * per_word_out,
+    out_cycles = n_words // entry_words * per_entry_out
+    demand = {"compute": compute, "input": input_cycles, "output": out_cycles,
               "weights": load}
     bound = max(demand, key=demand.get)
     if bound == "compute":
@@ -245,9 +259,10 @@ def layer_cycles(config, desc, *, macs=None, feed_delay=0):
         reason = (f"input bandwidth: {rows} input rows of {in_w} px x {ci} tiles at "
                   f"{per} ({input_cycles} cycles) against {compute} compute cycles")
     elif bound == "output":
-        reason = (f"output bandwidth: {n_words} words of {pout} bytes at {per_word_out} "
-                  f"beats each ({n_words * per_word_out} cycles) against {compute} "
-                  f"compute cycles")
+        per = (f"{per_word_out} beats each" if entry_words == 1
+               else "a beat of two a cycle")
+        reason = (f"output bandwidth: {n_words} words of {pout} bytes at {per} "
+                  f"({out_cycles} cycles) against {compute} compute cycles")
     else:
         reason = (f"weight loading: {load} beats of parameters and weights against "
                   f"{compute} compute cycles")
@@ -259,35 +274,40 @@ def layer_cycles(config, desc, *, macs=None, feed_delay=0):
                 "latency": latency, "demand": demand})
 
 
-def _pair_row(start, out_w, co, wins, latency, depth, per_word_out, pops, last_pop):
-    """One output row of a pixel-pair run, word by word: returns ``(last_pop, end)``.
+def _pair_row(start, out_w, co, wins, latency, depth, entry_words, per_entry_out, pops,
+              last_pop):
+    """One output row of a pixel-pair run, entry by entry: returns ``(last_pop, end)``.
 
     Group ``(p, c)`` (pixels ``2p`` and ``2p + 1``, output tile ``c``) issues
-    its first window once the group before is issued and it holds a place in
-    the FIFO of each pixel it writes (a place frees the cycle after its word's
-    pop); both words are written ``wins - 1 + latency`` cycles after.
-    The packer pops pixel ``2p``'s words from the first FIFO, then pixel ``2p +
-    1``'s from the second, one word every ``per_word_out`` cycles, each two
-    cycles after its write at the earliest. ``pops`` (the two FIFOs' pop
-    cycles, from earlier rows on) grows. A group's places are those of words at
-    least a pixel's ``co`` words earlier (``depth`` is more), so the pops of
-    the pairs before decide every group of a pair.
+    its first window once the group before is issued and, if it starts an
+    entry (every group, or the even tiles' when an entry is a beat of
+    ``entry_words`` = 2), it holds a place in the FIFO of each pixel it writes
+    (a place frees the cycle after its entry's pop); an entry is written
+    ``wins - 1 + latency`` cycles after its last group issues. The packer pops
+    pixel ``2p``'s entries from the first FIFO, then pixel ``2p + 1``'s from
+    the second, one every ``per_entry_out`` cycles, each two cycles after its
+    write at the earliest. ``pops`` (the two FIFOs' pop cycles, from earlier
+    rows on) grows. A group's places are those of entries at least a pixel's
+    earlier (``depth`` is more), so the pops of the pairs before decide every
+    group of a pair.
     """
     t = start - wins
     for p in range(-(-out_w // 2)):
         second = 2 * p + 1 < out_w
         written = []
-        for _ in range(co):
+        for c in range(co):
             t += wins
-            for fifo, needed in zip(pops, (True, second)):
-                reserved = len(fifo) + len(written)
-                if needed and reserved >= depth:
-                    t = max(t, fifo[reserved - depth] + 1)
-            written.append(t + wins - 1 + latency)
+            if c % entry_words == 0:
+                for fifo, needed in zip(pops, (True, second)):
+                    reserved = len(fifo) + c // entry_words
+                    if needed and reserved >= depth:
+                        t = max(t, fifo[reserved - depth] + 1)
+            if c % entry_words == entry_words - 1:
+                written.append(t + wins - 1 + latency)
         for fifo, needed in zip(pops, (True, second)):
             if needed:
                 for w in written:
-                    last_pop = max(w + 2, last_pop + per_word_out)
+                    last_pop = max(w + 2, last_pop + per_entry_out)
                     fifo.append(last_pop)
     return last_pop, t + wins
 
@@ -370,7 +390,8 @@ def sequenced_run_cycles(config, desc, latency, *, wide=False):
                          f"{config.stream_bytes} bytes, or a wide run")
     sections = 2 if desc.get("load_weights", 0) or desc.get("load_params", 0) else 1
     delay = sections * (int(latency) + 4) + sections - 1
-    return layer_cycles(config, desc, feed_delay=delay).cycles
+    # the pixel writer takes a unit a cycle
+    return layer_cycles(config, desc, feed_delay=delay, sink_bytes=writer_unit(config)).cycles
 
 
 def vector_run_cycles(config, fields, latency=0):

@@ -339,6 +339,10 @@ def pixel_pair_layers(cfg, rng):
         lambda d: not d["pixel_pairs"] and d["pool"],
         lambda d: not d["pixel_pairs"] and d["stride"] > 1 and cfg.kmax > 1 or cfg.kmax == 1,
     ]
+    if contract.paired_beats:
+        # output-bound with FIFO entries that are beats (two output tiles of a pixel)
+        slots.append(lambda d: (contract.output_entry_words(d) == 2 and d["ci_tiles"] == 1
+                                and d["co_tiles"] >= 4 and d["out_w"] % 2))
     layers = []
     for wanted in slots:
         for _ in range(500):
@@ -408,7 +412,7 @@ def test_depthwise_pixel_pairs_bit_exact_and_cycles_exact():
     rng = np.random.default_rng(77)
     layers = []
     for c, k, stride, h, w in [(2, 3, 1, 5, 7), (5, 3, 1, 4, 8), (6, 2, 1, 3, 9), (4, 3, 2, 6, 7),
-                               (3, 1, 1, 2, 5)]:
+                               (3, 1, 1, 2, 5), (8, 3, 1, 4, 7)]:
         layer = random_layer(rng, cfg, k=k, stride=stride, pool=False,
                              batch=int(rng.integers(1, 3)))
         layer["x"] = rng.integers(-128, 128, (layer["x"].shape[0], c, h, w), dtype=np.int8)
@@ -419,8 +423,11 @@ def test_depthwise_pixel_pairs_bit_exact_and_cycles_exact():
         layers.append(layer)
     runs = [depthwise_run(cfg, layer) for layer in layers]
     descs = [d for d, _ in runs]
-    assert [d["pixel_pairs"] for d in descs] == [1, 1, 1, 0, 1]
+    assert [d["pixel_pairs"] for d in descs] == [1, 1, 1, 0, 1, 1]
     assert all(d["depthwise"] for d in descs)
+    # two output tiles a FIFO entry (a beat) where a paired run's tiles are even:
+    # 3 channels (2 tiles, the 1x1 run) and 8 (4 tiles)
+    assert [engine_contract(cfg).output_entry_words(d) for d in descs] == [1, 1, 1, 1, 2, 2]
     for pauses in [(0.0, 0.0), (0.3, 0.4)]:
         results = run_core(cfg, runs, seed=8, in_pause=pauses[0], out_pause=pauses[1])
         check_runs(cfg, layers, results, descs)

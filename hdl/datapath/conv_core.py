@@ -19,12 +19,17 @@ Pixel pairs (``pixel_pairs``, docs/engine.md): in a run with the descriptor's
 (``ox`` even): the MAC array's second window, a second requantizer, and a
 second output FIFO for the odd pixels' words, which wait there while the
 even pixel's words go out; the packer takes each pixel's words from the FIFO
-of its parity. A group reserves a place in each FIFO its pixels write.
+of its parity. A group reserves a place in each FIFO its pixels write. On an
+engine whose beat holds two output words (``EngineContract.paired_beats``), a
+pair run with an even ``co_tiles`` stores two output tiles of a pixel in one
+FIFO entry, a beat, and the packer sends a beat a cycle: two words, where one
+word a cycle would halve a paired run of one window a group (depthwise, one
+input tile).
 """
 
 import dataclasses
 
-from amaranth.hdl import Array, Cat, Module, Mux, Signal, unsigned
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
@@ -82,6 +87,7 @@ class ConvCore(wiring.Component):
         self._config = config
         self._co_bits = max(1, (engine_contract(config).max_co_tiles - 1).bit_length())
         self._pairs = bool(config.pixel_pairs)
+        self._beat_entries = engine_contract(config).paired_beats
         self._tag = data.StructLayout({"co": unsigned(self._co_bits), "produce": 1,
                                        "img_first": 1, **({"second": 1} if self._pairs else {})})
         super().__init__({
@@ -126,11 +132,15 @@ class ConvCore(wiring.Component):
         m.submodules.requantizer = rq
         m.submodules.pool = pool
         depth = self.fifo_depth
-        m.submodules.fifo = fifo = SyncFIFOBuffered(width=8 * cfg.pout, depth=depth)
+        # An entry: a word, or a beat of two (pair runs of `beats`, below).
+        entry = 8 * cfg.pout * (2 if self._beat_entries else 1)
+        m.submodules.fifo = fifo = SyncFIFOBuffered(width=entry, depth=depth)
         fifos = [fifo]
+        # A pair run whose FIFO entries are beats (the contract's output_entry_words)
+        beats = (desc.pixel_pairs & ~desc.co_tiles[0]) if self._beat_entries else Const(0, 1)
         if self._pairs:
             # the odd pixels' words of a pixel-pair run
-            m.submodules.fifo_next = fifo_next = SyncFIFOBuffered(width=8 * cfg.pout, depth=depth)
+            m.submodules.fifo_next = fifo_next = SyncFIFOBuffered(width=entry, depth=depth)
             m.submodules.requantizer_next = rq_next = self._rq_next
             fifos.append(fifo_next)
 
@@ -165,8 +175,10 @@ class ConvCore(wiring.Component):
         # A pop of each FIFO (the packer's, below), and whether each is out of
         # credits; a pair's group needs one in the second FIFO too.
         pops = [Signal(name=name) for name in ("pop", "pop_next")[:len(fifos)]]
+        # (with beats, the group of an even output tile reserves the entry of both)
+        reserve_entry = reserve & ~(beats & lb.co[0]) if self._beat_entries else reserve
         no_credits = [self._credits(m, "_next" if i else "", depth, pops[i],
-                                    reserve & (lb.second if i else 1), start)
+                                    reserve_entry & (lb.second if i else 1), start)
                       for i in range(len(fifos))]
         blocked = no_credits[0] | (lb.second & no_credits[1]) if self._pairs else no_credits[0]
         m.d.comb += lb.en.eq(self.busy & ~(lb.first & produce & blocked))
@@ -240,10 +252,21 @@ class ConvCore(wiring.Component):
         if self._pairs:
             m.d.comb += [fifo_next.w_en.eq(rq.o_valid & rq_tag.second),
                          fifo_next.w_data.eq(rq_next.o_data)]
+        if self._beat_entries:
+            # Beats: an even output tile's words wait a group for the odd one's, then
+            # both go in as one entry (the pool is never in a pair run).
+            held = [Signal(8 * cfg.pout, name="out_held"), Signal(8 * cfg.pout, name="out_held_next")]
+            with m.If(rq.o_valid & beats & ~rq_tag.co[0]):
+                m.d.sync += [held[0].eq(rq.o_data), held[1].eq(rq_next.o_data)]
+            with m.If(beats):
+                m.d.comb += [fifo.w_en.eq(rq.o_valid & rq_tag.co[0]),
+                             fifo.w_data.eq(Cat(held[0], rq.o_data)),
+                             fifo_next.w_en.eq(rq.o_valid & rq_tag.co[0] & rq_tag.second),
+                             fifo_next.w_data.eq(Cat(held[1], rq_next.o_data))]
 
         # ---- packing words into beats ----------------------------------------
         out_done = Signal()
-        self._packer(m, desc, fifos, pops, out_done, start)
+        self._packer(m, desc, fifos, pops, out_done, start, beats)
 
         # ---- completion and stall reporting ---------------------------------
         # Results of windows that produce no output (a pooled layer's odd last
@@ -280,11 +303,13 @@ class ConvCore(wiring.Component):
             m.d.sync += [credits.eq(depth), no_credit.eq(0)]
         return no_credit
 
-    def _packer(self, m, desc, fifos, pops, out_done, start):
+    def _packer(self, m, desc, fifos, pops, out_done, start, beats):
         """FIFO words -> ``o_stream`` beats; sets ``out_done`` on the batch's final beat.
 
         With pixel pairs, ``fifos`` and ``pops`` are the even and the odd pixels':
-        each pixel's words come from the FIFO of its column's parity."""
+        each pixel's words come from the FIFO of its column's parity. With
+        ``beats`` an entry is a beat, two output tiles: the tile counter counts
+        entries."""
         cfg = self._config
         wbits, bbits = 8 * cfg.pout, cfg.stream_width
         lim = limits(cfg)
@@ -309,7 +334,13 @@ class ConvCore(wiring.Component):
         py_last, n_last = Signal.like(opy, name="o_py_last"), Signal.like(on, name="o_n_last")
         out_w = Mux(desc.pool, desc.out_w >> 1, desc.out_w)
         out_h = Mux(desc.pool, desc.out_h >> 1, desc.out_h)
-        m.d.sync += [co_last.eq(desc.co_tiles - 1), px_last.eq(out_w - 1),
+        # entries a pixel, less one; whether a pixel is one entry
+        if self._beat_entries:
+            co_entries_last = Mux(beats, (desc.co_tiles >> 1) - 1, desc.co_tiles - 1)
+            co_single = Mux(beats, desc.co_tiles == 2, desc.co_tiles == 1)
+        else:
+            co_entries_last, co_single = desc.co_tiles - 1, desc.co_tiles == 1
+        m.d.sync += [co_last.eq(co_entries_last), px_last.eq(out_w - 1),
                      py_last.eq(out_h - 1), n_last.eq(desc.batch - 1)]
         # "At the last position" flags, registered with the counters (the
         # compares of the next counts are made beside `pop`, which only
@@ -320,7 +351,7 @@ class ConvCore(wiring.Component):
         py_at, n_at = Signal(name="o_py_at"), Signal(name="o_n_at")
         co_one, px_one = Signal(name="o_co_one"), Signal(name="o_px_one")
         py_one, n_one = Signal(name="o_py_one"), Signal(name="o_n_one")
-        m.d.sync += [co_one.eq(desc.co_tiles == 1), px_one.eq(out_w == 1),
+        m.d.sync += [co_one.eq(co_single), px_one.eq(out_w == 1),
                      py_one.eq(out_h == 1), n_one.eq(desc.batch == 1)]
         img_end = co_at & px_at & py_at
         batch_end = img_end & n_at
@@ -341,7 +372,7 @@ class ConvCore(wiring.Component):
         with m.If(start):
             # (from the descriptor: the registers above follow it a cycle late)
             m.d.sync += [oco.eq(0), opx.eq(0), opy.eq(0), on.eq(0),
-                         co_at.eq(desc.co_tiles == 1), px_at.eq(out_w == 1),
+                         co_at.eq(co_single), px_at.eq(out_w == 1),
                          py_at.eq(out_h == 1), n_at.eq(desc.batch == 1)]
 
         out = self.o_stream
@@ -354,13 +385,17 @@ class ConvCore(wiring.Component):
             per_beat = bbits // wbits
             slots = [Signal(wbits, name=f"asm_{i}") for i in range(per_beat)]
             idx = Signal(range(per_beat))
-            completes = (idx == per_beat - 1) | img_end
+            word = fifo.r_data[:wbits] if self._beat_entries else fifo.r_data
+            # (an entry that is a beat completes one: idx is 0 throughout such a run)
+            completes = (idx == per_beat - 1) | img_end | beats if self._beat_entries \
+                else (idx == per_beat - 1) | img_end
             free = ~out.valid | out.ready
             m.d.comb += [pop.eq(self.busy & fifo.r_rdy & (~completes | free)),
                          fifo.r_en.eq(pop)]
-            merged = [Mux(idx == i, fifo.r_data, slots[i]) for i in range(per_beat)]
+            merged = [Mux(idx == i, word, slots[i]) for i in range(per_beat)]
+            beat = Mux(beats, fifo.r_data, Cat(*merged)) if self._beat_entries else Cat(*merged)
             with m.If(pop & completes):
-                m.d.sync += [out.valid.eq(1), out.payload.data.eq(Cat(*merged)),
+                m.d.sync += [out.valid.eq(1), out.payload.data.eq(beat),
                              out.payload.last.eq(batch_end), idx.eq(0)]
                 m.d.sync += [s.eq(0) for s in slots]
             with m.Else():
@@ -368,7 +403,7 @@ class ConvCore(wiring.Component):
                     m.d.sync += out.valid.eq(0)
                 with m.If(pop):
                     m.d.sync += idx.eq(idx + 1)
-                    m.d.sync += Array(slots)[idx].eq(fifo.r_data)
+                    m.d.sync += Array(slots)[idx].eq(word)
         else:
             # A word spans several beats.
             per_word = wbits // bbits

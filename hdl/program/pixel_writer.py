@@ -36,7 +36,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ...core.config import require_config
-from ...core.memory_port import ADDRESS_BITS  # the fields' addresses are as wide
+from ...core.memory_port import ADDRESS_BITS, writer_unit  # the fields' addresses are as wide
 from ...core.pixel_writer_fields import writer_layout
 
 __all__ = ["PixelWriter", "write_layout"]
@@ -85,7 +85,7 @@ class PixelWriter(wiring.Component):
     def __init__(self, config):
         require_config(config)
         self._config = config
-        self.unit = min(config.pout, config.stream_bytes)
+        self.unit = writer_unit(config)
         super().__init__({
             "fields": In(writer_layout()),
             "start": In(1),
