@@ -369,6 +369,19 @@ def pixel_pair_layers(cfg, rng):
     return layers
 
 
+def check_pair_runs(cfg, layers, runs, *, seed):
+    """Bit-exact with and without pauses; without, the cycles are the model's and no more
+    than one pixel a window's by the model (which the other tests hold to the RTL)."""
+    descs = [d for d, _ in runs]
+    for pauses in [(0.0, 0.0), (0.3, 0.4)]:
+        results = run_core(cfg, runs, seed=seed, in_pause=pauses[0], out_pause=pauses[1])
+        check_runs(cfg, layers, results, descs)
+        if pauses == (0.0, 0.0):
+            for desc, (_, cycles) in zip(descs, results):
+                assert cycles == layer_cycles(cfg, desc).cycles, desc
+                assert cycles <= layer_cycles(cfg, dict(desc, pixel_pairs=0)).cycles, desc
+
+
 @pytest.mark.parametrize("key", PIXEL_PAIR_CONFIGS)
 def test_pixel_pairs_bit_exact_and_cycles_exact(key):
     """Bit-exact with the reference, with and without pauses; with none the cycles are
@@ -378,14 +391,7 @@ def test_pixel_pairs_bit_exact_and_cycles_exact(key):
     rng = np.random.default_rng(sum(map(ord, key)) + 41)
     layers = pixel_pair_layers(cfg, rng)
     packed = [pack_layer(cfg, **layer) for layer in layers]
-    descs = [d for d, _ in packed]
-    for pauses in [(0.0, 0.0), (0.3, 0.4)]:
-        results = run_core(cfg, packed, seed=7, in_pause=pauses[0], out_pause=pauses[1])
-        check_runs(cfg, layers, results, descs)
-        if pauses == (0.0, 0.0):
-            for desc, (_, cycles) in zip(descs, results):
-                assert cycles == layer_cycles(cfg, desc).cycles, desc
-                assert cycles <= layer_cycles(cfg, dict(desc, pixel_pairs=0)).cycles, desc
+    check_pair_runs(cfg, layers, packed, seed=7)
 
 
 def depthwise_run(cfg, layer):
@@ -428,10 +434,4 @@ def test_depthwise_pixel_pairs_bit_exact_and_cycles_exact():
     # two output tiles a FIFO entry (a beat) where a paired run's tiles are even:
     # 3 channels (2 tiles, the 1x1 run) and 8 (4 tiles)
     assert [engine_contract(cfg).output_entry_words(d) for d in descs] == [1, 1, 1, 1, 2, 2]
-    for pauses in [(0.0, 0.0), (0.3, 0.4)]:
-        results = run_core(cfg, runs, seed=8, in_pause=pauses[0], out_pause=pauses[1])
-        check_runs(cfg, layers, results, descs)
-        if pauses == (0.0, 0.0):
-            for desc, (_, cycles) in zip(descs, results):
-                assert cycles == layer_cycles(cfg, desc).cycles, desc
-                assert cycles <= layer_cycles(cfg, dict(desc, pixel_pairs=0)).cycles, desc
+    check_pair_runs(cfg, layers, runs, seed=8)
