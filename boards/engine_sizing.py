@@ -15,8 +15,8 @@
    parts, one hard multiplier each) with ``deep_pipeline``, else the
    ``acc_width x (mult_width + 1)`` product split into tiles of the DSP's
    operand widths; with pixel pairs (3d) two requantizers a lane and a
-   tap's two products in one DSP48; and the smallest buffers (step 4) must fit the block RAMs,
-   because a weight word is ``pout*kmax*kmax*pin`` bytes wide. Among equal MAC counts the balanced one (``pin == pout``)
+   tap's two products in one DSP48; and the smallest buffers (step 4) must
+   fit the block RAMs, because a weight word is ``pout*kmax*kmax*pin`` bytes wide. Among equal MAC counts the balanced one (``pin == pout``)
    wins, then the one with more output lanes. If even ``pin = pout = 1`` does
    not fit, that is chosen and the rest is built from LUTs.
 3. ``stream_width``: on Zynq boards the HP port's width of the board's

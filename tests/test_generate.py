@@ -77,6 +77,16 @@ def test_example_config_is_the_default():
     ("[engine]\nspare_bank = -1\n", r"^fpgacnn: error: spare_bank must be between 0 and 1, not -1$"),
     ("[engine]\nspare_bank = 2\n", r"^fpgacnn: error: spare_bank must be between 0 and 1, not 2$"),
     ("[engine]\nspare_bank = true\n", r"^fpgacnn: error: spare_bank must be an integer, not True$"),
+    ("[engine]\nspare_bank = 1\npixel_pairs = 2\n",
+     r"^fpgacnn: error: pixel_pairs must be between 0 and 1, not 2$"),
+    ("[engine]\nspare_bank = 1\npixel_pairs = true\n",
+     r"^fpgacnn: error: pixel_pairs must be an integer, not True$"),
+    ("[engine]\npixel_pairs = 1\n",
+     r"^fpgacnn: error: pixel_pairs 1 needs spare_bank 1 \(the two windows of a pair in one "
+     r"read\) and deep_pipeline 1, not spare_bank 0 and deep_pipeline 1$"),
+    ("[engine]\nspare_bank = 1\npixel_pairs = 1\ndeep_pipeline = 0\n",
+     r"^fpgacnn: error: pixel_pairs 1 needs spare_bank 1 \(the two windows of a pair in one "
+     r"read\) and deep_pipeline 1, not spare_bank 1 and deep_pipeline 0$"),
     ("[engine]\npin = 4\nstream_width = 32\nwriter_words = 2\n",
      r"^fpgacnn: error: writer_words 2 needs a beat of two input words: stream_width 32 is 4 "
      r"bytes, pin is 4$"),
@@ -93,6 +103,13 @@ def test_spare_bank_takes_0_and_1():
     assert EngineConfig().column_banks == 3
     assert EngineConfig(spare_bank=1).column_banks == 4
     assert EngineConfig(kmax=1, spare_bank=1).column_banks == 2
+
+
+def test_pixel_pairs_take_0_and_1_and_count_both_windows():
+    one = EngineConfig(spare_bank=1)
+    two = EngineConfig(spare_bank=1, pixel_pairs=1)
+    assert one.peak_macs_per_cycle == one.window_macs == two.window_macs == 576
+    assert two.peak_macs_per_cycle == 2 * 576
 
 
 def test_pair_writer_takes_a_beat_of_two_words():

@@ -1,3 +1,5 @@
+import dataclasses
+
 import numpy as np
 import pytest
 from numpy.testing import assert_array_equal
@@ -5,8 +7,8 @@ from numpy.testing import assert_array_equal
 from fpgacnn.core.config import EngineConfig
 from fpgacnn.core.errors import InputError, MappingError
 from fpgacnn.host.integer_ops import conv2d, maxpool2d
-from fpgacnn.host.packing import (input_nbytes, output_nbytes, pack_layer, unpack_output,
-                                  use_remap)
+from fpgacnn.host.packing import (input_nbytes, map_layer, output_nbytes, pack_layer,
+                                  unpack_output, use_remap)
 
 from engine_model_helpers import emulate_engine
 
@@ -163,6 +165,32 @@ def test_limits_raise_mapping_errors(change, message):
     layer.update(change)
     with pytest.raises((MappingError, InputError), match=message):
         pack_layer(cfg, **layer, name="conv1")
+
+
+def test_pixel_pairs_are_taken_where_allowed_and_refused_by_name_elsewhere():
+    # Taken by default at stride 1 without a pool (depthwise too), forced off on
+    # request; forced on at stride 2, with a pool or on an engine without them,
+    # refused naming the layer and the field.
+    pairs = EngineConfig(pin=2, pout=2, kmax=3, stream_width=32, max_width=24, max_channels=6,
+                         max_out_channels=16, spare_bank=1, pixel_pairs=1)
+    single = dataclasses.replace(pairs, pixel_pairs=0)
+    x, w = (1, 3, 6, 6), (4, 3, 3, 3)
+    assert map_layer(pairs, x, w)["pixel_pairs"] == 1
+    assert map_layer(pairs, (1, 4, 6, 6), (4, 4, 3, 3), depthwise=True)["pixel_pairs"] == 1
+    assert map_layer(pairs, x, w, pixel_pairs=False)["pixel_pairs"] == 0
+    assert map_layer(pairs, x, w, stride=2)["pixel_pairs"] == 0
+    assert map_layer(pairs, x, w, pool=True)["pixel_pairs"] == 0
+    assert map_layer(single, x, w)["pixel_pairs"] == 0
+    with pytest.raises(MappingError, match=r"^conv1: pixel pairs are two adjacent stride-1 "
+                                           r"output pixels: not with stride 2$"):
+        map_layer(pairs, x, w, stride=2, pixel_pairs=True, name="conv1")
+    with pytest.raises(MappingError, match=r"^conv1: pixel pairs are two adjacent stride-1 "
+                                           r"output pixels: not with a fused max-pool$"):
+        map_layer(pairs, x, w, pool=True, pixel_pairs=True, name="conv1")
+    with pytest.raises(MappingError, match=r"^conv1: pixel_pairs = 1 is outside the engine's "
+                                           r"range 0\.\.0 \(the engine was generated without "
+                                           r"pixel_pairs\)$"):
+        map_layer(single, x, w, pixel_pairs=True, name="conv1")
 
 
 def test_unpack_rejects_wrong_length():

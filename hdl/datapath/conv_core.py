@@ -255,7 +255,7 @@ class ConvCore(wiring.Component):
         if self._beat_entries:
             # Beats: an even output tile's words wait a group for the odd one's, then
             # both go in as one entry (the pool is never in a pair run).
-            held = [Signal(8 * cfg.pout, name="out_held"), Signal(8 * cfg.pout, name="out_held_next")]
+            held = [Signal(8 * cfg.pout, name=f"out_held{suffix}") for suffix in ("", "_next")]
             with m.If(rq.o_valid & beats & ~rq_tag.co[0]):
                 m.d.sync += [held[0].eq(rq.o_data), held[1].eq(rq_next.o_data)]
             with m.If(beats):

@@ -286,7 +286,8 @@ class LineBuffer(wiring.Component):
         # in the row (docs/engine.md, "Pixel pairs"). Both are constants
         # without them, so the other engines' logic is as it was.
         pp = desc.pixel_pairs if cfg.pixel_pairs else Const(0, 1)
-        second = self.second if cfg.pixel_pairs else Signal()
+        # (a row's first position's `second`, assigned only where the port exists)
+        row_pair = [self.second.eq(pp & (desc.out_w >= 2))] if cfg.pixel_pairs else []
         # columns (and output pixels) from one position to the next in a row
         x_step = desc.stride + pp if cfg.pixel_pairs else desc.stride
         ox_step = 1 + pp if cfg.pixel_pairs else 1
@@ -443,7 +444,6 @@ class LineBuffer(wiring.Component):
         # pixels with pairs), a pair when the row has a second pixel.
         row_one_step = Mux(pp, desc.out_w <= 2, desc.out_w == 1) if cfg.pixel_pairs \
             else desc.out_w == 1
-        row_second = pp & (desc.out_w >= 2)
         n_last = Signal()  # the batch's last image (a flag, as the ones below)
         row_read = Signal()  # an output row (not an image's last) is issued
         with m.If(self.start):
@@ -457,8 +457,7 @@ class LineBuffer(wiring.Component):
                          n.eq(0), oy.eq(0), ox.eq(0), co.eq(0), ci.eq(0), widx.eq(wbase0),
                          self.r_done.eq(0), ci_first.eq(1),
                          ci_last.eq(dw | (desc.ci_tiles == 1)), co_last.eq(desc.co_tiles == 1),
-                         ox_last.eq(row_one_step), oy_last.eq(desc.out_h == 1),
-                         second.eq(row_second)]
+                         ox_last.eq(row_one_step), oy_last.eq(desc.out_h == 1)] + row_pair
             m.d.sync += image_start(Const(0, range(slots)),
                                     None if deep else slot_sum(0, -desc.pad_top), at_start=True)
         with m.Elif(self.issue):
@@ -467,7 +466,7 @@ class LineBuffer(wiring.Component):
                 with m.If(co_last):
                     m.d.sync += [co.eq(0), widx.eq(wbase0), co_last.eq(desc.co_tiles == 1)]
                     with m.If(ox_last):
-                        m.d.sync += [ox.eq(0), ox_last.eq(row_one_step), second.eq(row_second)]
+                        m.d.sync += [ox.eq(0), ox_last.eq(row_one_step)] + row_pair
                         m.d.sync += row_start()
                         with m.If(oy_last):
                             m.d.sync += oy_last.eq(desc.out_h == 1)
@@ -495,7 +494,7 @@ class LineBuffer(wiring.Component):
                             m.d.sync += [
                                 ox_last.eq(Mux(pp, ox + 4 >= desc.out_w,
                                                next_last(ox, desc.out_w))),
-                                second.eq(pp & (ox + 3 < desc.out_w))]
+                                self.second.eq(pp & (ox + 3 < desc.out_w))]
                         else:
                             m.d.sync += ox_last.eq(next_last(ox, desc.out_w))
                 with m.Else():
