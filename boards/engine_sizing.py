@@ -35,12 +35,12 @@
 3b. ``writer_words``: 2 where a beat holds two input words (``stream_width
    == 16*pin``) on parts of 10k LUTs or more (docs/engine.md, "The pair
    writer"), else 1.
-3c. ``spare_bank``: 1 on Xilinx parts (DSP48 multipliers): ``kmax + 1``
-   line-buffer column banks, the same windows and cycles in fewer block
-   RAMs by this model (shallower banks fit the blocks better), and the
-   groundwork of two output pixels a cycle, whose two products a DSP48
-   takes (docs/engine.md, "The memory bound, and the plan"); 0 elsewhere,
-   where the ECP5 and iCE40 builds stand as measured.
+3c. ``spare_bank``: 1 on Xilinx parts (DSP48 multipliers) for steps 2 and 4:
+   ``kmax + 1`` line-buffer column banks, the same windows and cycles in
+   fewer block RAMs by this model (shallower banks fit the blocks better),
+   and the two windows of a stride-1 pixel pair in one read (docs/engine.md,
+   "Pixel pairs"); 0 elsewhere, where the ECP5 and iCE40 builds stand as
+   measured. More spare banks are step 4b's.
 3d. ``pixel_pairs``: 1 on Xilinx parts too: stride-1 layers run two
    adjacent output pixels a window issue, the pair's two products of a tap
    in one DSP48 (docs/engine.md, "Pixel pairs"), so the same DSPs make
@@ -53,6 +53,15 @@
    blocks of the best aspect ratio (half blocks where a block splits in
    two, a Xilinx RAMB36 into RAMB18s), leaving 5% of the blocks (at least the
    2 the FIFOs take) for FIFOs and skid buffers.
+4b. More spare banks (engines with pixel pairs): ``spare_bank`` up to
+   ``kmax``, so that pairs run at every stride up to it (stride-2 layers,
+   and with ``kmax`` the 1x1 remap, which runs at stride ``kmax``), where the
+   extra banks' block RAMs fit beside the buffers of step 4 -- the
+   parallelism and the channel capacities (the resident weights) as they
+   are, ``max_width`` as it is or halved, never below 128. The PYNQ-Z2's
+   engine takes ``kmax`` at ``max_width`` 128: by the cycle model ResNet-8
+   46,273 cycles against 55,879 with one spare bank at 256, MobileNetV1
+   65,501 against 88,241 (docs/engine.md, "Pixel pairs").
 5. ``deep_pipeline``: 1 (registers for 100 MHz and more), 0 on iCE40
    parts, whose logic cells are few and whose clock is slow anyway.
 
@@ -79,6 +88,10 @@ __all__ = ["Sizing", "size_engine", "multipliers_needed", "bram_blocks_needed", 
 _KMAX = 3
 _POWERS = (1, 2, 4, 8, 16, 32, 64)
 _START = {"max_channels": 8, "max_out_channels": 8, "max_width": 16}
+#: The narrowest ``max_width`` rule 4b takes for more spare banks: rows of 128
+#: pixels at the engine's most channels (ResNet-18's 112-pixel rows and their
+#: padding, MobileNet-VWW's 96); rows of fewer channels take more pixels.
+_PAIR_MIN_WIDTH = 128
 _CAP = {"max_channels": 512, "max_out_channels": 512, "max_width": 512}
 _GROW_ORDER = ("max_channels", "max_out_channels", "max_width")
 #: Parts with fewer LUTs (the iCE40s) take 32-bit streams and one word a cycle:
@@ -236,6 +249,35 @@ def _xilinx(resources):
     return resources.multiplier_kind.startswith("DSP48")
 
 
+def _spare_banks(config, board, budget, blocks, reasons):
+    """Rule 4b: the most spare column banks that fit beside ``config``'s buffers.
+
+    ``config`` is the engine sized with one spare bank. Its parallelism and its
+    channel capacities stay; ``spare_bank`` goes up to ``kmax`` (pairs at every
+    stride, the 1x1 remap's included) where the extra banks fit the block RAMs,
+    at ``max_width`` or at half of it, never below :data:`_PAIR_MIN_WIDTH`.
+    Returns ``(config, blocks)``.
+    """
+    widths = [w for w in (config.max_width, config.max_width // 2) if w >= _PAIR_MIN_WIDTH]
+    for spare in range(config.kmax, 1, -1):
+        for width in widths:
+            trial = dataclasses.replace(config, spare_bank=spare, max_width=width)
+            trial_blocks = bram_blocks_needed(trial, board)
+            if trial_blocks["total"] <= budget:
+                halved = (f", max_width {config.max_width} -> {width} (the spare banks' blocks "
+                          f"fit no wider rows)" if width != config.max_width else "")
+                reasons.append(
+                    f"spare_bank={spare}: {config.kmax + spare} line-buffer column banks, so "
+                    f"pixel pairs run at strides up to {spare}"
+                    f"{' (the 1x1 remap too)' if spare == config.kmax else ''}: line buffer "
+                    f"{blocks['line_buffer']} -> {trial_blocks['line_buffer']} block RAMs, "
+                    f"{trial_blocks['total']} in all{halved}")
+                return trial, trial_blocks
+    reasons.append(f"spare_bank=1: more spare banks do not fit at max_width "
+                   f">= {_PAIR_MIN_WIDTH} beside the buffers; pairs at stride 1 only")
+    return config, blocks
+
+
 def size_engine(board):
     """Choose the default engine for ``board``.
 
@@ -325,6 +367,8 @@ def size_engine(board):
             f"max_out_channels, max_width would not fit (or is at its cap, "
             f"{_CAP['max_width']})")
     config = _config(pin, pout, sizes, board)
+    if config.pixel_pairs:
+        config, blocks = _spare_banks(config, board, budget, blocks, reasons)
     if board.family == "ice40":
         # Few logic cells and a clock in the tens of MHz: the compact
         # arrangement, a few hundred flip-flops fewer (docs/engine.md).
@@ -345,11 +389,12 @@ def sizing_markdown(boards):
         c, r = s.config, board.resources
         row = (f"{c.pin} x {c.pout}", f"{c.peak_macs_per_cycle}",
                f"{c.max_width} / {c.max_channels} / {c.max_out_channels}", f"{c.writer_words}",
-               f"{c.column_banks}", f"{1 + c.pixel_pairs}",
+               f"{c.column_banks}",
+               (f"2 (strides 1-{engine_contract(c).pair_stride})" if c.pixel_pairs else "1"),
                f"{s.multipliers} / {r.multipliers}", f"{s.bram_blocks['total']} / {r.bram_blocks}")
         rows.setdefault(row, []).append(board.name)
     lines = ["| board | pin x pout | MACs/cycle | max width / ch in / ch out | input words "
-             "stored a cycle | line-buffer column banks | output pixels a window (stride 1) "
+             "stored a cycle | line-buffer column banks | output pixels a window "
              "| DSPs (est.) | BRAM (est.) |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     lines += [f"| {', '.join(names)} | " + " | ".join(row) + " |" for row, names in rows.items()]

@@ -79,22 +79,24 @@ class EngineConfig:
         remap, Gemm, stride 2, thin first layers) run up to twice as fast;
         compute-bound ones do not change.
     spare_bank : int
-        0 (default): the line buffer splits its rows into ``kmax`` column
-        banks (column ``x`` in bank ``x mod kmax``). 1: into ``kmax + 1``,
-        so that ``kmax + 1`` consecutive columns -- two adjacent stride-1
-        windows -- are in different banks and can be read in one cycle: the
-        groundwork of two output pixels a cycle (docs/engine.md, "The memory
-        bound, and the plan"). It stores the same words in shallower
-        memories; results and cycles are those of ``spare_bank = 0``.
+        Spare column banks of the line buffer, 0 (default) to ``kmax``: its
+        rows are split into ``kmax + spare_bank`` column banks (column ``x``
+        in bank ``x mod (kmax + spare_bank)``), so that ``kmax + s``
+        consecutive columns -- two windows ``s <= spare_bank`` columns apart
+        -- are in different banks and can be read in one cycle: the two
+        windows of a pixel pair at stride ``s`` (docs/engine.md, "Pixel
+        pairs"; ``spare_bank = kmax`` pairs the 1x1 remap, which runs at
+        stride ``kmax``). It stores the same words in shallower memories;
+        results and cycles are those of ``spare_bank = 0``.
     pixel_pairs : int
         0 (default): one window a cycle. 1: a run may compute two adjacent
-        output pixels a cycle (stride 1, no pool: the descriptor's
-        ``pixel_pairs``): the window and the one a column on
-        from one read of the spare bank's line buffer, two products a tap
+        output pixels a cycle (a stride of at most ``spare_bank``, no pool:
+        the descriptor's ``pixel_pairs``): the window and the one a stride on
+        from one read of the spare banks' line buffer, two products a tap
         sharing its weight (one DSP48 a pair on Xilinx parts), two adder
         trees, accumulators and requantizers a lane, and the second pixel's
         words in a FIFO of their own until the first pixel's are out
-        (docs/engine.md, "Pixel pairs"). Needs ``spare_bank = 1`` and the
+        (docs/engine.md, "Pixel pairs"). Needs ``spare_bank >= 1`` and the
         deep arrangement (``deep_pipeline = 1``).
 
     Raises
@@ -143,11 +145,11 @@ class EngineConfig:
                 f"pout ({self.pout} bytes per word) and stream_width ({b} bytes per beat) "
                 f"must divide one another")
         _check_int("writer_words", self.writer_words, 1, 2)
-        _check_int("spare_bank", self.spare_bank, 0, 1)
+        _check_int("spare_bank", self.spare_bank, 0, self.kmax)
         _check_int("pixel_pairs", self.pixel_pairs, 0, 1)
         if self.pixel_pairs and not (self.spare_bank and self.deep_pipeline):
             raise ConfigError(
-                "pixel_pairs 1 needs spare_bank 1 (the two windows of a pair in one read) "
+                "pixel_pairs 1 needs spare_bank >= 1 (the two windows of a pair in one read) "
                 f"and deep_pipeline 1, not spare_bank {self.spare_bank} and "
                 f"deep_pipeline {self.deep_pipeline}")
         if self.writer_words == 2 and b != 2 * self.pin:

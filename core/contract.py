@@ -317,6 +317,15 @@ class EngineContract:
                 "depthwise": self.depthwise_runs, "pixel_pairs": bool(self.config.pixel_pairs)}
 
     @property
+    def pair_stride(self):
+        """The largest stride a pixel-pair run takes: ``spare_bank`` on an engine with
+        ``pixel_pairs`` (a pair's two windows, ``stride`` columns apart, span
+        ``kmax + stride`` columns, each in a bank of its own), else 0. The 1x1 remap,
+        at stride ``kmax``, pairs when it is ``kmax``."""
+        c = self.config
+        return c.spare_bank if c.pixel_pairs else 0
+
+    @property
     def paired_beats(self):
         """Whether a pixel-pair run may move its output a beat at a time: pixel pairs
         on an engine whose beat holds two output words (``2 * pout == stream_bytes``)."""
@@ -557,15 +566,17 @@ def descriptor_violations(config, desc):
         out.append(("depthwise", f"a depthwise run pairs each output tile with its input "
                                  f"tile: ci_tiles {ci} must equal co_tiles {co}"))
     if desc["pixel_pairs"]:
-        # Two windows a column apart from one read: adjacent output pixels at
-        # stride 1 only; the max-pool takes one pixel a window. (A depthwise
-        # run pairs as a dense one: each lane's two trees are its channel's
-        # two pixels.)
-        why = [w for bad, w in ((int(desc["stride"]) != 1, f"stride {desc['stride']}"),
+        # Two windows `stride` columns apart from one read: strides up to the
+        # spare banks; the max-pool takes one pixel a window. (A depthwise run
+        # pairs as a dense one: each lane's two trees are its channel's two
+        # pixels.)
+        why = [w for bad, w in ((int(desc["stride"]) > c.pair_stride,
+                                 f"stride {desc['stride']} (at most {c.pair_stride}: the line "
+                                 f"buffer's {c.config.spare_bank} spare column bank(s))"),
                                 (desc["pool"], "a fused max-pool")) if bad]
         if why:
-            out.append(("pixel_pairs", f"pixel pairs are two adjacent stride-1 output "
-                                       f"pixels: not with {' and '.join(why)}"))
+            out.append(("pixel_pairs", f"pixel pairs are two adjacent output pixels a window "
+                                       f"issue: not with {' and '.join(why)}"))
     last = (int(desc["out_h"]) - 1) * int(desc["stride"]) - int(desc["pad_top"])
     if last >= int(desc["in_h"]):
         # The line buffer turns its row slots by the input rows an output row

@@ -197,7 +197,7 @@ def map_layer(config, x_shape, w_shape, *, stride=1, pads=(0, 0, 0, 0), pool=Fal
     if pixel_pairs is None:
         # Two pixels a window wherever the engine takes them: never slower (the
         # same windows in half the issues; docs/engine.md, "Pixel pairs").
-        pixel_pairs = bool(config.pixel_pairs) and sy == 1 and not pool
+        pixel_pairs = sy <= engine_contract(config).pair_stride and not pool
     geo = dict(in_h=h, in_w=wd, ci_tiles=math.ceil(cin / pin), co_tiles=math.ceil(cout / pout),
                out_h=out_h, out_w=out_w, stride=sy, pad_top=pads[0], pad_left=pads[1], batch=n,
                pool=int(bool(pool)), depthwise=int(bool(depthwise)),
@@ -247,8 +247,8 @@ def pack_layer(config, x, w, bias, x_zp, mult, shift, y_zp, *, clamp=(-128, 127)
         Run a 1x1 layer through the remap; ``None`` decides (:func:`use_remap`).
     pixel_pairs : bool or None
         Run two adjacent output pixels a window issue (an engine with
-        ``pixel_pairs``, stride 1, no pool); ``None`` takes them wherever the
-        engine can.
+        ``pixel_pairs``, a stride of at most its ``pair_stride``, no pool);
+        ``None`` takes them wherever the engine can.
     name : str
         Layer name used in error messages.
 

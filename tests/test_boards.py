@@ -216,8 +216,9 @@ def test_pair_writer_costs_no_block_ram_on_zynq():
     board = load_board("pynq-z2")
     assert (bram_blocks_needed(s.config, board)["line_buffer"]
             == bram_blocks_needed(single, board)["line_buffer"])
+    # (max_width 128: the kmax spare banks' blocks, rule 4b)
     assert (s.config.max_width, s.config.max_channels, s.config.max_out_channels) == \
-        (256, 128, 256)
+        (128, 128, 256)
     for name in ("ulx3s-85f", "icebreaker"):  # one word a beat, or a small part
         assert size_engine(load_board(name)).config.writer_words == 1, name
     # The ZCU104's pin = 8 in a 128-bit beat: two words, stored both a cycle, in
@@ -226,7 +227,7 @@ def test_pair_writer_costs_no_block_ram_on_zynq():
     assert (s.config.stream_width, s.config.writer_words) == (128, 2)
     assert (s.config.max_width, s.config.max_channels, s.config.max_out_channels) == \
         (256, 256, 256)
-    assert s.bram_blocks["total"] == 246
+    assert s.bram_blocks["total"] == 294  # 246 with one spare bank (rule 4b)
 
 
 #: The sized engines' stream widths (rule 3): the HP port's on the Zynq boards,
@@ -253,19 +254,51 @@ def test_stream_width_is_the_hp_ports_on_zynq_boards(name):
 
 
 def test_spare_bank_and_pixel_pairs_on_xilinx_parts_only_and_fewer_blocks():
-    # The Xilinx boards' sized engines take kmax + 1 column banks (the same
-    # buffers, fewer block RAMs by the model) and pixel pairs; the ECP5 and
-    # iCE40 ones keep kmax banks and one pixel a window.
+    # The Xilinx boards' sized engines take pixel pairs and kmax + 1 column
+    # banks in the sizing (the same buffers, fewer block RAMs by the model);
+    # the ECP5 and iCE40 ones keep kmax banks and one pixel a window.
     for board in list_boards():
         s = size_engine(board)
         xilinx = board.resources.multiplier_kind.startswith("DSP48")
-        assert s.config.spare_bank == s.config.pixel_pairs == int(xilinx), board.name
+        assert s.config.pixel_pairs == int(xilinx), board.name
+        assert (s.config.spare_bank >= 1) == xilinx, board.name
         if xilinx:
-            one_bank = dataclasses.replace(s.config, spare_bank=0, pixel_pairs=0)
-            assert (bram_blocks_needed(s.config, board)["line_buffer"]
-                    < bram_blocks_needed(one_bank, board)["line_buffer"]), board.name
+            # (at the width the buffers were sized at with one spare bank)
+            one = dataclasses.replace(s.config, spare_bank=1, max_width=256)
+            none = dataclasses.replace(one, spare_bank=0, pixel_pairs=0)
+            assert (bram_blocks_needed(one, board)["line_buffer"]
+                    < bram_blocks_needed(none, board)["line_buffer"]), board.name
+
+
+def test_more_spare_banks_where_they_fit():
+    # Rule 4b: as many spare banks as fit beside the buffers of one spare bank's
+    # sizing -- the same parallelism and channel capacities, max_width kept or
+    # halved, never below 128 -- with the block RAMs in budget.
+    for board in list_boards():
+        s = size_engine(board)
+        c = s.config
+        if not c.pixel_pairs:
+            continue
+        budget = board.resources.bram_blocks - fifo_reserve(board.resources.bram_blocks)
+        assert s.bram_blocks == bram_blocks_needed(c, board)
+        assert s.bram_blocks["total"] <= budget, board.name
+        assert c.max_width >= 128, board.name
+        if c.spare_bank < c.kmax:
+            # one more spare bank fits at neither width
+            for width in (c.max_width, c.max_width // 2):
+                more = dataclasses.replace(c, spare_bank=c.spare_bank + 1, max_width=width)
+                assert (width < 128 or bram_blocks_needed(more, board)["total"] > budget), \
+                    board.name
+    wanted = {"pynq-z2": (3, 128, 128, 256), "zcu104": (3, 256, 256, 256),
+              "kv260": (2, 128, 128, 256), "ultra96-v2": (3, 256, 256, 128)}
+    for name, (spare, width, cin, cout) in wanted.items():
+        c = size_engine(load_board(name)).config
+        assert (c.spare_bank, c.max_width, c.max_channels, c.max_out_channels) == \
+            (spare, width, cin, cout), name
+        assert engine_contract(c).pair_stride == spare
     board = load_board("pynq-z2")
-    assert bram_blocks_needed(size_engine(board).config, board)["line_buffer"] == 48
+    assert bram_blocks_needed(size_engine(board).config, board) == {
+        "line_buffer": 36, "weight_buffer": 64, "param_buffer": 4, "pool_row": 4, "total": 108}
 
 
 def test_ecp5_loader_buffers_counted_as_built():

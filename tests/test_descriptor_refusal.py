@@ -54,6 +54,10 @@ UNIT_CONFIGS = {
     "k2-pixel-pairs": EngineConfig(pin=4, pout=4, kmax=2, stream_width=64, max_width=12,
                                    max_channels=16, max_out_channels=12, acc_width=24,
                                    spare_bank=1, pixel_pairs=1),
+    # pairs at strides 1 and 2 (two spare banks), not 3
+    "k3-pair-stride-2": EngineConfig(pin=4, pout=4, kmax=3, stream_width=64, max_width=12,
+                                     max_channels=16, max_out_channels=12, acc_width=24,
+                                     spare_bank=2, pixel_pairs=1),
 }
 
 
@@ -130,17 +134,19 @@ def test_check_agrees_with_descriptor_violations(key):
                               out_w=min(c.widest_pooled_row(co) + extra, c.max_cols)))
     if config.pixel_pairs:
         # Pixel pairs with every stride, pool and depthwise choice, in an
-        # otherwise valid descriptor: refused (field pixel_pairs) but at stride 1
-        # without a pool, depthwise or not.
+        # otherwise valid descriptor: refused (field pixel_pairs) past the
+        # contract's pair_stride (the spare banks) or with a pool, depthwise or not.
         fits = dict(descs[-1], ci_tiles=1, co_tiles=1, in_w=4, in_h=4, out_w=2, out_h=2, pad_top=0,
                     pad_left=0, batch=1, weight_base=0, x_zp=0, y_zp=0, clamp_lo=-128,
                     clamp_hi=127)
         assert not descriptor_violations(config, dict(fits, pixel_pairs=1, stride=1, pool=0,
                                                       depthwise=0))
-        for stride, pool, depthwise in itertools.product((1, 2), (0, 1), (0, 1)):
+        for stride, pool, depthwise in itertools.product(range(1, config.kmax + 1), (0, 1),
+                                                         (0, 1)):
             d = dict(fits, pixel_pairs=1, stride=stride, pool=pool, depthwise=depthwise)
+            bad = stride > c.pair_stride or pool
             assert ({name for name, _ in descriptor_violations(config, d)} ==
-                    ({"pixel_pairs"} if (stride, pool) != (1, 0) else set()))
+                    ({"pixel_pairs"} if bad else set()))
             descs.append(d)
     mismatches = []
 

@@ -74,18 +74,20 @@ def test_example_config_is_the_default():
     ("[engine]\nwriter_words = 3\n", r"^fpgacnn: error: writer_words must be between 1 and 2, not 3$"),
     ("[engine]\nwriter_words = 2\n", r"^fpgacnn: error: writer_words 2 needs a beat of two input words: "
                                      r"stream_width 64 is 8 bytes, pin is 8$"),
-    ("[engine]\nspare_bank = -1\n", r"^fpgacnn: error: spare_bank must be between 0 and 1, not -1$"),
-    ("[engine]\nspare_bank = 2\n", r"^fpgacnn: error: spare_bank must be between 0 and 1, not 2$"),
+    ("[engine]\nspare_bank = -1\n", r"^fpgacnn: error: spare_bank must be between 0 and 3, not -1$"),
+    ("[engine]\nspare_bank = 4\n", r"^fpgacnn: error: spare_bank must be between 0 and 3, not 4$"),
+    ("[engine]\nkmax = 2\nspare_bank = 3\n",
+     r"^fpgacnn: error: spare_bank must be between 0 and 2, not 3$"),
     ("[engine]\nspare_bank = true\n", r"^fpgacnn: error: spare_bank must be an integer, not True$"),
     ("[engine]\nspare_bank = 1\npixel_pairs = 2\n",
      r"^fpgacnn: error: pixel_pairs must be between 0 and 1, not 2$"),
     ("[engine]\nspare_bank = 1\npixel_pairs = true\n",
      r"^fpgacnn: error: pixel_pairs must be an integer, not True$"),
     ("[engine]\npixel_pairs = 1\n",
-     r"^fpgacnn: error: pixel_pairs 1 needs spare_bank 1 \(the two windows of a pair in one "
+     r"^fpgacnn: error: pixel_pairs 1 needs spare_bank >= 1 \(the two windows of a pair in one "
      r"read\) and deep_pipeline 1, not spare_bank 0 and deep_pipeline 1$"),
     ("[engine]\nspare_bank = 1\npixel_pairs = 1\ndeep_pipeline = 0\n",
-     r"^fpgacnn: error: pixel_pairs 1 needs spare_bank 1 \(the two windows of a pair in one "
+     r"^fpgacnn: error: pixel_pairs 1 needs spare_bank >= 1 \(the two windows of a pair in one "
      r"read\) and deep_pipeline 1, not spare_bank 1 and deep_pipeline 0$"),
     ("[engine]\npin = 4\nstream_width = 32\nwriter_words = 2\n",
      r"^fpgacnn: error: writer_words 2 needs a beat of two input words: stream_width 32 is 4 "
@@ -99,10 +101,20 @@ def test_bad_configuration_is_named(tmp_path, capsys, text, message):
     assert not (tmp_path / "out").exists()
 
 
-def test_spare_bank_takes_0_and_1():
+def test_spare_bank_takes_0_to_kmax():
     assert EngineConfig().column_banks == 3
     assert EngineConfig(spare_bank=1).column_banks == 4
+    assert EngineConfig(spare_bank=3).column_banks == 6
     assert EngineConfig(kmax=1, spare_bank=1).column_banks == 2
+    assert EngineConfig(kmax=7, spare_bank=7).column_banks == 14
+
+
+def test_pair_stride_is_the_spare_banks_with_pixel_pairs():
+    # the largest stride a pixel-pair run takes (core.contract): one definition
+    # for the compiler, the descriptor checks and the line buffer
+    for spare in (1, 2, 3):
+        assert engine_contract(EngineConfig(spare_bank=spare, pixel_pairs=1)).pair_stride == spare
+        assert engine_contract(EngineConfig(spare_bank=spare)).pair_stride == 0
 
 
 def test_pixel_pairs_take_0_and_1_and_count_both_windows():

@@ -294,18 +294,23 @@ def test_spare_bank_bit_exact_and_cycles_unchanged(key, arrangement):
                     layer_cycles(without, desc).cycles, desc
 
 
-#: Engines with pixel pairs (two adjacent stride-1 output pixels a window issue):
-#: a 3x3 one as the PYNQ-Z2's (two words a beat, the pair writer), one whose
-#: output word spans two beats (a word popped every other cycle), 2x2 and 1x1
-#: ones (three and two column banks).
+#: Engines with pixel pairs (two adjacent output pixels a window issue): a 3x3 one
+#: with one spare bank as the PYNQ-Z2's was (two words a beat, the pair writer,
+#: stride-1 pairs), one with two (stride 2 pairs, stride 3 does not), one whose
+#: output word spans two beats (a word popped every other cycle) with kmax spare
+#: banks (every stride pairs, the 1x1 remap too), a 2x2 one with two (stride 2 and
+#: the remap) and a 1x1 one (two column banks).
 PIXEL_PAIR_CONFIGS = {
     "k3": EngineConfig(pin=2, pout=2, kmax=3, stream_width=32, max_width=12, max_channels=12,
                        max_out_channels=8, writer_words=2, spare_bank=1, pixel_pairs=1),
+    "k3-spare2": EngineConfig(pin=2, pout=2, kmax=3, stream_width=32, max_width=12,
+                              max_channels=8, max_out_channels=8, writer_words=2, spare_bank=2,
+                              pixel_pairs=1),
     "k3-wide-out": EngineConfig(pin=2, pout=8, kmax=3, stream_width=32, max_width=11,
-                                max_channels=8, max_out_channels=24, spare_bank=1,
+                                max_channels=8, max_out_channels=24, spare_bank=3,
                                 pixel_pairs=1),
     "k2": EngineConfig(pin=4, pout=2, kmax=2, stream_width=64, max_width=9, max_channels=12,
-                       max_out_channels=8, writer_words=2, spare_bank=1, pixel_pairs=1),
+                       max_out_channels=8, writer_words=2, spare_bank=2, pixel_pairs=1),
     "k1": EngineConfig(pin=2, pout=4, kmax=1, stream_width=32, max_width=8, max_channels=8,
                        max_out_channels=8, spare_bank=1, pixel_pairs=1),
 }
@@ -318,8 +323,9 @@ def pixel_pair_layers(cfg, rng):
     FIFOs fill (the issue waits for places in both: the odd pixels' FIFO holds up to
     a pixel's words more than the even ones'), every output tile of the engine (a pixel's
     words fill the FIFOs' pixel room), one output column, several input tiles, an
-    unremapped 1x1 layer, and runs of one pixel a window on the same engine (a pool,
-    stride 2)."""
+    unremapped 1x1 layer, runs of one pixel a window on the same engine (a pool, a
+    stride past the spare banks), pairs at every stride up to the spare banks and,
+    with ``kmax`` of them, a remapped 1x1 layer."""
     contract = engine_contract(cfg)
     per_word_out = max(1, cfg.pout // cfg.stream_bytes)
 
@@ -328,21 +334,32 @@ def pixel_pair_layers(cfg, rng):
         words = d["batch"] * d["out_h"] * d["out_w"] * d["co_tiles"]
         issues = d["batch"] * d["out_h"] * -(-d["out_w"] // 2) * d["co_tiles"] * d["ci_tiles"]
         return words * per_word_out - issues > 2 * contract.latency.output_fifo_depth
+    ps = contract.pair_stride
     slots = [
-        lambda d: d["pixel_pairs"] and d["out_w"] % 2 and d["ci_tiles"] == 1,
-        lambda d: (d["pixel_pairs"] and fifo_fills(d)
-                   and d["co_tiles"] == contract.max_co_tiles),
-        lambda d: d["pixel_pairs"] and d["co_tiles"] == contract.max_co_tiles,
-        lambda d: d["pixel_pairs"] and d["out_w"] == 1,
-        lambda d: d["pixel_pairs"] and d["ci_tiles"] > 1 and d["out_w"] > 2,
-        lambda d: d["pixel_pairs"] and d["out_w"] % 2 == 0 and d["batch"] == 2,
-        lambda d: not d["pixel_pairs"] and d["pool"],
-        lambda d: not d["pixel_pairs"] and d["stride"] > 1 and cfg.kmax > 1 or cfg.kmax == 1,
+        lambda d, _: d["pixel_pairs"] and d["out_w"] % 2 and d["ci_tiles"] == 1,
+        lambda d, _: (d["pixel_pairs"] and fifo_fills(d)
+                      and d["co_tiles"] == contract.max_co_tiles),
+        lambda d, _: d["pixel_pairs"] and d["co_tiles"] == contract.max_co_tiles,
+        lambda d, _: d["pixel_pairs"] and d["out_w"] == 1,
+        lambda d, _: d["pixel_pairs"] and d["ci_tiles"] > 1 and d["out_w"] > 2,
+        lambda d, _: d["pixel_pairs"] and d["out_w"] % 2 == 0 and d["batch"] == 2,
+        lambda d, _: not d["pixel_pairs"] and d["pool"],
     ]
+    if ps < cfg.kmax:
+        # a stride past the spare banks: one pixel a window
+        slots.append(lambda d, _: not d["pixel_pairs"] and d["stride"] > ps)
+    for s in range(2, ps + 1):
+        # pairs `s` columns apart (two of them odd-width: a row ending on one pixel)
+        slots.append(lambda d, layer, s=s: (d["pixel_pairs"] and d["stride"] == s
+                                            and layer["remap"] is False and d["out_w"] % 2))
+    if ps == cfg.kmax > 1:
+        # the 1x1 remap, at stride kmax, pairs too
+        slots.append(lambda d, layer: d["pixel_pairs"] and layer["remap"] is None
+                     and d["stride"] == cfg.kmax)
     if contract.paired_beats:
         # output-bound with FIFO entries that are beats (two output tiles of a pixel)
-        slots.append(lambda d: (contract.output_entry_words(d) == 2 and d["ci_tiles"] == 1
-                                and d["co_tiles"] >= 4 and d["out_w"] % 2))
+        slots.append(lambda d, _: (contract.output_entry_words(d) == 2 and d["ci_tiles"] == 1
+                                   and d["co_tiles"] >= 4 and d["out_w"] % 2))
     layers = []
     for wanted in slots:
         for _ in range(500):
@@ -356,12 +373,13 @@ def pixel_pair_layers(cfg, rng):
                                  0.3)
             if layer is None:
                 continue
-            layer["remap"] = False  # a 1x1 layer as it is (remapped, it is stride kmax)
+            # a 1x1 layer as it is (stride 1 or more), or remapped (stride kmax) now and then
+            layer["remap"] = None if k == 1 and rng.random() < 0.3 else False
             try:
                 desc, _ = pack_layer(cfg, **layer)
             except MappingError:
                 continue
-            if wanted(desc):
+            if wanted(desc, layer):
                 layers.append(layer)
                 break
         else:

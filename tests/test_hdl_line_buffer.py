@@ -56,9 +56,12 @@ def run_line_buffer(cfg, desc, x, *, seed=0, in_pause=0.0, en_pause=0.0):
     dut = LineBuffer(cfg)
     words = pixel_words(cfg, x)
     expect = expected_windows(cfg, desc, x)
-    # With the spare bank, the window one column on: as if padded one column less.
-    expect_next = (expected_windows(cfg, dict(desc, pad_left=desc["pad_left"] - 1), x)
-                   if cfg.spare_bank else None)
+    # With one spare bank, the window one column on: as if padded one column less;
+    # with more, the window a stride on (where the stride is at most the spare banks:
+    # a pair's second; past them o_window_next is not read and not compared).
+    step = desc["stride"] if cfg.spare_bank > 1 else 1
+    expect_next = (expected_windows(cfg, dict(desc, pad_left=desc["pad_left"] - step), x)
+                   if cfg.spare_bank and step <= cfg.spare_bank else None)
     rng = np.random.default_rng(seed)
     got, got_next = [], []
     issues = []
@@ -141,7 +144,7 @@ def run_line_buffer(cfg, desc, x, *, seed=0, in_pause=0.0, en_pause=0.0):
     assert not mismatches, mismatches[:5]
     assert not collisions, collisions[:5]
     assert_array_equal(np.array(got, np.int8), expect)
-    if cfg.spare_bank:
+    if expect_next is not None:
         assert_array_equal(np.array(got_next, np.int8), expect_next)
     return issues
 
@@ -270,6 +273,34 @@ def test_spare_bank_random_windows(seed, writer_words, arrangement):
     ci_tiles, s = 3, 1 + 2 * (seed % 2)
     w = c.widest_row(ci_tiles)
     assert c.line_words(w, ci_tiles) == c.line_buffer.words and w >= CFG.max_width
+    h = 4
+    desc = make_desc(in_h=h, in_w=w, ci_tiles=ci_tiles, co_tiles=1, out_h=(h + 1 - 3) // s + 1,
+                     out_w=(w + 1 - 3) // s + 1, stride=s, pad_top=1, pad_left=1, batch=2,
+                     x_zp=-9)
+    x = rng.integers(-128, 128, (2, ci_tiles * cfg.pin, h, w), dtype=np.int8)
+    run_line_buffer(cfg, desc, x, seed=seed, in_pause=0.2)
+
+
+@pytest.mark.parametrize("arrangement", ARRANGEMENTS)
+@pytest.mark.parametrize("spare", [2, 3])
+@pytest.mark.parametrize("seed", range(2))
+def test_more_spare_banks_random_windows(seed, spare, arrangement):
+    """``spare_bank`` 2 and 3 (``kmax``): rows in ``kmax + spare_bank`` column banks, the
+    same windows; beside each the window a stride on (``o_window_next``: the second of a
+    pixel pair at that stride), at every stride up to the spare banks, pads, batches,
+    pauses, the pair writer; and a row as wide as the banks hold."""
+    cfg = arranged(dataclasses.replace(CFG, spare_bank=spare, writer_words=2), arrangement)
+    c = engine_contract(cfg)
+    assert cfg.column_banks == 3 + spare and c.line_buffer.banks == c.row_slots * (3 + spare)
+    rng = np.random.default_rng(200 + 10 * spare + seed)
+    for stride in range(1, spare + 1):
+        desc, x = random_case(rng, stride=stride)
+        run_line_buffer(cfg, desc, x, seed=seed, in_pause=0.3 * (seed % 2),
+                        en_pause=0.3 * (seed % 3 == 1))
+    ci_tiles, s = 3, spare
+    w = c.widest_row(ci_tiles)
+    assert c.line_words(w, ci_tiles) == c.line_buffer.words < c.line_words(w + 1, ci_tiles)
+    assert w >= CFG.max_width
     h = 4
     desc = make_desc(in_h=h, in_w=w, ci_tiles=ci_tiles, co_tiles=1, out_h=(h + 1 - 3) // s + 1,
                      out_w=(w + 1 - 3) // s + 1, stride=s, pad_top=1, pad_left=1, batch=2,

@@ -181,16 +181,42 @@ def test_pixel_pairs_are_taken_where_allowed_and_refused_by_name_elsewhere():
     assert map_layer(pairs, x, w, stride=2)["pixel_pairs"] == 0
     assert map_layer(pairs, x, w, pool=True)["pixel_pairs"] == 0
     assert map_layer(single, x, w)["pixel_pairs"] == 0
-    with pytest.raises(MappingError, match=r"^conv1: pixel pairs are two adjacent stride-1 "
-                                           r"output pixels: not with stride 2$"):
+    with pytest.raises(MappingError, match=r"^conv1: pixel pairs are two adjacent output "
+                                           r"pixels a window issue: not with stride 2 \(at "
+                                           r"most 1: the line buffer's 1 spare column "
+                                           r"bank\(s\)\)$"):
         map_layer(pairs, x, w, stride=2, pixel_pairs=True, name="conv1")
-    with pytest.raises(MappingError, match=r"^conv1: pixel pairs are two adjacent stride-1 "
-                                           r"output pixels: not with a fused max-pool$"):
+    with pytest.raises(MappingError, match=r"^conv1: pixel pairs are two adjacent output "
+                                           r"pixels a window issue: not with a fused "
+                                           r"max-pool$"):
         map_layer(pairs, x, w, pool=True, pixel_pairs=True, name="conv1")
     with pytest.raises(MappingError, match=r"^conv1: pixel_pairs = 1 is outside the engine's "
                                            r"range 0\.\.0 \(the engine was generated without "
                                            r"pixel_pairs\)$"):
         map_layer(single, x, w, pixel_pairs=True, name="conv1")
+
+
+def test_pixel_pairs_up_to_the_spare_banks_stride():
+    # With two spare banks pairs run at strides 1 and 2 (at the limit), not 3
+    # (over it: refused by name when forced); with kmax spare banks every
+    # stride pairs, the 1x1 remap's (stride kmax) too.
+    two = EngineConfig(pin=2, pout=2, kmax=3, stream_width=32, max_width=24, max_channels=6,
+                       max_out_channels=16, spare_bank=2, pixel_pairs=1)
+    x, w = (1, 3, 9, 9), (4, 3, 3, 3)
+    assert [map_layer(two, x, w, stride=s)["pixel_pairs"] for s in (1, 2, 3)] == [1, 1, 0]
+    assert map_layer(two, x, w, stride=2, pool=True)["pixel_pairs"] == 0
+    with pytest.raises(MappingError, match=r"^conv1: pixel pairs are two adjacent output "
+                                           r"pixels a window issue: not with stride 3 \(at "
+                                           r"most 2: the line buffer's 2 spare column "
+                                           r"bank\(s\)\)$"):
+        map_layer(two, x, w, stride=3, pixel_pairs=True, name="conv1")
+    one_by_one = (1, 32, 5, 5), (8, 32, 1, 1)
+    geo = map_layer(two, *one_by_one)
+    assert geo["remap"] and geo["stride"] == 3 and geo["pixel_pairs"] == 0
+    full = dataclasses.replace(two, spare_bank=3)
+    assert [map_layer(full, x, w, stride=s)["pixel_pairs"] for s in (1, 2, 3)] == [1, 1, 1]
+    geo = map_layer(full, *one_by_one)
+    assert geo["remap"] and geo["stride"] == 3 and geo["pixel_pairs"] == 1
 
 
 def test_unpack_rejects_wrong_length():

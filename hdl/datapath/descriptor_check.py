@@ -271,8 +271,9 @@ class DescriptorCheck(wiring.Component):
         if self.checks_rows:
             over_capacity["out_h"] = below
         if c.config.pixel_pairs:
-            # two adjacent stride-1 pixels a window: no pool
-            over_capacity["pixel_pairs"] = desc.pixel_pairs & ((desc.stride != 1) | desc.pool)
+            # two adjacent pixels a window, at most pair_stride columns apart: no pool
+            over_capacity["pixel_pairs"] = desc.pixel_pairs & ((desc.stride > c.pair_stride)
+                                                               | desc.pool)
 
         # -- registered result ----------------------------------------------
         any_out_of_range = Signal()

@@ -4,7 +4,7 @@ The writer side takes the input pixels of a whole batch in NHWC order, one
 ``pin``-byte word per cycle, and stores input row ``g`` (counted over the
 batch) in row slot ``g mod row_slots``; column ``x`` of a row lives in bank
 ``x mod nb`` at word ``(x div nb)*ci_tiles + ci``, ``nb`` the column banks
-(``kmax``, or ``kmax + 1`` with ``spare_bank``). The reader side walks
+(``kmax + spare_bank``). The reader side walks
 the schedule ``for oy: for ox: for co: for ci`` and issues one window per
 cycle: ``kmax x kmax`` taps of ``pin`` bytes, out-of-image taps reading the
 input zero point. A window touches ``kmax`` slots and ``kmax`` banks, so every
@@ -73,10 +73,12 @@ class LineBuffer(wiring.Component):
     o_window : Out(data.ArrayLayout(signed(8), kmax*kmax*pin))
         The window issued ``latency`` cycles earlier; tap ``(ky*kmax + kx)*pin + p``.
     o_window_next : Out(data.ArrayLayout(signed(8), kmax*kmax*pin))
-        With ``spare_bank`` only: beside ``o_window``, the window one input
-        column on (``x0 + 1``; at stride 1 the next output pixel's), from the
-        same read: its first ``kmax - 1`` columns are ``o_window``'s last,
-        its last is the spare bank's column.
+        With ``spare_bank`` only: beside ``o_window``, from the same read, the
+        window one input column on (``x0 + 1``: at stride 1 the next output
+        pixel's) with one spare bank (its first ``kmax - 1`` columns are
+        ``o_window``'s last, its last the spare bank's), the window ``stride``
+        columns on (the next output pixel's at any stride up to
+        ``spare_bank``) with more.
     second : Out(1)
         With ``pixel_pairs`` only: in a run with the descriptor's
         ``pixel_pairs`` the reader steps ``ox`` by two (the window and
@@ -101,8 +103,8 @@ class LineBuffer(wiring.Component):
         self._config = config
         k, pin = config.kmax, config.pin
         lim = limits(config)
-        # With the spare bank, the window one column on (two adjacent stride-1
-        # windows a read: docs/engine.md, "The memory bound, and the plan").
+        # With spare banks, beside the window the one a stride on (two adjacent
+        # output pixels a read: docs/engine.md, "Pixel pairs").
         following = ({"o_window_next": Out(data.ArrayLayout(signed(8), k * k * pin))}
                      if config.spare_bank else {})
         if config.pixel_pairs:
@@ -215,7 +217,7 @@ class LineBuffer(wiring.Component):
     def elaborate(self, platform):
         cfg = self._config
         k, pin, slots = cfg.kmax, cfg.pin, engine_contract(cfg).row_slots
-        # Column banks: kmax, or kmax + 1 with the spare bank (column x in bank
+        # Column banks: kmax + spare_bank (column x in bank
         # x mod nb); a window's kmax columns never share one.
         nb = cfg.column_banks
         depth = engine_contract(cfg).line_buffer.words
@@ -289,7 +291,7 @@ class LineBuffer(wiring.Component):
         # (a row's first position's `second`, assigned only where the port exists)
         row_pair = [self.second.eq(pp & (desc.out_w >= 2))] if cfg.pixel_pairs else []
         # columns (and output pixels) from one position to the next in a row
-        x_step = desc.stride + pp if cfg.pixel_pairs else desc.stride
+        x_step = Mux(pp, desc.stride << 1, desc.stride) if cfg.pixel_pairs else desc.stride
         ox_step = 1 + pp if cfg.pixel_pairs else 1
         ytop = Signal(signed(18))   # oy*stride - pad_top
         col_w = lim.col_bits + 2  # columns, signed, with the padding on both sides
@@ -433,7 +435,9 @@ class LineBuffer(wiring.Component):
 
         # The next column's first bank and word, from registers only: the
         # wrap compare stays off the path from `issue` to their enables.
-        bs = Signal(range(nb + k + 1))
+        # (bank0 + x_step < 2*nb in every run the descriptor check lets start:
+        # a pair run's stride is at most spare_bank)
+        bs = Signal(range(nb + (2 * k if cfg.pixel_pairs else k) + 1))
         bank_step, base_step = Signal.like(bank0), Signal.like(base0)
         m.d.comb += [bs.eq(bank0 + x_step),
                      bank_step.eq(Mux(bs >= nb, bs - nb, bs)),
@@ -621,12 +625,13 @@ class LineBuffer(wiring.Component):
                     banks[r][b].connect_read(m, f"{r}_{b}")
         mem_data = [[banks[r][b].r_data for b in range(nb)] for r in range(slots)]
         # A read takes a column from every bank: the window's kmax, and with
-        # the spare bank one more, the last column of the window one column on.
+        # one spare bank one more, the last column of the window one column on.
+        # With more spare banks the window `stride` columns on (a pair's
+        # second, at strides up to spare_bank) has tap selects of its own
+        # (`_column_selects`): its columns start anywhere in the read.
+        own = cfg.spare_bank > 1
         rsel = [Signal(range(slots), name=f"rsel_{ky}") for ky in range(k)]
-        bsel = [Signal(range(nb), name=f"bsel_{kx}") for kx in range(nb)]
         rowv = Signal(k)
-        colv = Signal(nb)
-        v1 = Signal()
         self._window_rows = []  # (slot, in the image) of each window row, for tests
         for ky in range(k):
             ry = Signal(signed(19), name=f"ry_{ky}")
@@ -635,12 +640,13 @@ class LineBuffer(wiring.Component):
             slot, inside = _mod_once(rs, slots), (ry >= 0) & (ry < desc.in_h)
             m.d.sync += [rsel[ky].eq(slot), rowv[ky].eq(inside)]
             self._window_rows.append((slot, inside))
-        for kx in range(nb):
-            cx = Signal(signed(col_w), name=f"cx_{kx}")
-            bs = Signal(range(nb + k), name=f"bs_{kx}")
-            m.d.comb += [cx.eq(x0 + kx), bs.eq(bank0 + kx)]
-            m.d.sync += [bsel[kx].eq(_mod_once(bs, nb)),
-                         colv[kx].eq((cx >= 0) & (cx < desc.in_w))]
+        # The window's columns; with several spare banks the pair's second's
+        # (`stride` columns on) too.
+        column_sets = [self._column_selects(m, bank0, x0, col_w, 0, k if own else nb, "")]
+        if own:
+            column_sets.append(self._column_selects(m, bank0, x0, col_w, desc.stride, k,
+                                                    "next_"))
+        v1 = Signal()
         m.d.sync += v1.eq(self.issue)
         # ... and on with the memory data when its read takes longer. With
         # deep_pipeline the window rows are registered between the two
@@ -649,6 +655,7 @@ class LineBuffer(wiring.Component):
         split = int(deep)
         extra = self.latency - 2 - split
         v1 = delayed(m, v1, extra + split, "v1_d")
+        tap_sets = []  # (tap selects, tap valid flags) of each column set
         if deep:
             # The selects' last stage is a copy per multiplexer group (the
             # slot select per window row and bank, the bank select and the
@@ -656,23 +663,30 @@ class LineBuffer(wiring.Component):
             # of LUTs across the die, were the most congested nets of the
             # 85F build. (extra >= 2 with deep_pipeline.)
             rsel_e = [delayed(m, s, extra - 1, f"rsel{ky}_d") for ky, s in enumerate(rsel)]
-            bsel_e = [delayed(m, s, extra + split - 1, f"bsel{kx}_d") for kx, s in enumerate(bsel)]
+            bsel_e = [[delayed(m, s, extra + split - 1, f"{tag}bsel{kx}_d")
+                       for kx, s in enumerate(bsel)] for bsel, _, tag in column_sets]
             rowv_e = delayed(m, rowv, extra + split - 1, "rowv_d")
-            colv_e = delayed(m, colv, extra + split - 1, "colv_d")
+            colv_e = [delayed(m, colv, extra + split - 1, f"{tag}colv_d")
+                      for _, colv, tag in column_sets]
             row_sel = [[register_copy(m, rsel_e[ky], f"rsel_{ky}_{b}") for b in range(nb)]
                        for ky in range(k)]
-            tap_sel = [[register_copy(m, bsel_e[kx], f"bsel_{ky}_{kx}") for kx in range(nb)]
-                       for ky in range(k)]
-            tap_valid = [[register_copy(m, rowv_e[ky] & colv_e[kx], f"tapv_{ky}_{kx}")
-                          for kx in range(nb)] for ky in range(k)]
+            for (bsel, colv, tag), bs_e, cv_e in zip(column_sets, bsel_e, colv_e):
+                tap_sel = [[register_copy(m, bs_e[kx], f"{tag}bsel_{ky}_{kx}")
+                            for kx in range(len(bsel))] for ky in range(k)]
+                tap_valid = [[register_copy(m, rowv_e[ky] & cv_e[kx], f"{tag}tapv_{ky}_{kx}")
+                              for kx in range(len(bsel))] for ky in range(k)]
+                tap_sets.append((tap_sel, tap_valid))
         else:
             rsel = [delayed(m, s, extra, f"rsel{ky}_d") for ky, s in enumerate(rsel)]
-            bsel = [delayed(m, s, extra, f"bsel{kx}_d") for kx, s in enumerate(bsel)]
+            bsel_e = [[delayed(m, s, extra, f"{tag}bsel{kx}_d") for kx, s in enumerate(bsel)]
+                      for bsel, _, tag in column_sets]
             rowv = delayed(m, rowv, extra, "rowv_d")
-            colv = delayed(m, colv, extra, "colv_d")
+            colv_e = [delayed(m, colv, extra, f"{tag}colv_d") for _, colv, tag in column_sets]
             row_sel = [[rsel[ky]] * nb for ky in range(k)]
-            tap_sel = [list(bsel) for _ in range(k)]
-            tap_valid = [[rowv[ky] & colv[kx] for kx in range(nb)] for ky in range(k)]
+            for bs_e, cv_e in zip(bsel_e, colv_e):
+                tap_sets.append(([list(bs_e) for _ in range(k)],
+                                 [[rowv[ky] & cv_e[kx] for kx in range(len(bs_e))]
+                                  for ky in range(k)]))
 
         # Last stage(s): pick each window row's slot for every bank, then rotate
         # the banks into window columns: kmax*kmax slots:1 muxes and kmax*kmax
@@ -684,22 +698,48 @@ class LineBuffer(wiring.Component):
             rows = [[delayed(m, rows[ky][b], 1, f"row_{ky}_{b}", reset_less=True)
                      for b in range(nb)] for ky in range(k)]
         zp_word = Cat(*([desc.x_zp] * pin))
-        taps = [[None] * nb for _ in range(k)]
-        for ky in range(k):
-            for kx in range(nb):
-                t = Signal(8 * pin, name=f"tap_{ky}_{kx}")
-                with m.If(tap_valid[ky][kx]):
-                    m.d.comb += t.eq(Array(rows[ky])[tap_sel[ky][kx]])
-                with m.Else():
-                    m.d.comb += t.eq(zp_word)
-                taps[ky][kx] = t
+        taps_of = []
+        for (tap_sel, tap_valid), (_, _, tag) in zip(tap_sets, column_sets):
+            taps = [[None] * len(tap_sel[0]) for _ in range(k)]
+            for ky in range(k):
+                for kx in range(len(tap_sel[0])):
+                    t = Signal(8 * pin, name=f"{tag}tap_{ky}_{kx}")
+                    with m.If(tap_valid[ky][kx]):
+                        m.d.comb += t.eq(Array(rows[ky])[tap_sel[ky][kx]])
+                    with m.Else():
+                        m.d.comb += t.eq(zp_word)
+                    taps[ky][kx] = t
+            taps_of.append(taps)
+        taps = taps_of[0]
         m.d.sync += [self.o_window.as_value().eq(Cat(*(taps[ky][kx] for ky in range(k)
                                                        for kx in range(k)))),
                      self.o_valid.eq(v1)]
         if cfg.spare_bank:
+            # one spare bank: the read's columns 1..kmax; more: their own taps
+            nxt = taps_of[1] if own else [row[1:] for row in taps]
             m.d.sync += self.o_window_next.as_value().eq(
-                Cat(*(taps[ky][kx] for ky in range(k) for kx in range(1, nb))))
+                Cat(*(nxt[ky][kx] for ky in range(k) for kx in range(k))))
         return m
+
+    def _column_selects(self, m, bank0, x0, col_w, offset, count, tag):
+        """Bank selects and in-image flags of ``count`` consecutive columns of the read
+        from column ``offset`` of the current position (``x0 + offset`` on), registered
+        at issue: ``(bsel, colv, tag)``. ``tag`` names the registers (``""``: the
+        window's own, whose names the engines' Verilog has always had)."""
+        nb, desc = self._config.column_banks, self.desc
+        bsel = [Signal(range(nb), name=f"{tag}bsel_{kx}") for kx in range(count)]
+        colv = Signal(count, name=f"{tag}colv")
+        for kx in range(count):
+            cx = Signal(signed(col_w), name=f"{tag}cx_{kx}")
+            bs = Signal(range(2 * nb), name=f"{tag}bs_{kx}")
+            # (offset + kx < nb in every run that starts: the columns of one
+            # read; bank0 < nb)
+            plain = isinstance(offset, int) and offset == 0
+            x, b = (x0, bank0) if plain else (x0 + offset, bank0 + offset)
+            m.d.comb += [cx.eq(x + kx), bs.eq(b + kx)]
+            m.d.sync += [bsel[kx].eq(_mod_once(bs, nb)),
+                         colv[kx].eq((cx >= 0) & (cx < desc.in_w))]
+        return bsel, colv, tag
 
     def _pair_writer(self, m, banks, wen, at, wslot, finish_row):
         """The writer of ``writer_words`` 2: a word or a pair of one row a cycle.
@@ -713,7 +753,7 @@ class LineBuffer(wiring.Component):
         half memory takes at most one of the two.
         """
         cfg, desc, pin = self._config, self.desc, self._config.pin
-        nb = cfg.column_banks  # kmax, or kmax + 1 with the spare bank
+        nb = cfg.column_banks  # kmax + spare_bank
         slots = engine_contract(cfg).row_slots
         wci, wci_last, wx, wx_last, wbank, wbase = at
         payload = self.w_stream.payload
