@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from numpy.testing import assert_array_equal
 
+from fpgacnn.core.contract import engine_contract
 from fpgacnn.host.accelerator import Accelerator
 from fpgacnn.host.compiler import EngineStep, compile_model
 from fpgacnn.host.layers import Gemm, _Convolution
@@ -139,10 +140,20 @@ def test_zoo_model_is_exact_through_the_sequencer(written, program_board, name):
     wide = [i for i, r in enumerate(records) if isinstance(r, EngineRecord) and on_engine[i]
             and sequenced.table_word(i, "reader_wide", warm=True)]
     assert len(wide) >= sum(isinstance(r, EngineRecord) for r in records) // 2
+    # The writer takes a beat a cycle where the destination is whole beats (its wide
+    # mode, on this engine of two output words a beat): a pixel-pair run that sends a
+    # beat a cycle (beat entries) keeps the DMA's pace.
+    beat_entries = 0
     for i in wide:
         desc = sequenced.descriptor(i, warm=True)
+        writer_wide = bool(sequenced.table_word(i, "writer_wide", warm=True))
         assert sequenced.counter_words(i)[0] == sequenced_run_cycles(
-            CONFIG, desc, MEMORY_LATENCY, wide=True), (name, i)
+            CONFIG, desc, MEMORY_LATENCY, wide=True, writer_wide=writer_wide), (name, i)
+        if engine_contract(CONFIG).output_entry_words(desc) == 2:
+            assert writer_wide, (name, i)
+            beat_entries += 1
+    if name in ("resnet8", "mobilenet_v1_025", "ds_cnn"):
+        assert beat_entries > 0
     # The vector unit's runs (Adds, pools, copies) take their modelled cycles, R bytes a
     # read where their words pair up (every Add of ResNet-8 does).
     vector = [i for i, r in enumerate(records) if isinstance(r, VectorRecord) and on_engine[i]]
