@@ -3,7 +3,9 @@
 It walks a range of the run table (:data:`fpgacnn.core.sequencer.RECORD_FIELDS`)
 in board memory. For each record::
 
-    FETCH    read the record's words (pin-byte memory words) into a register
+    FETCH    read the record into a register, R bytes a read (the memory port's
+             read_bytes) where the table is R-aligned (the host's always is),
+             else a pin-byte word a read
     DESC     write the run's descriptor registers on the engine's register bus,
     START    then control.start: the engine's descriptor check judges the run
     ACCEPT   read status: refused -> stop (error); taken -> stream
@@ -35,7 +37,7 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
 from ...core.config import require_config
-from ...core.memory_port import words_per_read
+from ...core.memory_port import read_bytes, words_per_read
 from ...core.descriptor import DESCRIPTOR_FIELDS
 from ...core.pixel_reader_fields import READER_FIELDS, reader_layout
 from ...core.pixel_writer_fields import WRITER_FIELDS, writer_layout
@@ -84,9 +86,12 @@ class Sequencer(wiring.Component):
     engine : Out(RegisterBusSignature(ADDR_WIDTH - 2, 32))
         The engine's register bus.
     fetch_addr : Out(stream.Signature(unsigned(32)))
-        Word addresses of the record's memory reads.
-    fetch_data : In(stream.Signature(unsigned(8 * pin)))
-        Their responses, in order.
+        Word addresses (``pin``-byte words) of the record's memory reads.
+    fetch_data : In(stream.Signature(unsigned(8 * R)))
+        Their responses, in order: R bytes (the memory port's
+        :func:`~fpgacnn.core.memory_port.read_bytes`), the addressed word in
+        the low ``pin`` bytes; all R read at once where the table is
+        R-aligned.
     fetching : Out(1)
         The memory read port is the fetcher's (else the pixel reader's).
     reader_fields, writer_fields : Out
@@ -128,7 +133,7 @@ class Sequencer(wiring.Component):
             "cycles": Out(32),
             "engine": Out(RegisterBusSignature(ADDR_WIDTH - 2, 32)),
             "fetch_addr": Out(stream.Signature(unsigned(32))),
-            "fetch_data": In(stream.Signature(unsigned(8 * config.pin))),
+            "fetch_data": In(stream.Signature(unsigned(8 * read_bytes(config)))),
             "fetching": Out(1),
             "reader_fields": Out(reader_layout()), "reader_start": Out(1), "reader_done": In(1),
             "writer_fields": Out(writer_layout()), "writer_start": Out(1), "writer_done": In(1),
@@ -142,7 +147,7 @@ class Sequencer(wiring.Component):
     def elaborate(self, platform):
         cfg = self._config
         regs = build_regmap(cfg)
-        pin = cfg.pin
+        pin, rb = cfg.pin, read_bytes(cfg)
         nwords = record_bytes(cfg) // pin  # memory words of a record
         m = Module()
 
@@ -244,18 +249,28 @@ class Sequencer(wiring.Component):
                         fetch_next(self.table + self.first * nwords)
 
             with m.State("FETCH"):
+                data = self.fetch_data.payload
+                if per_read > 1:
+                    # R bytes a read where the record starts on an R boundary (every
+                    # record then does: a record is whole reads), else a word a read.
+                    wide_fetch = rec_base[:exact_log2(per_read)] == 0
+                    reads = Mux(wide_fetch, nwords // per_read, nwords)
+                    addr = rec_base + Mux(wide_fetch, issued << exact_log2(per_read), issued)
+                    shifted = Mux(wide_fetch, Cat(rec[8 * rb:], data),
+                                  Cat(rec[8 * pin:], data[:8 * pin]))
+                else:
+                    reads, addr, shifted = nwords, rec_base + issued, Cat(rec[8 * pin:], data)
                 m.d.comb += [
                     self.fetching.eq(1),
-                    self.fetch_addr.payload.eq(rec_base + issued),
-                    self.fetch_addr.valid.eq(issued != nwords),
+                    self.fetch_addr.payload.eq(addr),
+                    self.fetch_addr.valid.eq(issued != reads),
                     self.fetch_data.ready.eq(1),
                 ]
                 with m.If(self.fetch_addr.valid & self.fetch_addr.ready):
                     m.d.sync += issued.eq(issued + 1)
                 with m.If(self.fetch_data.valid):
-                    m.d.sync += [rec.eq(Cat(rec[8 * pin:], self.fetch_data.payload)),
-                                 received.eq(received + 1)]
-                    with m.If(received == nwords - 1):
+                    m.d.sync += [rec.eq(shifted), received.eq(received + 1)]
+                    with m.If(received == reads - 1):
                         m.next = "DECODE"
                 abortable()
 
