@@ -21,6 +21,8 @@ import pytest
 from numpy.testing import assert_array_equal
 
 from fpgacnn.core.contract import engine_contract
+from fpgacnn.core.memory_port import read_bytes
+from fpgacnn.core.sequencer import record_bytes
 from fpgacnn.host.accelerator import Accelerator
 from fpgacnn.host.compiler import EngineStep, compile_model
 from fpgacnn.host.layers import Gemm, _Convolution
@@ -162,6 +164,11 @@ def test_zoo_model_is_exact_through_the_sequencer(written, program_board, name):
         assert sequenced.table_word(i, "vector_wide", warm=True) == fields["wide"]
         assert sequenced.counter_words(i)[0] == vector_run_cycles(
             CONFIG, fields, MEMORY_LATENCY), (name, i)
+    # The sequencer's own cycles are fewer than the records' fetches alone one after
+    # another: each record after the first is fetched while the run before it ends.
+    seq = acc.report["sequencer"]
+    fetch = MEMORY_LATENCY + record_bytes(CONFIG) // read_bytes(CONFIG)
+    assert seq["sequencer_cycles"] - seq["sequenced_busy_cycles"] < seq["sequencer_runs"] * fetch
     if name == "resnet8":  # its three Adds, the global pool and the flatten
         adds = [i for i in vector if records[i].has_b]
         assert len(adds) == 3 and all(
