@@ -171,6 +171,15 @@ class EngineConfig:
         return self.kmax + self.spare_bank
 
     @property
+    def paired_beats(self):
+        """Whether a pixel-pair run may move its output a beat at a time: pixel pairs
+        on an engine whose beat holds two output words (``2 * pout == stream_bytes``;
+        docs/engine.md, "Pixel pairs"). Read by the contract
+        (:attr:`~fpgacnn.core.contract.EngineContract.paired_beats`) and the memory
+        port (the pixel writer's wide mode)."""
+        return bool(self.pixel_pairs) and 2 * self.pout == self.stream_bytes
+
+    @property
     def window_macs(self):
         """Multiply-accumulates of one window issue: ``kmax*kmax*pin*pout``."""
         return self.kmax * self.kmax * self.pin * self.pout

@@ -328,9 +328,9 @@ class EngineContract:
     @property
     def paired_beats(self):
         """Whether a pixel-pair run may move its output a beat at a time: pixel pairs
-        on an engine whose beat holds two output words (``2 * pout == stream_bytes``)."""
-        c = self.config
-        return bool(c.pixel_pairs) and 2 * c.pout == c.stream_bytes
+        on an engine whose beat holds two output words (``2 * pout == stream_bytes``):
+        :attr:`~fpgacnn.core.config.EngineConfig.paired_beats`."""
+        return self.config.paired_beats
 
     def output_entry_words(self, desc):
         """Output words an output FIFO entry holds in the run ``desc``: 2 (a beat) in a

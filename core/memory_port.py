@@ -44,9 +44,10 @@ reads the output once the engine has stopped. The simulated board's memory
 does a write when it takes it and holds it low.
 
 ``R`` is the engine's beat (``stream_bytes``), or its input word (``pin``
-bytes) where that is wider; ``W`` is the larger of the pixel writer's unit
-(``min(pout, stream_bytes)``, a power of two) and 4 (a 32-bit counter), so
-also a power of two. Addresses are byte addresses of a 32-bit space: on the
+bytes) where that is wider; ``W`` is the larger of the pixel writer's widest
+unit (``min(pout, stream_bytes)``, or the beat on an engine whose writer has
+a wide mode, :func:`writer_has_wide`; a power of two) and 4 (a 32-bit
+counter), so also a power of two. Addresses are byte addresses of a 32-bit space: on the
 simulated board, offsets into the buffer attached as the board's memory; on
 a Zynq board, physical addresses.
 """
@@ -55,7 +56,8 @@ from .config import require_config
 
 __all__ = ["ADDRESS_BITS", "FAULT_NONE", "FAULT_READ", "FAULT_WRITE", "FAULT_KIND_BITS",
            "AXI_ID_BITS", "AXI_MAX_BURST",
-           "MEMORY_PORTS", "read_bytes", "words_per_read", "write_bytes", "memory_port_widths"]
+           "MEMORY_PORTS", "read_bytes", "words_per_read", "writer_has_wide", "writer_unit",
+           "write_bytes", "memory_port_widths"]
 
 #: Bits of a memory byte address.
 ADDRESS_BITS = 32
@@ -112,16 +114,32 @@ def words_per_read(config):
     return read_bytes(config) // config.pin
 
 
-def writer_unit(config):
-    """Bytes of the pixel writer's unit, ``min(pout, stream_bytes)``: it writes one a
-    cycle, so it takes the output stream at this many bytes a cycle."""
+def writer_has_wide(config):
+    """Whether the pixel writer has a wide mode (its field ``wide``: units of a whole
+    beat, one a cycle): on an engine whose output packer can send a beat a cycle
+    (:attr:`~fpgacnn.core.config.EngineConfig.paired_beats`: a pixel-pair run's
+    beat entries), the only output faster than one ``pout``-byte word a cycle. The
+    other engines' writers are built without it."""
     require_config(config)
-    return min(config.pout, config.stream_bytes)
+    return config.paired_beats
+
+
+def writer_unit(config, wide=False):
+    """Bytes of the pixel writer's unit: ``min(pout, stream_bytes)``, or with ``wide``
+    (where :func:`writer_has_wide`) the beat. It writes one a cycle, so it takes the
+    output stream at this many bytes a cycle (the cycle model's ``sink_bytes``)."""
+    require_config(config)
+    if wide and not writer_has_wide(config):
+        raise ValueError(f"the pixel writer of this engine has no wide mode (pout "
+                         f"{config.pout}, a {config.stream_bytes}-byte beat, pixel pairs "
+                         f"{config.pixel_pairs})")
+    return config.stream_bytes if wide else min(config.pout, config.stream_bytes)
 
 
 def write_bytes(config):
-    """W: bytes of one memory write: the writer's unit or a 32-bit word, the larger."""
-    return max(writer_unit(config), 4)
+    """W: bytes of one memory write: the writer's widest unit or a 32-bit word, the
+    larger."""
+    return max(writer_unit(config, wide=writer_has_wide(config)), 4)
 
 
 def memory_port_widths(config):

@@ -7,8 +7,11 @@ program image's engine record (its destination pattern). See
 docs/program.md, "How a program runs".
 
 The writer cuts the output stream (docs/engine.md, "Stream formats") into
-*units* of ``u = min(pout, stream_bytes)`` bytes (addresses and strides
-count units) and walks one affine counter nest over them::
+*units* of ``u = min(pout, stream_bytes)`` bytes, or with ``wide`` (an
+engine whose packer can send a beat a cycle,
+:func:`fpgacnn.core.memory_port.writer_has_wide`) of a whole beat, one a
+cycle either way (addresses and strides count units), and walks one affine
+counter nest over them::
 
     for image in range(images):
         for row in range(rows):                          # written to memory
@@ -66,6 +69,10 @@ WRITER_FIELDS = (
     WriterField("last_lanes", 8, "bytes of a pixel's last kept unit that are written, 1..u"),
     WriterField("drop_units", 32, "units dropped at the end of each image (rows past the "
                 "tensor, a Gemm chunk's padding pixels, the padding to a whole beat)"),
+    WriterField("wide", 1, "1: a unit is a whole beat (writer_unit(config, wide=True)) and "
+                "every address and count of units counts those; only where the writer has "
+                "the mode (core.memory_port.writer_has_wide), ignored elsewhere; 0: units of "
+                "writer_unit(config)"),
 )
 
 

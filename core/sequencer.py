@@ -49,6 +49,7 @@ import math
 
 from .config import require_config
 from .descriptor import DESCRIPTOR_FIELDS
+from .memory_port import read_bytes
 from .pixel_reader_fields import READER_FIELDS
 from .pixel_writer_fields import WRITER_FIELDS
 from .regmap import RegisterMapBuilder
@@ -130,9 +131,10 @@ def record_word(name):
 
 def record_bytes(config):
     """Bytes of one record for ``config``: the fields, padded to whole memory reads
-    (``pin`` bytes) of whole 32-bit words."""
+    (R bytes, :func:`~fpgacnn.core.memory_port.read_bytes`: the sequencer fetches a
+    record R bytes a read where its table is R-aligned) of whole 32-bit words."""
     require_config(config)
-    unit = math.lcm(4, config.pin)
+    unit = math.lcm(4, read_bytes(config))
     return -(-4 * len(RECORD_FIELDS) // unit) * unit
 
 

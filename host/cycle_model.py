@@ -119,9 +119,10 @@ def layer_cycles(config, desc, *, macs=None, feed_delay=0, sink_bytes=None):
         delay hides behind it on a run with no constants.
     sink_bytes : int, optional
         Bytes a cycle the output stream's sink takes at most: a beat (the
-        DMA's, the default), or the program engine's pixel writer's unit
-        (:func:`~fpgacnn.core.memory_port.writer_unit`). It matters where the
-        packer sends more than that a cycle (a beat of two words, pixel pairs).
+        DMA's, the default), or the program engine's pixel writer's unit of
+        the run's mode (:func:`~fpgacnn.core.memory_port.writer_unit`: a
+        beat in a wide run). It matters where the packer sends more than that
+        a cycle (a beat of two words, pixel pairs).
 
     Returns
     -------
@@ -354,7 +355,7 @@ def conv_cycles(config, x_shape, w_shape, *, stride=1, pads=(0, 0, 0, 0), pool=F
     return layer_cycles(config, desc, macs=geo["macs"])
 
 
-def sequenced_run_cycles(config, desc, latency, *, wide=False):
+def sequenced_run_cycles(config, desc, latency, *, wide=False, writer_wide=False):
     """Busy cycles of a run that the program sequencer makes from board memory.
 
     The run as :func:`layer_cycles` predicts it with its input delayed by the
@@ -390,8 +391,9 @@ def sequenced_run_cycles(config, desc, latency, *, wide=False):
                          f"{config.stream_bytes} bytes, or a wide run")
     sections = 2 if desc.get("load_weights", 0) or desc.get("load_params", 0) else 1
     delay = sections * (int(latency) + 4) + sections - 1
-    # the pixel writer takes a unit a cycle
-    return layer_cycles(config, desc, feed_delay=delay, sink_bytes=writer_unit(config)).cycles
+    # the pixel writer takes a unit (of its mode) a cycle
+    return layer_cycles(config, desc, feed_delay=delay,
+                        sink_bytes=writer_unit(config, wide=writer_wide)).cycles
 
 
 def vector_run_cycles(config, fields, latency=0):

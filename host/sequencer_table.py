@@ -37,7 +37,7 @@ from ..core.sequencer import (COUNTER_WORDS, MAX_RECORDS, RECORD_ENGINE, RECORD_
                               RECORD_HOST, RECORD_VECTOR, record_bytes, record_word)
 from .cycle_model import vector_run_cycles
 from .pixel_reader_setup import reader_fields, wide_fields
-from .pixel_writer_setup import writer_fields
+from .pixel_writer_setup import wide_writer_fields, writer_fields
 from .program_image import EngineRecord, FoldRecord, ProgramImage, VectorRecord, alignment
 from .vector_mapping import vector_fields, wide_vector_fields
 
@@ -118,6 +118,8 @@ def hardware_record(image, record, *, warm, counters, regs=None):
     reader, writer = reader_fields(image, record), writer_fields(image, record)
     # A beat a cycle where the read port is wider than pin and the section allows it.
     reader = wide_fields(config, reader) or reader
+    # A beat a cycle where the writer has the mode and the destination allows it.
+    writer = wide_writer_fields(config, writer) or writer
     desc = complete_descriptor(record.warm_descriptor() if warm else record.descriptor)
     if desc["load_weights"]:
         const_nbytes = record.const_nbytes

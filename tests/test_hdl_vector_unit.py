@@ -52,6 +52,9 @@ ENGINES = {
     "k2": CONFIGS["k2"],  # pin 8, R 8, 4-byte writes: two per word, no wide runs
     "one-lane": WRITER_ENGINES["one-lane"],  # pin 1, R 4: wide words of four
     "pynq-z2": PYNQ_Z2_ENGINE,  # pin 4, R 8: a wide word in two 4-byte writes
+    # pin 4, R 8, W 8 (the pixel writer's wide mode, as the sized PYNQ-Z2's): a narrow
+    # word in its lanes of an 8-byte write, a wide word in one
+    "pairs": WRITER_ENGINES["pairs"],
 }
 
 

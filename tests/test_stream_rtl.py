@@ -24,7 +24,7 @@ from fpgacnn.host.program_slots import ProgramSlots
 from fpgacnn.host.reference import ReferenceBackend
 from fpgacnn.host.sequencer_table import SequencerProgram
 
-# The sequencer's board fixture (its k3 and k2 engines), one per module.
+# The sequencer's board fixture (its k3, k2 and pairs engines), one per module.
 from test_sequencer_rtl import ENGINES, _input, _models, board  # noqa: F401
 
 BATCHES = 5
@@ -115,10 +115,10 @@ def test_float_batches_stream_as_run_takes_them(board):
     for k, (x, y) in enumerate(zip(xs, ys)):
         assert y.dtype == digits.x.dtype
         assert_array_equal(y, ReferenceBackend().run(acc.model, x), err_msg=f"batch {k}")
-    # Overlapped where the program runs in one start: on k3 (on k2 the digits'
-    # first layer stops the sequencer for the host, batch after batch).
+    # Overlapped where the program runs in one start: on k3 and pairs (on k2 the
+    # digits' first layer stops the sequencer for the host, batch after batch).
     overlapped = all(acc.slots(3)[0].one_start.values())
-    assert overlapped is (board.config_name == "k3")
+    assert overlapped is (board.config_name in ("k3", "pairs"))
     assert acc.report["overlapped"] is overlapped and acc.report["images"] == 12
 
 

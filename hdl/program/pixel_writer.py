@@ -29,14 +29,27 @@ that gives a beat every ``stream_bytes / u`` cycles and a memory that takes
 a write every cycle keep the writer busy every cycle. ``o_write`` is the
 beat register's unit itself (``o_write.ready`` reaches ``i_stream.ready``
 through one AND): a register slice can follow where timing needs it.
+
+**Wide mode** (field ``wide``, built where
+:func:`~fpgacnn.core.memory_port.writer_has_wide`: the PYNQ-Z1/Z2 and KV260
+engines, whose packer sends a pixel-pair run's output a beat a cycle): a
+unit is the whole beat, so the writer takes a beat a cycle, as the DMA
+does. The host sets it where every address, stride and pixel of the stream
+is whole beats (:func:`fpgacnn.host.pixel_writer_setup.wide_writer_fields`);
+the last kept beat of a pixel is written up to ``last_lanes`` bytes. On such
+an engine ``o_write`` is a beat wide in both modes: a narrow unit goes in
+its lanes of the beat-aligned write (its place in the beat from its
+address), with its strobes.
 """
 
 from amaranth.hdl import Const, Module, Mux, Signal, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
+from amaranth.utils import exact_log2
 
 from ...core.config import require_config
-from ...core.memory_port import ADDRESS_BITS, writer_unit  # the fields' addresses are as wide
+# the fields' addresses are as wide as ADDRESS_BITS
+from ...core.memory_port import ADDRESS_BITS, writer_has_wide, writer_unit
 from ...core.pixel_writer_fields import writer_layout
 
 __all__ = ["PixelWriter", "write_layout"]
@@ -69,13 +82,15 @@ class PixelWriter(wiring.Component):
         is low from the next); every beat of the run has been taken then.
     i_stream : In(stream.Signature(unsigned(stream_width)))
         The engine's output stream (``o_stream``), any pauses.
-    o_write : Out(stream.Signature(write_layout(u)))
-        Unit writes, in stream order; any back-pressure.
+    o_write : Out(stream.Signature(write_layout(unit)))
+        Unit writes, in stream order; any back-pressure. Addresses count
+        :attr:`unit` bytes: ``writer_unit(config)``, or the beat where the
+        writer has the wide mode (a narrow unit then in its lanes).
 
     Latency
     -------
     With ``i_stream`` always valid and ``o_write`` always ready, a stream of
-    ``N`` units takes ``N + 1`` cycles from the cycle in which ``start`` is
+    ``N`` units (of the run's mode: beats in a wide run) takes ``N + 1`` cycles from the cycle in which ``start`` is
     high to the cycle in which ``done`` is (the first beat is taken in the
     cycle after ``start``), where an image's dropped tail counts one unit a
     whole beat it covers and nothing in the beat of the image's last written
@@ -85,7 +100,9 @@ class PixelWriter(wiring.Component):
     def __init__(self, config):
         require_config(config)
         self._config = config
-        self.unit = writer_unit(config)
+        self._has_wide = writer_has_wide(config)
+        #: Bytes of an ``o_write`` (its addresses count them).
+        self.unit = writer_unit(config, wide=self._has_wide)
         super().__init__({
             "fields": In(writer_layout()),
             "start": In(1),
@@ -96,8 +113,9 @@ class PixelWriter(wiring.Component):
         })
 
     def elaborate(self, platform):
-        cfg, u = self._config, self.unit
+        cfg, u = self._config, writer_unit(self._config)  # u: the narrow unit
         per_beat = cfg.stream_bytes // u
+        has_wide = self._has_wide
         f = self.fields
         m = Module()
 
@@ -117,26 +135,48 @@ class PixelWriter(wiring.Component):
         writing = Signal()  # the nest is in an image's rows (else: its dropped tail)
         keep = writing & (unit < f.kept_units)
         last_kept = unit == f.kept_units - 1
-        strobes = Signal(u)
-        below = Signal(u)  # the lanes below last_lanes
-        m.d.comb += [below.eq(((Const(1, 1) << f.last_lanes) - 1)[:u]),
-                     strobes.eq(Mux(last_kept, below, (1 << u) - 1))]
+        strobes = Signal(self.unit)
+        below = Signal(self.unit)  # the lanes below last_lanes
+        full = (1 << u) - 1
+        if has_wide:
+            full = Mux(f.wide, (1 << self.unit) - 1, full)
+        m.d.comb += [below.eq(((Const(1, 1) << f.last_lanes) - 1)[:self.unit]),
+                     strobes.eq(Mux(last_kept, below, full))]
 
         go = Signal()  # a unit leaves this cycle
+        if has_wide:
+            # A wide run's unit is the beat; a narrow unit goes to its lanes of the
+            # beat-aligned write.
+            lane = addr[:exact_log2(per_beat)]
+            m.d.comb += [
+                self.o_write.payload.addr.eq(Mux(f.wide, addr, addr >> exact_log2(per_beat))),
+                self.o_write.payload.data.eq(Mux(f.wide, beat, unit_data << (8 * u * lane))),
+                self.o_write.payload.strb.eq(Mux(f.wide, strobes, strobes << (u * lane))),
+            ]
+        else:
+            m.d.comb += [
+                self.o_write.payload.addr.eq(addr),
+                self.o_write.payload.data.eq(unit_data),
+                self.o_write.payload.strb.eq(strobes),
+            ]
         m.d.comb += [
-            self.o_write.payload.addr.eq(addr),
-            self.o_write.payload.data.eq(unit_data),
-            self.o_write.payload.strb.eq(strobes),
             self.o_write.valid.eq(self.busy & have & keep),
             go.eq(self.busy & have & (~keep | self.o_write.ready)),
         ]
         # The image's last written unit, and the units of its beat after it.
         last_of_image = (unit == f.units - 1) & (col == f.cols - 1) & (row == f.rows - 1)
         rest = Signal(range(per_beat))
-        m.d.comb += rest.eq(per_beat - 1 - k)
+        beat_end = k == per_beat - 1
+        units_a_beat = per_beat
+        if has_wide:  # a wide unit is its beat: nothing of the beat after it
+            m.d.comb += rest.eq(Mux(f.wide, 0, per_beat - 1 - k))
+            beat_end = beat_end | f.wide
+            units_a_beat = Mux(f.wide, 1, per_beat)
+        else:
+            m.d.comb += rest.eq(per_beat - 1 - k)
         # A beat leaves with its last unit, with the image's last written unit (the
         # rest is tail), or whole in the tail.
-        beat_gone = go & ((k == per_beat - 1) | (writing & last_of_image) | ~writing)
+        beat_gone = go & (beat_end | (writing & last_of_image) | ~writing)
         m.d.comb += self.i_stream.ready.eq(self.busy & (~have | beat_gone))
         with m.If(self.i_stream.valid & self.i_stream.ready):
             m.d.sync += [beat.eq(self.i_stream.payload), have.eq(1), k.eq(0)]
@@ -178,8 +218,8 @@ class PixelWriter(wiring.Component):
             with m.Else():
                 end_image()
         with m.Elif(go):  # a whole beat of the tail
-            with m.If(dropped + per_beat < f.drop_units):
-                m.d.sync += dropped.eq(dropped + per_beat)
+            with m.If(dropped + units_a_beat < f.drop_units):
+                m.d.sync += dropped.eq(dropped + units_a_beat)
             with m.Else():
                 end_image()
         return m

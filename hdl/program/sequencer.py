@@ -3,7 +3,10 @@
 It walks a range of the run table (:data:`fpgacnn.core.sequencer.RECORD_FIELDS`)
 in board memory. For each record::
 
-    FETCH    read the record's words (pin-byte memory words) into a register
+    FETCH    read the record into a register, R bytes a read (the memory port's
+             read_bytes) where the table is R-aligned (the host's always is),
+             else a pin-byte word a read (the first record of a start: the
+             next ones are fetched while the run before them ends)
     DESC     write the run's descriptor registers on the engine's register bus,
     START    then control.start: the engine's descriptor check judges the run
     ACCEPT   read status: refused -> stop (error); taken -> stream
@@ -13,7 +16,10 @@ in board memory. For each record::
     COUNT    read the engine's three performance counters ...
     STORE    ... and write them to the record's counters address
     NEXT     once the memory has done every write taken (``writes_pending``
-             low): the next record, or stop (done)
+             low): the next record, or stop (done). The next record's fetch
+             starts once the run's reads are done (the reader's last word
+             delivered, the vector unit done) and goes on through FINISH,
+             COUNT, STORE and NEXT, so NEXT finds it fetched or waits for it
 
 A record whose op is RECORD_VECTOR runs on the vector unit instead
 (VECTOR: its fields from the record, start, wait for done; then COUNT
@@ -35,7 +41,7 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
 from ...core.config import require_config
-from ...core.memory_port import words_per_read
+from ...core.memory_port import read_bytes, words_per_read
 from ...core.descriptor import DESCRIPTOR_FIELDS
 from ...core.pixel_reader_fields import READER_FIELDS, reader_layout
 from ...core.pixel_writer_fields import WRITER_FIELDS, writer_layout
@@ -84,9 +90,12 @@ class Sequencer(wiring.Component):
     engine : Out(RegisterBusSignature(ADDR_WIDTH - 2, 32))
         The engine's register bus.
     fetch_addr : Out(stream.Signature(unsigned(32)))
-        Word addresses of the record's memory reads.
-    fetch_data : In(stream.Signature(unsigned(8 * pin)))
-        Their responses, in order.
+        Word addresses (``pin``-byte words) of the record's memory reads.
+    fetch_data : In(stream.Signature(unsigned(8 * R)))
+        Their responses, in order: R bytes (the memory port's
+        :func:`~fpgacnn.core.memory_port.read_bytes`), the addressed word in
+        the low ``pin`` bytes; all R read at once where the table is
+        R-aligned.
     fetching : Out(1)
         The memory read port is the fetcher's (else the pixel reader's).
     reader_fields, writer_fields : Out
@@ -128,7 +137,7 @@ class Sequencer(wiring.Component):
             "cycles": Out(32),
             "engine": Out(RegisterBusSignature(ADDR_WIDTH - 2, 32)),
             "fetch_addr": Out(stream.Signature(unsigned(32))),
-            "fetch_data": In(stream.Signature(unsigned(8 * config.pin))),
+            "fetch_data": In(stream.Signature(unsigned(8 * read_bytes(config)))),
             "fetching": Out(1),
             "reader_fields": Out(reader_layout()), "reader_start": Out(1), "reader_done": In(1),
             "writer_fields": Out(writer_layout()), "writer_start": Out(1), "writer_done": In(1),
@@ -142,7 +151,7 @@ class Sequencer(wiring.Component):
     def elaborate(self, platform):
         cfg = self._config
         regs = build_regmap(cfg)
-        pin = cfg.pin
+        pin, rb = cfg.pin, read_bytes(cfg)
         nwords = record_bytes(cfg) // pin  # memory words of a record
         m = Module()
 
@@ -192,10 +201,15 @@ class Sequencer(wiring.Component):
             m.d.comb += self.vector_fields[f.name].eq(word(f"vector_{f.name}")[:f.width])
 
         # -- state ----------------------------------------------------------------------
-        rec_base = Signal(32)
+        rec_base = Signal(32)  # word address of the record in rec
         remaining = Signal(RECORD_INDEX_BITS)
+        # The fetcher reads a record into nxt: the current one in FETCH, the next one
+        # while the current run ends (its reads done) and its counters are stored.
+        nxt = Signal(8 * record_bytes(cfg))
+        f_base = Signal(32)  # word address of the record it fetches
         issued = Signal(range(nwords + 1))
         received = Signal(range(nwords + 1))
+        fetched = Signal()  # nxt holds the record at f_base
         j = Signal(range(max(len(DESCRIPTOR_FIELDS), COUNTER_WORDS) + 1))
         kick = Signal()  # start the reader next cycle (its fields settle first)
         reader_finished, writer_finished = Signal(), Signal()
@@ -222,9 +236,49 @@ class Sequencer(wiring.Component):
                 m.d.sync += flag.eq(1)
             m.next = "IDLE"
 
+        # -- the fetcher ------------------------------------------------------------------
+        fetch_go, fetch_last = Signal(), Signal()
+        data = self.fetch_data.payload
+        if per_read > 1:
+            # R bytes a read where the record starts on an R boundary (every record
+            # then does: a record is whole reads), else a word a read.
+            wide_fetch = f_base[:exact_log2(per_read)] == 0
+            reads = Mux(wide_fetch, nwords // per_read, nwords)
+            addr = f_base + Mux(wide_fetch, issued << exact_log2(per_read), issued)
+            shifted = Mux(wide_fetch, Cat(nxt[8 * rb:], data),
+                          Cat(nxt[8 * pin:], data[:8 * pin]))
+        else:
+            reads, addr, shifted = nwords, f_base + issued, Cat(nxt[8 * pin:], data)
+        with m.If(fetch_go):
+            m.d.comb += [
+                self.fetching.eq(1),
+                self.fetch_addr.payload.eq(addr),
+                self.fetch_addr.valid.eq(issued != reads),
+                self.fetch_data.ready.eq(1),
+                fetch_last.eq(self.fetch_data.valid & (received == reads - 1)),
+            ]
+            with m.If(self.fetch_addr.valid & self.fetch_addr.ready):
+                m.d.sync += issued.eq(issued + 1)
+            with m.If(self.fetch_data.valid):
+                m.d.sync += [nxt.eq(shifted), received.eq(received + 1)]
+            with m.If(fetch_last):
+                m.d.sync += fetched.eq(1)
+
+        def fetch_from(base):
+            m.d.sync += [f_base.eq(base), issued.eq(0), received.eq(0), fetched.eq(0)]
+
         def fetch_next(base):
-            m.d.sync += [rec_base.eq(base), issued.eq(0), received.eq(0)]
+            fetch_from(base)
+            m.d.sync += rec_base.eq(base)
             m.next = "FETCH"
+
+        # The next record is fetched once the run's reads are done (the port is free:
+        # the reader has delivered its last word, or the vector unit is done), while
+        # the run ends, its counters are read and stored and its writes complete: NEXT
+        # then takes it at once. Nothing writes the run table, so no write of the run
+        # orders before these reads.
+        prefetch = Signal()
+        m.d.comb += fetch_go.eq(prefetch & (remaining > 1) & ~fetched)
 
         def abortable():
             # Last in a running state: an abort wins over what the state does.
@@ -244,22 +298,14 @@ class Sequencer(wiring.Component):
                         fetch_next(self.table + self.first * nwords)
 
             with m.State("FETCH"):
-                m.d.comb += [
-                    self.fetching.eq(1),
-                    self.fetch_addr.payload.eq(rec_base + issued),
-                    self.fetch_addr.valid.eq(issued != nwords),
-                    self.fetch_data.ready.eq(1),
-                ]
-                with m.If(self.fetch_addr.valid & self.fetch_addr.ready):
-                    m.d.sync += issued.eq(issued + 1)
-                with m.If(self.fetch_data.valid):
-                    m.d.sync += [rec.eq(Cat(rec[8 * pin:], self.fetch_data.payload)),
-                                 received.eq(received + 1)]
-                    with m.If(received == nwords - 1):
-                        m.next = "DECODE"
+                m.d.comb += fetch_go.eq(1)
+                with m.If(fetch_last):
+                    m.d.sync += rec.eq(shifted)
+                    m.next = "DECODE"
                 abortable()
 
             with m.State("DECODE"):
+                fetch_from(rec_base + nwords)  # the next record, when the run allows
                 op = word("op")
                 with m.If(op == RECORD_ENGINE):
                     m.d.sync += j.eq(0)
@@ -302,6 +348,7 @@ class Sequencer(wiring.Component):
                 abortable()
 
             with m.State("STREAM"):
+                m.d.comb += prefetch.eq(reader_finished)
                 with m.If(self.reader_done):
                     with m.If(pixels_phase):
                         m.d.sync += reader_finished.eq(1)
@@ -320,6 +367,7 @@ class Sequencer(wiring.Component):
                 abortable()
 
             with m.State("VECTOR_COUNT"):
+                m.d.comb += prefetch.eq(1)
                 # The unit's counters hold the run's totals from the cycle after done.
                 m.d.sync += [counters[i].eq(self.vector_counters[32 * i:32 * i + 32])
                              for i in range(COUNTER_WORDS)]
@@ -328,6 +376,7 @@ class Sequencer(wiring.Component):
                 abortable()
 
             with m.State("FINISH"):
+                m.d.comb += prefetch.eq(1)
                 m.d.comb += [self.engine.r_stb.eq(1), self.engine.r_addr.eq(reg_word("status"))]
                 with m.If(st_done & ~st_busy):
                     m.d.sync += j.eq(0)
@@ -335,6 +384,7 @@ class Sequencer(wiring.Component):
                 abortable()
 
             with m.State("COUNT"):
+                m.d.comb += prefetch.eq(1)
                 m.d.comb += [self.engine.r_stb.eq(1), self.engine.r_addr.eq(perf_addrs[j])]
                 m.d.sync += [counters[j].eq(self.engine.r_data), j.eq(j + 1)]
                 with m.If(j == COUNTER_WORDS - 1):
@@ -343,6 +393,7 @@ class Sequencer(wiring.Component):
                 abortable()
 
             with m.State("STORE"):
+                m.d.comb += prefetch.eq(1)
                 m.d.comb += [self.counter_write.valid.eq(1),
                              self.counter_write.payload.addr.eq(word("counters") + 4 * j),
                              self.counter_write.payload.data.eq(counters[j])]
@@ -353,13 +404,15 @@ class Sequencer(wiring.Component):
                 abortable()
 
             with m.State("NEXT"):
+                m.d.comb += prefetch.eq(1)
                 with m.If(self.writes_pending):
                     pass  # the record's writes are not all in memory yet
                 with m.Elif(remaining == 1):
                     stop(self.done)
-                with m.Else():
-                    m.d.sync += [self.index.eq(self.index + 1), remaining.eq(remaining - 1)]
-                    fetch_next(rec_base + nwords)
+                with m.Elif(fetched):  # the next record, fetched already
+                    m.d.sync += [self.index.eq(self.index + 1), remaining.eq(remaining - 1),
+                                 rec.eq(nxt), rec_base.eq(f_base)]
+                    m.next = "DECODE"
                 abortable()
 
             with m.State("ABORT"):
