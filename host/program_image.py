@@ -459,11 +459,13 @@ class ProgramImage:
         self.records = [_parse_record(rw[i * RECORD_WORDS:(i + 1) * RECORD_WORDS])
                         for i in range(h.records)]
         self._config = h.config  # built once: the runner asks for it every run
-        self._folds = [r for r in self.records if isinstance(r, FoldRecord)]
-        # The input's and the output's views, made once: the host writes and
-        # reads them every inference.
+        # The input's and the output's views, and each input fold's gather
+        # and views, made once: the host writes and reads them every inference.
         self._input_view = self.input.view(self.data)
         self._output_view = self.output.view(self.data)
+        self._folds = [(self.tensors[r.out].view(self.data), r.gather(),
+                        self.tensors[r.a].view(self.data))
+                       for r in self.records if isinstance(r, FoldRecord)]
 
     def _words(self, offset, count):
         return self.data[offset:offset + 4 * count].view("<i4")
@@ -500,9 +502,26 @@ class ProgramImage:
             raise InputError(f"the program was compiled for input {view.shape}, not "
                              f"{x8.shape} (compile the program for this batch)")
         view[...] = x8
-        for record in self._folds:
-            out = self.tensors[record.out].view(self.data)
-            out[...] = record.gather()(self.tensors[record.a].view(self.data))
+        self.write_folds()
+
+    @property
+    def input_view(self):
+        """The network input in the arena: a writable int8 view of the input's
+        shape (``(N, C, H, W)`` or ``(N, C)``), made once. Whoever writes the
+        input here (quantizing straight into it) calls :meth:`write_folds` after."""
+        return self._input_view
+
+    @property
+    def output_view(self):
+        """The network output in the arena: an int8 view, made once, valid until the
+        engine runs the program again (:meth:`read_output` copies it)."""
+        return self._output_view
+
+    def write_folds(self):
+        """Write the input's folds (:class:`FoldRecord`) from the input in the arena
+        where the records that read them look (none in most programs)."""
+        for out, gather, source in self._folds:
+            out[...] = gather(source)
 
     @property
     def output(self):
