@@ -58,7 +58,7 @@ network's own input, which the host writes anyway, so the engine reads it
 as a plain 1x1 strip and no host work falls between layers.
 """
 
-from dataclasses import astuple, dataclass, fields
+from dataclasses import astuple, dataclass, fields, replace
 from typing import ClassVar
 import math
 
@@ -463,9 +463,7 @@ class ProgramImage:
         # and views, made once: the host writes and reads them every inference.
         self._input_view = self.input.view(self.data)
         self._output_view = self.output.view(self.data)
-        self._folds = [(self.tensors[r.out].view(self.data), r.gather(),
-                        self.tensors[r.a].view(self.data))
-                       for r in self.records if isinstance(r, FoldRecord)]
+        self._folds = [self._fold_gather(r) for r in self.records if isinstance(r, FoldRecord)]
 
     def _words(self, offset, count):
         return self.data[offset:offset + 4 * count].view("<i4")
@@ -517,11 +515,34 @@ class ProgramImage:
         engine runs the program again (:meth:`read_output` copies it)."""
         return self._output_view
 
+    def _fold_gather(self, record):
+        """An input fold as one gather: ``(source, staging, positions, out)``, where
+        ``out[...] = staging[positions]`` once ``staging[:-1]`` holds ``source``
+        (the input's view) in C order and ``staging[-1]`` the padding's ``x_zp``.
+
+        The positions are the fold's own gather applied to the input's element
+        indices (its padding -1, then the staging's last element), made once:
+        the gather itself is a numpy slice a kernel tap, dozens of calls each
+        inference (DS-CNN's 10x4 kernel: 40).
+        """
+        source = self.tensors[record.a].view(self.data)
+        out = self.tensors[record.out].view(self.data)
+        index = np.arange(source.size, dtype=np.int64).reshape(source.shape)
+        positions = replace(record, x_zp=-1).gather()(index)
+        positions[positions < 0] = source.size
+        if positions.shape != out.shape:
+            raise InputError(f"program image: an input fold makes {positions.shape}, its "
+                             f"tensor holds {out.shape}")
+        staging = np.empty(source.size + 1, np.int8)
+        staging[-1] = record.x_zp
+        return source, staging[:-1].reshape(source.shape), staging, positions, out
+
     def write_folds(self):
         """Write the input's folds (:class:`FoldRecord`) from the input in the arena
         where the records that read them look (none in most programs)."""
-        for out, gather, source in self._folds:
-            out[...] = gather(source)
+        for source, staged, staging, positions, out in self._folds:
+            staged[...] = source
+            out[...] = staging[positions]
 
     @property
     def output(self):
