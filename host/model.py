@@ -233,15 +233,14 @@ class QuantizedModel:
                              f"or infinite value(s), the first at index {where}; "
                              "fpgacnn quantizes finite values only")
         scale, zp = np.float32(self.input.scale), self.input.zero_point
-        x32 = x if x.dtype == np.float32 else None
         if max(-lo, hi) <= _FLOAT32_HALF_MAX * min(float(scale), 1.0):
             # |x / scale| and |x| at most half float32's largest: no overflow.
-            q = np.divide(x32 if x32 is not None else x.astype(np.float32), scale)
+            q = np.divide(x.astype(np.float32, copy=False), scale)
         else:
             # Overflow is no error here: a finite value past the int8 range
             # saturates, whatever its quotient.
             with np.errstate(over="ignore"):
-                q = np.divide(x32 if x32 is not None else x.astype(np.float32), scale)
+                q = np.divide(x.astype(np.float32, copy=False), scale)
         np.rint(q, out=q)
         np.add(q, zp, out=q)
         # The float32 quotient is within a millionth of the exact one, rint

@@ -516,9 +516,10 @@ class ProgramImage:
         return self._output_view
 
     def _fold_gather(self, record):
-        """An input fold as one gather: ``(source, staging, positions, out)``, where
-        ``out[...] = staging[positions]`` once ``staging[:-1]`` holds ``source``
-        (the input's view) in C order and ``staging[-1]`` the padding's ``x_zp``.
+        """An input fold as one gather: ``(source, staged, staging, positions, out)``,
+        where ``out[...] = staging[positions]`` once ``staged`` (``staging[:-1]``
+        in the input's shape) holds ``source`` (the input's view) and
+        ``staging[-1]`` is the padding's ``x_zp``.
 
         The positions are the fold's own gather applied to the input's element
         indices (its padding -1, then the staging's last element), made once:

@@ -41,7 +41,8 @@ from .pixel_writer_setup import writer_fields
 from .program_image import EngineRecord, FoldRecord, ProgramImage, VectorRecord, alignment
 from .vector_mapping import vector_fields, wide_vector_fields
 
-__all__ = ["KeptCounters", "SequencerProgram", "check_record_count", "hardware_record", "vector_record_fields"]
+__all__ = ["KeptCounters", "SequencerProgram", "check_record_count", "hardware_record",
+           "vector_record_fields"]
 
 
 def check_record_count(records):
@@ -363,9 +364,8 @@ class KeptCounters:
         """The ``(end - first, COUNTER_WORDS)`` counter words, read once: after
         this the program need not copy them (a second call reads the copy)."""
         if self._copy is None:
-            self._copy = self._sequenced.counter_snapshot(self.first, self.end)
-            try:
-                self._sequenced._kept.remove(self)
-            except ValueError:
-                pass
+            self._save()
+            kept = self._sequenced._kept
+            if self in kept:
+                kept.remove(self)
         return self._copy
