@@ -29,11 +29,14 @@ the least of ``--repeats`` inferences after a first):
   output copies, starting the sequencer and reading its status), which is
   wall-clock on this x86 machine: read the ratio between the two modes,
   measured side by side, not the figure;
-- of it quantize + dequantize (the report's ``quantize_seconds``), and the
-  same two calls timed again at once after the inference (the least of three
-  passes): their ratio is what this machine's cold start costs the host's
-  work after any wait of a few milliseconds, whatever ran in it (measured
-  with a pure Python loop in its place too: docs/program.md "Batches");
+- of it quantize + dequantize (the report's ``quantize_seconds``; on the
+  sequencer, since commit 74bf81d, quantizing writes the input straight
+  into board memory in the engine's layout, so the input's write is in
+  this figure), and the same two calls timed again at once after the
+  inference, into a new array (the least of three passes): their ratio is
+  what this machine's cold start costs the host's work after any wait of a
+  few milliseconds, whatever ran in it (measured with a pure Python loop in
+  its place too: docs/program.md "Batches");
 - host share: host time / engine time at 100 MHz, the issue's goal being
   <= 5 % on ResNet-8 at batch 1;
 - host ms after the engine's time (sequencer rows): the same host code
@@ -128,8 +131,8 @@ class AnsweringBoard:
     once: the ID ROM, and the sequencer's status, cycles and fault as the
     last inference left them); writes, the memory's attach and its cache
     operations are taken and do nothing; ``wait_irq`` spins for ``seconds``
-    of wall clock (what a board at the clock makes its host wait) and says
-    the engine stopped. The host's code runs as on the real board, nothing
+    of wall clock (what a board at the clock makes its host wait, polling
+    it), or sleeps with ``sleep``, and says the engine stopped. The host's code runs as on the real board, nothing
     of the simulation's time or caches in it; the outputs are not the
     model's.
 
@@ -140,17 +143,19 @@ class AnsweringBoard:
     config : EngineConfig
     seconds : float
         The engine's time of one inference.
+    sleep : bool
+        Sleep through the wait rather than spin.
     """
 
     has_memory = True
 
-    def __init__(self, board, config, seconds):
+    def __init__(self, board, config, seconds, *, sleep=False):
         from fpgacnn.core.regmap import build_regmap
         from fpgacnn.core.sequencer import build_sequencer_regmap
         self._answers = {r.address: board.mmio_read(r.address)
                          for regs in (build_regmap(config), build_sequencer_regmap(config))
                          for r in regs if r.access != "pulse"}
-        self.seconds = seconds
+        self.seconds, self.sleep = seconds, sleep
 
     def mmio_read(self, addr, timeout=10_000):
         return self._answers[addr]
@@ -174,6 +179,9 @@ class AnsweringBoard:
         return None
 
     def wait_irq(self, timeout):
+        if self.sleep:
+            time.sleep(self.seconds)
+            return True
         end = time.perf_counter() + self.seconds
         while time.perf_counter() < end:
             pass
@@ -323,9 +331,10 @@ def main(argv=None):
              "milliseconds are wall-clock on this x86 machine: compare the two modes, "
              "measured side by side in one process. Streamed rows: engine cycles per "
              "batch, host ms per image while the engine waits (beside its runs in "
-             "brackets), end to end the stream's per image. Host ms after the engine's "
-             "time: the same host code on a board answering at once after a wait as long "
-             "as the engine's, its share in brackets (the module docstring).", "",
+             "brackets), end to end the stream's per image. Quantize + dequantize: on the "
+             "sequencer with the input's write into board memory. Host ms after the "
+             "engine's time: the same host code on a board answering at once after a wait "
+             "as long as the engine's, its share in brackets (the module docstring).", "",
              "| engine | model | batch | mode | records on the sequencer | starts "
              "| engine cycles | engine ms / image | host ms / image "
              "| of it quantize + dequantize, µs / batch | the same at once, µs | host share "
