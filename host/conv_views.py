@@ -70,9 +70,10 @@ class Im2Col:
         top, left, bottom, right = self.pads
         oh, ow = self.out_hw
         n, c, h, w = x.shape
-        padded = np.full((n, c, h + top + bottom, w + left + right), self.x_zp, np.int8)
+        # x's dtype (int8; the program image gathers element positions with it).
+        padded = np.full((n, c, h + top + bottom, w + left + right), self.x_zp, x.dtype)
         padded[:, :, top:top + h, left:left + w] = x
-        cols = np.empty((n, c, kh, kw, oh, ow), np.int8)
+        cols = np.empty((n, c, kh, kw, oh, ow), x.dtype)
         for p in range(kh):
             for q in range(kw):
                 cols[:, :, p, q] = padded[:, :, p * dy:p * dy + (oh - 1) * sy + 1:sy,

@@ -25,6 +25,12 @@ from ..core.errors import InputError
 
 __all__ = ["TensorSpec", "FloatHead", "QuantizedModel"]
 
+_INT8, _UINT8 = np.dtype(np.int8), np.dtype(np.uint8)
+
+#: Half of float32's largest finite value: quantizing an input whose values are
+#: within it of 0 (times the scale, where under 1) cannot overflow float32.
+_FLOAT32_HALF_MAX = float(np.finfo(np.float32).max) / 2
+
 
 @dataclass(frozen=True)
 class TensorSpec:
@@ -84,10 +90,12 @@ class FloatHead:
             np.exp(e, out=e)
             e += np.float32(1)
             return np.divide(np.float32(1), e, out=e)
+        # The ufuncs' reductions themselves (what ndarray.max and .sum call,
+        # without their Python layers).
         axes = tuple(self.axes)
-        e = y - y.max(axis=axes, keepdims=True)
+        e = np.subtract(y, np.maximum.reduce(y, axis=axes, keepdims=True))
         np.exp(e, out=e)
-        e /= e.sum(axis=axes, keepdims=True)
+        np.divide(e, np.add.reduce(e, axis=axes, keepdims=True), out=e)
         return e
 
 
@@ -162,9 +170,23 @@ class QuantizedModel:
                              f"run_stream() quantize the model's own input dtype)")
         return x8
 
-    def quantize_input(self, x):
+    def quantize_input(self, x, out=None):
         """Graph input -> int8: float ``clip(rint(x / scale) + zp)`` (ties to
         even, as onnxruntime), uint8 ``x - 128``, int8 unchanged.
+
+        Parameters
+        ----------
+        x : array_like
+            A batch of the graph input.
+        out : numpy.ndarray of int8, optional
+            Where to write the result, of ``x``'s shape and any strides (the
+            input's view of a program's arena in board memory: the host
+            quantizes straight into it), instead of a new array.
+
+        Returns
+        -------
+        numpy.ndarray of int8
+            ``out`` if given.
 
         Raises
         ------
@@ -174,36 +196,66 @@ class QuantizedModel:
         """
         self.check_input(x)
         x = np.asarray(x)
+        if out is not None and out.shape != x.shape:
+            raise InputError(f"cannot quantize an input of shape {x.shape} into one of "
+                             f"{out.shape}")
         if x.dtype.kind == "f":
-            # A finite sum has finite terms (a NaN or an infinity would carry
-            # into it): one reduction where most inputs are fine; an overflowing
-            # sum of finite values takes the element-wise check, which passes.
+            q = self._quantized_float(x)
+        elif self.input.dtype == np.uint8:
+            q = x.astype(np.int16) - 128
+        else:
+            q = x
+        if out is None:
+            return q.astype(np.int8)
+        # The cast and the copy in one call (the float codes are whole numbers
+        # in int8's range by now).
+        np.copyto(out, q, casting="unsafe")
+        return out
+
+    def _quantized_float(self, x):
+        """``clip(rint(x / scale) + zp)`` of a float ``x`` in float32 (whole numbers
+        in -128..127), or InputError for a NaN or an infinity in it.
+
+        Every numpy call counts here: after any wait of a few milliseconds
+        (the engine's run, on the simulated board) each runs several times
+        slower than when repeated at once (docs/program.md "Batches"). So the
+        common case takes two reductions (its least and greatest value, which
+        a NaN or an infinity carries into) and skips ``np.errstate``, as
+        costly as the arithmetic itself: it is needed only where the quotient
+        (or a float64 input's float32 cast) can overflow, and the clip only
+        where a code can fall outside int8.
+        """
+        lo, hi = float(np.minimum.reduce(x, axis=None)), float(np.maximum.reduce(x, axis=None))
+        if not (math.isfinite(lo) and math.isfinite(hi)):
+            bad = ~np.isfinite(x)
+            where = tuple(int(i) for i in np.argwhere(bad)[0])
+            raise InputError(f"input {self.input.name!r} holds {int(bad.sum())} NaN "
+                             f"or infinite value(s), the first at index {where}; "
+                             "fpgacnn quantizes finite values only")
+        scale, zp = np.float32(self.input.scale), self.input.zero_point
+        if max(-lo, hi) <= _FLOAT32_HALF_MAX * min(float(scale), 1.0):
+            # |x / scale| and |x| at most half float32's largest: no overflow.
+            q = np.divide(x.astype(np.float32, copy=False), scale)
+        else:
             # Overflow is no error here: a finite value past the int8 range
             # saturates, whatever its quotient.
             with np.errstate(over="ignore"):
-                finite = math.isfinite(np.add.reduce(x, axis=None))
-                q = np.divide(x if x.dtype == np.float32 else x.astype(np.float32),
-                              np.float32(self.input.scale))
-            if not finite:
-                bad = ~np.isfinite(x)
-                if bad.any():
-                    where = tuple(int(i) for i in np.argwhere(bad)[0])
-                    raise InputError(f"input {self.input.name!r} holds {int(bad.sum())} NaN "
-                                     f"or infinite value(s), the first at index {where}; "
-                                     "fpgacnn quantizes finite values only")
-            np.rint(q, out=q)
-            q += self.input.zero_point
+                q = np.divide(x.astype(np.float32, copy=False), scale)
+        np.rint(q, out=q)
+        np.add(q, zp, out=q)
+        # The float32 quotient is within a millionth of the exact one, rint
+        # moves it by half at most: a margin of one keeps every code in range.
+        if not (lo / float(scale) + zp >= -127 and hi / float(scale) + zp <= 126):
             np.clip(q, -128, 127, out=q)
-            return q.astype(np.int8)
-        if self.input.dtype == np.uint8:
-            return (x.astype(np.int16) - 128).astype(np.int8)
-        return x.astype(np.int8)
+        return q
 
     def dequantize_output(self, y):
         """int8 result -> graph output dtype: float ``(y - zp) * scale`` in float32
         (as onnxruntime), then the :class:`FloatHead` if any; uint8 ``y + 128``,
-        int8 unchanged."""
-        y = np.asarray(y, dtype=np.int8)
+        int8 unchanged (``y`` itself where it is an int8 array: a caller
+        passing a view of board memory copies an int8 result)."""
+        if not (type(y) is np.ndarray and y.dtype is _INT8):  # as a view of the arena is
+            y = np.asarray(y, dtype=np.int8)
         if np.dtype(self.output.dtype).kind == "f":
             # The 256 codes' values, computed once as above: one gather per run.
             if self._dequantized_for is not self.output:
@@ -211,7 +263,7 @@ class QuantizedModel:
                 d = (codes - self.output.zero_point).astype(np.float32)
                 self._dequantized = (d * np.float32(self.output.scale)).astype(self.output.dtype)
                 self._dequantized_for = self.output
-            f = self._dequantized[y.view(np.uint8)]
+            f = self._dequantized[y.view(_UINT8)]
             return f if self.head is None else self.head.apply(f)
         if self.output.dtype == np.uint8:
             return (y.astype(np.int16) + 128).astype(np.uint8)

@@ -58,7 +58,7 @@ network's own input, which the host writes anyway, so the engine reads it
 as a plain 1x1 strip and no host work falls between layers.
 """
 
-from dataclasses import astuple, dataclass, fields
+from dataclasses import astuple, dataclass, fields, replace
 from typing import ClassVar
 import math
 
@@ -459,11 +459,11 @@ class ProgramImage:
         self.records = [_parse_record(rw[i * RECORD_WORDS:(i + 1) * RECORD_WORDS])
                         for i in range(h.records)]
         self._config = h.config  # built once: the runner asks for it every run
-        self._folds = [r for r in self.records if isinstance(r, FoldRecord)]
-        # The input's and the output's views, made once: the host writes and
-        # reads them every inference.
+        # The input's and the output's views, and each input fold's gather
+        # and views, made once: the host writes and reads them every inference.
         self._input_view = self.input.view(self.data)
         self._output_view = self.output.view(self.data)
+        self._folds = [self._fold_gather(r) for r in self.records if isinstance(r, FoldRecord)]
 
     def _words(self, offset, count):
         return self.data[offset:offset + 4 * count].view("<i4")
@@ -500,9 +500,50 @@ class ProgramImage:
             raise InputError(f"the program was compiled for input {view.shape}, not "
                              f"{x8.shape} (compile the program for this batch)")
         view[...] = x8
-        for record in self._folds:
-            out = self.tensors[record.out].view(self.data)
-            out[...] = record.gather()(self.tensors[record.a].view(self.data))
+        self.write_folds()
+
+    @property
+    def input_view(self):
+        """The network input in the arena: a writable int8 view of the input's
+        shape (``(N, C, H, W)`` or ``(N, C)``), made once. Whoever writes the
+        input here (quantizing straight into it) calls :meth:`write_folds` after."""
+        return self._input_view
+
+    @property
+    def output_view(self):
+        """The network output in the arena: an int8 view, made once, valid until the
+        engine runs the program again (:meth:`read_output` copies it)."""
+        return self._output_view
+
+    def _fold_gather(self, record):
+        """An input fold as one gather: ``(source, staged, staging, positions, out)``,
+        where ``out[...] = staging[positions]`` once ``staged`` (``staging[:-1]``
+        in the input's shape) holds ``source`` (the input's view) and
+        ``staging[-1]`` is the padding's ``x_zp``.
+
+        The positions are the fold's own gather applied to the input's element
+        indices (its padding -1, then the staging's last element), made once:
+        the gather itself is a numpy slice a kernel tap, dozens of calls each
+        inference (DS-CNN's 10x4 kernel: 40).
+        """
+        source = self.tensors[record.a].view(self.data)
+        out = self.tensors[record.out].view(self.data)
+        index = np.arange(source.size, dtype=np.int64).reshape(source.shape)
+        positions = replace(record, x_zp=-1).gather()(index)
+        positions[positions < 0] = source.size
+        if positions.shape != out.shape:
+            raise InputError(f"program image: an input fold makes {positions.shape}, its "
+                             f"tensor holds {out.shape}")
+        staging = np.empty(source.size + 1, np.int8)
+        staging[-1] = record.x_zp
+        return source, staging[:-1].reshape(source.shape), staging, positions, out
+
+    def write_folds(self):
+        """Write the input's folds (:class:`FoldRecord`) from the input in the arena
+        where the records that read them look (none in most programs)."""
+        for source, staged, staging, positions, out in self._folds:
+            staged[...] = source
+            out[...] = staging[positions]
 
     @property
     def output(self):

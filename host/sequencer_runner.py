@@ -76,6 +76,14 @@ class SequencerDriver:
         #: Seconds spent in :meth:`wait` (the board's time: on the simulated board,
         #: the simulation of the engine's run).
         self.wait_seconds = 0.0
+        # What every inference writes and reads, made once: the register
+        # addresses, each register's fields as (name, offset, mask, signed),
+        # the words of the starts (by run table and range).
+        self._address = {r.name: r.address for r in self.regs}
+        self._fields = {r.name: tuple((f.name, f.offset, (1 << f.width) - 1, f.signed)
+                                      for f in r.fields) for r in self.regs}
+        self._start_word = self.regs.encode("seq_control", start=1)
+        self._range_words, self._value_words = {}, {}
         if not getattr(board, "has_memory", False):
             raise BackendError("this board has no memory port: its engine cannot sequence a "
                                "program (the host runs it record by record)")
@@ -90,16 +98,36 @@ class SequencerDriver:
         self.attached = None
 
     def write(self, name, value=None, **fields):
-        word = self.regs.encode(name, value, **fields)
+        self.write_word(name, self.regs.encode(name, value, **fields))
+
+    def value_word(self, name, value):
+        """The word of single-field register ``name`` holding ``value``, encoded (and
+        checked against the field) once per value."""
+        word = self._value_words.get((name, value))
+        if word is None:
+            word = self._value_words[name, value] = self.regs.encode(name, value)
+        return word
+
+    def write_word(self, name, word):
+        """Write a register word (already encoded) to register ``name``."""
+        address = self._address[name]
         t0 = time.perf_counter()
-        self.board.mmio_write(self.regs.address(name), word)
+        self.board.mmio_write(address, word)
         self.bus_seconds += time.perf_counter() - t0
 
     def read(self, name):
+        """Register ``name``'s fields, as a dict."""
+        address = self._address[name]
         t0 = time.perf_counter()
-        word = self.board.mmio_read(self.regs.address(name))
+        word = self.board.mmio_read(address)
         self.bus_seconds += time.perf_counter() - t0
-        return self.regs.decode(name, word)
+        values = {}
+        for field, offset, mask, signed in self._fields[name]:
+            value = (word >> offset) & mask
+            if signed and value > mask >> 1:
+                value -= mask + 1
+            values[field] = value
+        return values
 
     def attach(self, program):
         """Make ``program``'s buffer the board's memory and point the sequencer at it
@@ -123,15 +151,19 @@ class SequencerDriver:
                                    f"{self.read_bytes}-byte boundary (the engine's memory read)")
             held = (program.memory, address)
             _set_attached_buffer(self.board, held)
-        self.write("seq_memory", held[1])
+        self.write_word("seq_memory", self.value_word("seq_memory", held[1]))
         self.attached = program
 
     def start(self, first, count):
         """Start the sequencer on ``count`` records from ``first``, the memory
         first made the device's (a board with a CPU cache writes it back)."""
+        word = self._range_words.get((first, count))
+        if word is None:
+            word = self._range_words[first, count] = self.regs.encode(
+                "seq_range", first=first, count=count)
         self.board.memory_to_device()
-        self.write("seq_range", first=first, count=count)
-        self.write("seq_control", start=1)
+        self.write_word("seq_range", word)
+        self.write_word("seq_control", self._start_word)
 
     def wait(self, timeout):
         """Wait until the sequencer stops; False if ``timeout`` board seconds pass first.
@@ -216,7 +248,7 @@ def _report_steps(sequenced, program):
 
 
 def run_sequenced(sequenced, program, driver, seq_driver, x8, *, warm=False, timeout_of,
-                  progress=None):
+                  progress=None, copy=True):
     """Run ``program`` from its :class:`~fpgacnn.host.sequencer_table.SequencerProgram`.
 
     Parameters
@@ -226,19 +258,24 @@ def run_sequenced(sequenced, program, driver, seq_driver, x8, *, warm=False, tim
     driver : fpgacnn.host.engine_driver.EngineDriver
         For the records the host runs on the engine run by run.
     seq_driver : SequencerDriver
-    x8 : numpy.ndarray of int8
-        ``(batch, *input shape)``.
+    x8 : numpy.ndarray of int8 or None
+        ``(batch, *input shape)``; None: the input is in the arena already
+        (quantized into ``sequenced.image.input_view``).
     warm : bool
         The board holds the program's weights: the warm run table.
     timeout_of : callable
         ``timeout_of(predicted_cycles)``: seconds before a run counts as hung.
     progress : callable, optional
+    copy : bool
+        Return a copy of the output; False: its view in the arena
+        (``sequenced.image.output_view``), valid until the program's next run.
 
     Returns
     -------
     (numpy.ndarray, SequencedRun)
-        The int8 output, and what the report is made of (its counters copied
-        out of board memory; :meth:`SequencedRun.reports` sums them when the
+        The int8 output, and what the report is made of (its counters left
+        in board memory until the program's next run, copied then if the
+        report was not read; :meth:`SequencedRun.reports` sums them when the
         report is asked for, not in the inference's time).
 
     Raises
@@ -247,6 +284,14 @@ def run_sequenced(sequenced, program, driver, seq_driver, x8, *, warm=False, tim
         The engine refused a record (the layer named), the sequencer did not
         stop in time (aborted), or a memory access fell outside the program.
     """
+    if sequenced.one_start[warm] is not None:
+        # The whole network in one start (every zoo model): no loop over the
+        # records, the stream's start and stop.
+        stage_input(sequenced, x8)
+        flight = start_sequenced(sequenced, seq_driver, warm=warm, timeout_of=timeout_of,
+                                 progress=progress)
+        stop_sequenced(flight, program, driver, seq_driver)
+        return collect_sequenced(flight, program, copy=copy)
     image = sequenced.image
     # The board's time: the waits (the sequencer's runs, the runs the host
     # makes through the driver) and the register accesses, as in those runs;
@@ -293,24 +338,30 @@ def run_sequenced(sequenced, program, driver, seq_driver, x8, *, warm=False, tim
         ranges.append(counters)
         i = j
 
-    y8 = image.read_output()
+    y8 = image.read_output() if copy else image.output_view
     board = waited + seq_driver.bus_seconds - bus_start
     return y8, SequencedRun(sequenced, program, warm, ranges, totals, host_reports, seq,
                             attributed, board)
 
 
-def stage_input(sequenced, x8):
+def stage_input(sequenced, x8=None):
     """Write a batch's input (and its folds) into ``sequenced``'s arena and clear its
     counters: memory the engine does not touch while it runs another copy of the
-    program (:class:`~fpgacnn.host.program_slots.ProgramSlots`)."""
-    sequenced.image.write_input(np.asarray(x8, dtype=np.int8))
+    program (:class:`~fpgacnn.host.program_slots.ProgramSlots`). ``x8`` None: the
+    input is in the arena already (``sequenced.image.input_view``), its folds
+    are written."""
+    if x8 is None:
+        sequenced.image.write_folds()
+    else:
+        sequenced.image.write_input(np.asarray(x8, dtype=np.int8))
     sequenced.clear_counters()
 
 
 def _point(sequenced, seq_driver, *, warm):
     """Point the sequencer at ``sequenced`` in board memory and at its run table."""
     seq_driver.attach(sequenced)
-    seq_driver.write("seq_table", sequenced.table_words[warm])
+    seq_driver.write_word("seq_table", seq_driver.value_word("seq_table",
+                                                             sequenced.table_words[warm]))
 
 
 def _begin(sequenced, seq_driver, x8, *, warm):
@@ -337,9 +388,9 @@ def _finish_range(sequenced, program, driver, seq_driver, first, end, *, warm, t
     """Wait for the sequencer's stop after :func:`_start_range` and check it.
 
     Adds the range's cycles and start to ``seq``; returns the seconds waited
-    (the board's time) and ``(first, end, counters)``: the range's counters,
-    copied (the next start overwrites them), summed per step when the report is
-    asked for.
+    (the board's time) and the range's counters
+    (:meth:`~fpgacnn.host.sequencer_table.SequencerProgram.keep_counters`),
+    summed per step when the report is asked for.
 
     Raises
     ------
@@ -348,7 +399,7 @@ def _finish_range(sequenced, program, driver, seq_driver, first, end, *, warm, t
     """
     waited = _stopped(sequenced, program, driver, seq_driver, first, end, warm=warm,
                       timeout=timeout, seq=seq)
-    return waited, (first, end, sequenced.counter_snapshot(first, end))
+    return waited, sequenced.keep_counters(first, end)
 
 
 def _stopped(sequenced, program, driver, seq_driver, first, end, *, warm, timeout, seq):
@@ -403,7 +454,7 @@ class InFlight:
         self.board_seconds = None  # once stopped: the waits and register accesses
 
 
-def start_sequenced(sequenced, seq_driver, *, warm=False, timeout_of):
+def start_sequenced(sequenced, seq_driver, *, warm=False, timeout_of, progress=None):
     """Start the whole program on the sequencer, its input staged
     (:func:`stage_input`), without waiting: the host is free until
     :func:`stop_sequenced` (streaming, docs/program.md "Batches").
@@ -415,6 +466,7 @@ def start_sequenced(sequenced, seq_driver, *, warm=False, timeout_of):
     seq_driver : SequencerDriver
     warm : bool
     timeout_of : callable
+    progress : callable, optional
 
     Returns
     -------
@@ -430,8 +482,10 @@ def start_sequenced(sequenced, seq_driver, *, warm=False, timeout_of):
         raise ValueError("the program stops the sequencer for the host: it cannot run in one "
                          "start")
     bus_start = seq_driver.bus_seconds
+    sequenced.copy_kept_counters()  # none after stage_input: the start overwrites them
     _point(sequenced, seq_driver, warm=warm)
-    timeout = _start_range(sequenced, seq_driver, *span, warm=warm, timeout_of=timeout_of)
+    timeout = _start_range(sequenced, seq_driver, *span, warm=warm, timeout_of=timeout_of,
+                           progress=progress)
     return InFlight(sequenced, warm, *span, timeout, bus_start)
 
 
@@ -450,8 +504,15 @@ def stop_sequenced(flight, program, driver, seq_driver):
     flight.board_seconds = waited + seq_driver.bus_seconds - flight.bus_start
 
 
-def collect_sequenced(flight, program):
+def collect_sequenced(flight, program, *, copy=True):
     """A stopped batch's output and report's makings, from its copy of the program.
+
+    Parameters
+    ----------
+    flight : InFlight
+    program : fpgacnn.host.compiler.Program
+    copy : bool
+        As :func:`run_sequenced`.
 
     Returns
     -------
@@ -459,8 +520,9 @@ def collect_sequenced(flight, program):
         As :func:`run_sequenced`.
     """
     sequenced = flight.sequenced
-    counters = (flight.first, flight.end, sequenced.counter_snapshot(flight.first, flight.end))
-    y8 = sequenced.image.read_output()
+    counters = sequenced.keep_counters(flight.first, flight.end)
+    image = sequenced.image
+    y8 = image.read_output() if copy else image.output_view
     return y8, SequencedRun(sequenced, program, flight.warm, [counters], {}, {}, flight.seq,
                             0.0, flight.board_seconds)
 
@@ -479,9 +541,9 @@ class SequencedRun:
     sequenced : SequencerProgram
     program : fpgacnn.host.compiler.Program
     warm : bool
-    ranges : list of (int, int, numpy.ndarray)
-        Each start's records ``first`` to ``end - 1`` and their counters
-        (:meth:`~fpgacnn.host.sequencer_table.SequencerProgram.counter_snapshot`).
+    ranges : list of KeptCounters
+        Each start's records and their counters
+        (:meth:`~fpgacnn.host.sequencer_table.SequencerProgram.keep_counters`).
     totals : dict
         Step index -> :class:`~fpgacnn.host.program_runner.StepTotals` of the
         records the host ran on the engine run by run.
@@ -527,9 +589,10 @@ class SequencedRun:
         sequenced, program, warm, ranges, totals, host_reports, seq = self._args
         totals = {k: v.copy() for k, v in totals.items()}
         seq = dict(seq, sequencer_runs=0, sequenced_busy_cycles=0)
-        for first, end, words in ranges:
+        for kept in ranges:
             for step_index, runs, (busy, stall_in, stall_out), model in \
-                    sequenced.step_counters(first, end, warm=warm, words=words):
+                    sequenced.step_counters(kept.first, kept.end, warm=warm,
+                                            words=kept.words()):
                 totals.setdefault(step_index, StepTotals()).add(busy, stall_in, stall_out,
                                                                 model, runs=runs)
                 seq["sequencer_runs"] += runs

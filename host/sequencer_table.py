@@ -41,7 +41,8 @@ from .pixel_writer_setup import wide_writer_fields, writer_fields
 from .program_image import EngineRecord, FoldRecord, ProgramImage, VectorRecord, alignment
 from .vector_mapping import vector_fields, wide_vector_fields
 
-__all__ = ["SequencerProgram", "check_record_count", "hardware_record", "vector_record_fields"]
+__all__ = ["KeptCounters", "SequencerProgram", "check_record_count", "hardware_record",
+           "vector_record_fields"]
 
 
 def check_record_count(records):
@@ -251,6 +252,8 @@ class SequencerProgram:
         nrec = len(self.image.records)
         self._counter_words = memory[self.counters:self.counters + 4 * COUNTER_WORDS
                                      * nrec].view("<u4").reshape(nrec, COUNTER_WORDS)
+        self._kept = []  # the KeptCounters still reading this buffer's counters
+        self._predicted_ranges = {}
 
     @property
     def nbytes(self):
@@ -269,14 +272,34 @@ class SequencerProgram:
         return record.warm_predicted_cycles if warm else record.predicted_cycles
 
     def predicted_range(self, first, end, *, warm=False):
-        """The sum of :meth:`predicted_cycles` over records ``first`` to ``end - 1``."""
-        return sum(self._predicted[warm][first:end])
+        """The sum of :meth:`predicted_cycles` over records ``first`` to ``end - 1``
+        (summed once per range)."""
+        key = (first, end, warm)
+        if key not in self._predicted_ranges:
+            self._predicted_ranges[key] = sum(self._predicted[warm][first:end])
+        return self._predicted_ranges[key]
 
     def counter_snapshot(self, first, end):
         """A copy of the counters of records ``first`` to ``end - 1``, ``(end - first,
-        COUNTER_WORDS)`` words: what the host keeps of a range once the sequencer
-        stopped (the next start overwrites them), for :meth:`step_counters`."""
+        COUNTER_WORDS)`` words, for :meth:`step_counters`."""
         return self._counter_words[first:end].copy()
+
+    def keep_counters(self, first, end):
+        """The counters of records ``first`` to ``end - 1`` once the sequencer stopped,
+        kept for a report that may be read later (:class:`KeptCounters`): read in
+        board memory until :meth:`clear_counters` (before the program's next
+        start), copied then if nobody read them. An inference whose report is
+        read before the next one copies nothing."""
+        kept = KeptCounters(self, first, end)
+        self._kept.append(kept)
+        return kept
+
+    def copy_kept_counters(self):
+        """Copy the counters every :class:`KeptCounters` of this buffer still reads
+        (before anything may overwrite them: a clear, a start)."""
+        kept, self._kept = self._kept, []
+        for k in kept:
+            k._save()
 
     def step_counters(self, first, end, *, warm=False, words=None):
         """The counters of records ``first`` to ``end - 1`` summed per program step, in
@@ -319,5 +342,32 @@ class SequencerProgram:
                 ["value"] for f in DESCRIPTOR_FIELDS}
 
     def clear_counters(self):
-        """Zero the counters region (so a record the sequencer skipped reads 0)."""
+        """Zero the counters region (so a record the sequencer skipped reads 0), those
+        a :class:`KeptCounters` still reads copied first (every start of the
+        program comes after this)."""
+        if self._kept:
+            self.copy_kept_counters()
         self.memory[self.counters:] = 0
+
+
+class KeptCounters:
+    """A stopped range's counters for a later report (:meth:`SequencerProgram.
+    keep_counters`): board memory's until the program clears them, a copy after."""
+
+    def __init__(self, sequenced, first, end):
+        self._sequenced, self.first, self.end = sequenced, first, end
+        self._copy = None
+
+    def _save(self):
+        if self._copy is None:
+            self._copy = self._sequenced.counter_snapshot(self.first, self.end)
+
+    def words(self):
+        """The ``(end - first, COUNTER_WORDS)`` counter words, read once: after
+        this the program need not copy them (a second call reads the copy)."""
+        if self._copy is None:
+            self._save()
+            kept = self._sequenced._kept
+            if self in kept:
+                kept.remove(self)
+        return self._copy

@@ -159,6 +159,34 @@ def test_quantize_and_dequantize_are_the_onnxruntime_formulas(residual):
     assert got.dtype == np.float32
 
 
+def test_quantizing_at_the_int8_limits_and_into_a_view_is_the_formula(residual):
+    """Inputs whose codes fall at, under and over -128 and 127 (ties and the float32
+    neighbours of each code's edges, where the clip is skipped and where it is not)
+    quantize to the formula's codes, and ``out`` (a strided int8 view, as a program's
+    input in board memory) receives exactly what a new array would."""
+    qm, x = residual
+    scale, zp = np.float32(qm.input.scale), qm.input.zero_point
+    per_image = int(np.prod(qm.input.shape))
+    edges = []
+    for code in (-129.5, -128.5, -128, -127.5, -127, -126.5, 125.5, 126, 126.5, 127, 127.5,
+                 128.5):
+        v = np.float32((code - zp) * scale)
+        edges += [np.nextafter(v, -np.inf, dtype=np.float32), v,
+                  np.nextafter(v, np.inf, dtype=np.float32)]
+    for lo, hi in [(0, len(edges))] + [(i, i + 1) for i in range(len(edges))]:
+        v = np.resize(np.array(edges[lo:hi], np.float32), 2 * per_image)
+        v = v.reshape(2, *qm.input.shape)
+        want = np.clip(np.rint(v / scale) + zp, -128, 127).astype(np.int8)
+        np.testing.assert_array_equal(qm.quantize_input(v), want)
+        arena = np.full((2, *qm.input.shape[1:], qm.input.shape[0] + 1), 99, np.int8)
+        out = arena[..., :qm.input.shape[0]].transpose(0, 3, 1, 2)
+        assert qm.quantize_input(v, out=out) is out
+        np.testing.assert_array_equal(out, want)
+        assert (arena[..., -1] == 99).all()  # the padding channel untouched
+    with pytest.raises(InputError, match=r"^cannot quantize an input of shape \(2, "):
+        qm.quantize_input(x[:2], out=np.zeros((3, *qm.input.shape), np.int8))
+
+
 def test_float_head_is_applied_after_dequantization():
     from fpgacnn.host.model import FloatHead
     y = np.array([[0.5, -1.0, 2.0], [0.0, 0.0, 0.0]], np.float32)

@@ -26,14 +26,15 @@ from fpgacnn.core.errors import BackendError, MappingError
 from fpgacnn.core.contract import engine_contract
 from fpgacnn.core.memory_port import read_bytes, write_bytes, writer_has_wide
 from fpgacnn.core.regmap import build_regmap
-from fpgacnn.core.sequencer import (MAX_RECORDS, RECORD_INDEX_BITS, build_sequencer_regmap,
-                                    record_bytes, record_word)
+from fpgacnn.core.sequencer import (COUNTER_WORDS, MAX_RECORDS, RECORD_INDEX_BITS,
+                                    build_sequencer_regmap, record_bytes, record_word)
 from fpgacnn.host.accelerator import Accelerator, open_board
+from fpgacnn.host.compiler import compile_model
 from fpgacnn.host.cycle_model import layer_cycles, sequenced_run_cycles
-from fpgacnn.host.program_image import EngineRecord, VectorRecord
+from fpgacnn.host.program_image import EngineRecord, VectorRecord, build_image
 from fpgacnn.host.reference import ReferenceBackend
 from fpgacnn.host.sequencer_runner import SequencerDriver
-from fpgacnn.host.sequencer_table import check_record_count
+from fpgacnn.host.sequencer_table import SequencerProgram, check_record_count
 
 from conftest import SMALL_ENGINE
 from limit_layers import CONFIGS
@@ -194,6 +195,37 @@ def test_a_report_read_late_holds_its_own_runs_counters(board):
     assert late["host_seconds"] > 0
     acc.run_int8(x8)
     assert acc.report is not late and acc.report["total_cycles"] == first["total_cycles"]
+
+
+def test_kept_counters_are_read_in_memory_until_the_next_clear_copies_them():
+    """A stopped range's counters stay in board memory for the report (no copy in the
+    inference); clearing them for the next run copies those nobody read first."""
+    image = build_image(compile_model(random_cnn(2), SMALL_ENGINE, batch=1))
+    sequenced = SequencerProgram(image)
+    n = len(image.records)
+    region = sequenced.memory[sequenced.counters:sequenced.counters + 4 * COUNTER_WORDS * n]
+    region.view("<u4")[:] = np.arange(COUNTER_WORDS * n)
+    want = np.arange(COUNTER_WORDS * n).reshape(n, COUNTER_WORDS)
+    unread, read = sequenced.keep_counters(0, n), sequenced.keep_counters(1, n)
+    assert_array_equal(read.words(), want[1:])
+    sequenced.clear_counters()
+    assert not region.any()
+    assert_array_equal(unread.words(), want)
+    assert_array_equal(read.words(), want[1:])
+
+
+def test_run_returns_an_output_of_its_own(board):
+    """``run`` of an int8-in, int8-out model writes its input straight into board
+    memory and returns a copy of the output: the next inference does not change it."""
+    config = ENGINES[board.config_name]
+    model = random_cnn(3)
+    acc = Accelerator(model, config=config, board=board)
+    xs = [_input(model, 1, seed) for seed in (7, 8)]
+    wants = [ReferenceBackend().run_int8(model, x8) for x8 in xs]
+    ys = [acc.run(x8) for x8 in xs]
+    for y, want in zip(ys, wants):
+        assert_array_equal(y, want)
+        assert not np.shares_memory(y, acc.sequenced(1).memory)
 
 
 def test_adds_pools_and_copies_run_on_the_vector_unit(board):

@@ -17,6 +17,7 @@ import importlib.util
 import logging
 from pathlib import Path
 
+import numpy as np
 import pytest
 from numpy.testing import assert_array_equal
 
@@ -114,13 +115,19 @@ def program_board(pynq_z2_board):
 @pytest.mark.parametrize("name", [n for n in zoo.ZOO if n != "resnet18_stem"])
 def test_zoo_model_is_exact_through_the_sequencer(written, program_board, name):
     """The model from board memory on the engine's own sequencer, the host running only
-    the records it stops at: bit-exact on the first inference and the next (warm)."""
+    the records it stops at: bit-exact on the first inference and the next (warm), and
+    through ``run`` of the float input (quantized straight into board memory, the
+    output dequantized from it into an array of its own)."""
     qm = load_onnx(written[name]["int8"])
-    x8 = qm.quantize_input(zoo.calibration_data(zoo.build(name), 1, seed=300))
+    x = zoo.calibration_data(zoo.build(name), 1, seed=300)
+    x8 = qm.quantize_input(x)
     want = ReferenceBackend().run_int8(qm, x8)
     acc = Accelerator(qm, config=CONFIG, board=program_board)
     assert acc.sequencer is not None
     assert_array_equal(acc.run_int8(x8), want)
+    y = acc.run(x)
+    assert_array_equal(y, qm.dequantize_output(want))
+    assert not np.shares_memory(y, acc.sequenced(1).memory)
     assert_array_equal(acc.run_int8(x8), want)
     assert acc.report["weights"] == "resident"
     on_engine = acc.sequenced(1).on_engine[True]
