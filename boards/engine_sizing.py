@@ -41,8 +41,8 @@
    and the two windows of a stride-1 pixel pair in one read (docs/engine.md,
    "Pixel pairs"); 0 elsewhere, where the ECP5 and iCE40 builds stand as
    measured. More spare banks are step 4b's.
-3d. ``pixel_pairs``: 1 on Xilinx parts too: stride-1 layers run two
-   adjacent output pixels a window issue, the pair's two products of a tap
+3d. ``pixel_pairs``: 1 on Xilinx parts too: layers of a stride up to
+   ``spare_bank`` (4b) run two adjacent output pixels a window issue, the pair's two products of a tap
    in one DSP48 (docs/engine.md, "Pixel pairs"), so the same DSPs make
    twice the products; the requantizers double. Counted in step 2 (the
    multipliers); 0 elsewhere, whose multipliers cannot take a packed pair.
@@ -336,10 +336,12 @@ def size_engine(board):
         reasons.append("writer_words=2: a beat holds two input words, and the line buffer "
                        "stores both a cycle (its banks in halves)")
     if _xilinx(r):
-        reasons.append("spare_bank=1: kmax + 1 line-buffer column banks on a Xilinx part: "
-                       "the same windows and cycles in fewer block RAMs")
-        reasons.append("pixel_pairs=1: stride-1 layers two output pixels a window issue, a "
-                       "tap's two products in one DSP48, two requantizers a lane")
+        reasons.append("spare_bank=1 while sizing the buffers: kmax + 1 line-buffer column "
+                       "banks on a Xilinx part, the same windows and cycles in fewer block "
+                       "RAMs (more spare banks below, where they fit)")
+        reasons.append("pixel_pairs=1: layers of a stride up to spare_bank two output pixels "
+                       "a window issue, a tap's two products in one DSP48, two requantizers "
+                       "a lane")
 
     # 4. buffers from the block RAMs
     sizes = dict(_START)

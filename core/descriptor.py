@@ -51,7 +51,7 @@ DESCRIPTOR_FIELDS = (
                     "one window and one weight word per output tile", default=0),
     # Register map 2.4: pixel pairs (docs/engine.md, "Pixel pairs").
     DescriptorField("pixel_pairs", 1, False, "two adjacent output pixels a window issue "
-                    "(stride 1, no pool)", default=0),
+                    "(a stride of at most the engine's pair_stride, no pool)", default=0),
 )
 
 
