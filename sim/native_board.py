@@ -35,7 +35,7 @@ import numpy as np
 
 from ..core.errors import BackendError
 from ..core.memory_port import MEMORY_PORTS
-from .verilator_tool import verilator_env, verilator_version
+from .verilator_tool import build_lock, verilator_env, verilator_version
 
 __all__ = ["SimulatedBoard", "build_board_library", "build_harness_library", "TopPorts",
            "waveform_format", "load_library"]
@@ -312,36 +312,40 @@ def build_harness_library(verilog, harness, *, top="top", headers=None, trace=No
     lib = final / "libboard.so"
     if lib.exists():
         return lib
-    root.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=f"{key}.", dir=root))
-    try:
-        (work / "top.v").write_text(verilog)
-        for name, text in headers.items():
-            (work / name).write_text(text)
-        (work / harness.name).write_text(source)
-        if progress:
-            progress(f"building {what} with Verilator"
-                     f"{f' ({trace} waveforms)' if trace else ''}; cached for the next run")
-        start = time.monotonic()
-        env = verilator_env()
-        cmd = ["verilator", *flags, "-Mdir", "obj", "-CFLAGS", f"-I{work}", "top.v", harness.name]
-        _run(cmd, work, env, "Verilator")
-        libs = [str(work / "obj" / f"{harness.stem}.o"), str(work / "obj" / "libVtop.a"),
-                str(work / "obj" / "libverilated.a")]
-        link = ["g++", "-shared", "-o", "libboard.so", *libs, "-pthread", "-latomic"]
-        if trace == "fst":
-            link += ["-lz", "-llz4"]
-        _run(link, work, env, f"linking {what}")
-        if progress:
-            progress(f"{what} built in {time.monotonic() - start:.0f} s")
-        shutil.rmtree(work / "obj", ignore_errors=True)
+    # Under the build lock: a process that wants the same library (an xdist
+    # worker) waits for this build and then finds it, instead of compiling it too.
+    with build_lock(root / f"{key}.lock"):
+        if lib.exists():
+            return lib
+        work = Path(tempfile.mkdtemp(prefix=f"{key}.", dir=root))
         try:
-            os.replace(work, final)
-        except OSError:  # another process finished the same build first
+            (work / "top.v").write_text(verilog)
+            for name, text in headers.items():
+                (work / name).write_text(text)
+            (work / harness.name).write_text(source)
+            if progress:
+                progress(f"building {what} with Verilator"
+                         f"{f' ({trace} waveforms)' if trace else ''}; cached for the next run")
+            start = time.monotonic()
+            env = verilator_env()
+            cmd = ["verilator", *flags, "-Mdir", "obj", "-CFLAGS", f"-I{work}", "top.v", harness.name]
+            _run(cmd, work, env, "Verilator")
+            libs = [str(work / "obj" / f"{harness.stem}.o"), str(work / "obj" / "libVtop.a"),
+                    str(work / "obj" / "libverilated.a")]
+            link = ["g++", "-shared", "-o", "libboard.so", *libs, "-pthread", "-latomic"]
+            if trace == "fst":
+                link += ["-lz", "-llz4"]
+            _run(link, work, env, f"linking {what}")
+            if progress:
+                progress(f"{what} built in {time.monotonic() - start:.0f} s")
+            shutil.rmtree(work / "obj", ignore_errors=True)
+            try:
+                os.replace(work, final)
+            except OSError:  # a process without the lock (an older fpgacnn) finished it first
+                shutil.rmtree(work, ignore_errors=True)
+        except BaseException:
             shutil.rmtree(work, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(work, ignore_errors=True)
-        raise
+            raise
     return lib
 
 

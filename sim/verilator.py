@@ -24,7 +24,6 @@ Examples
 from dataclasses import dataclass, field
 import ast
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -38,7 +37,7 @@ from xml.etree import ElementTree
 
 from ..core.config import require_config
 from ..core.errors import BackendError
-from .verilator_tool import verilator_env, verilator_version
+from .verilator_tool import build_lock, verilator_env, verilator_version
 
 __all__ = ["cache_dir", "verilog_cache_dir", "wave_format", "waves_requested",
            "SimBuild", "build_verilog", "build_engine", "engine_build_key", "generator_sources",
@@ -144,17 +143,6 @@ class SimBuild:
     cached: bool = False
 
 
-@contextlib.contextmanager
-def _locked(path):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
-
-
 def _tool_versions():
     import amaranth
     import cocotb
@@ -200,7 +188,7 @@ def build_verilog(key, toplevel, write_sources, *, waves=False, log=None):
     from cocotb_tools.runner import get_runner
 
     final = cache_dir() / key
-    with _locked(cache_dir() / f"{key}.lock"):
+    with build_lock(cache_dir() / f"{key}.lock"):
         if _cached(key):
             os.utime(final / "build.json")  # most recently used: pruned last
             fmt = json.loads((final / "build.json").read_text())["waves"]
@@ -261,7 +249,7 @@ def prune_cache(prefix="engine-", keep=MAX_CACHED_BUILDS):
     builds.sort(key=lambda d: (d / "build.json").stat().st_mtime, reverse=True)
     removed = []
     for d in builds[keep:]:
-        with _locked(root / f"{d.name}.lock"):
+        with build_lock(root / f"{d.name}.lock"):
             shutil.rmtree(d, ignore_errors=True)
         removed.append(d)
     return removed

