@@ -43,8 +43,9 @@ of ``x_zp`` too); so are the words of the last row's pixels from
 - a Gemm batch chunk: one "row" of ``cols`` feature vectors, ``pixel_stride``
   one tensor image apart, then the chunk image's padding pixels and the beat
   padding as ``zero_words``;
-- the 1x1 remap of a strip (``blocks = kmax``): each output pixel's channels
-  as a ``kmax x kmax`` block of ``words``-word positions (docs/engine.md),
+- the 1x1 remap of a strip (``blocks`` its block ``b``, 2 to ``kmax``): each
+  output pixel's channels as a ``b x b`` block of ``words``-word positions
+  (docs/engine.md),
   ``row_stride`` and ``pixel_stride`` the stride's rows and columns apart;
 - the 1x1 remap of a Gemm chunk: its ``rows x cols`` feature vectors as such
   blocks, the last row's padding pixels past ``last_cols``.
@@ -80,7 +81,8 @@ READER_FIELDS = (
     ReaderField("zp_pixels", 32, False, "pixels of x_zp after each image's read rows"),
     ReaderField("zero_words", 32, False, "zero words ending each image (padding pixels of a "
                 "Gemm chunk, then the padding to a whole beat)"),
-    ReaderField("blocks", 8, False, "block positions per axis: 1, or kmax for the 1x1 remap"),
+    ReaderField("blocks", 8, False, "block positions per axis: 1, or the 1x1 remap's block "
+                "(2..kmax: fpgacnn.host.packing.remap_block)"),
     ReaderField("block_stride", 32, False, "words from one block position to the next in a "
                 "row of the block (the remap: words)"),
     ReaderField("ky_stride", 32, False, "words from one row of the block to the next "

@@ -169,7 +169,7 @@ class PixelPacking:
     w_shape: tuple
     stride: tuple
     pads: tuple
-    remap: bool
+    remap: int  # the 1x1 remap's block (packing.remap_block), 0 for none
     name: str
 
     def __call__(self, x):
@@ -478,32 +478,34 @@ def _convolution_step(config, layer, pool, batch, cycles, *, reads_input):
     with the fewest predicted cycles kept (the first on a tie)."""
     candidates = []
     if isinstance(layer, Conv) and conv_views.fits(layer.kernel, layer.stride, config):
-        candidates.append(("dense", [layer], pool))
+        candidates.append(("dense", [layer], pool, None))
+        candidates += [(f"dense/{_remap_name(b)}", [layer], pool, b)
+                       for b in _other_remap_blocks(config, layer, pool)]
         if reads_input and pool is None and layer.kernel != (1, 1) \
                 and layer.input_shape[0] < config.pin:
             # A thin layer on the network's own input: its taps as channels may fill
             # the input lanes (the host writes that input anyway).
             candidates.append(("im2col", [conv_views.dense_view(layer, config, fold=True)],
-                               None))
+                               None, None))
     elif isinstance(layer, GroupedConv):
-        candidates += [(f"grouped/{k}", conv_views.grouped_views(layer, config, k), None)
+        candidates += [(f"grouped/{k}", conv_views.grouped_views(layer, config, k), None, None)
                        for k in conv_views.pack_sizes(layer, config)]
         if (engine_contract(config).depthwise_runs and layer.depthwise
                 and layer.weight.shape[0] == layer.group):
             for k in conv_views.depthwise_sizes(layer, config):
                 views = conv_views.grouped_views(layer, config, k, depthwise=True)
                 if views:
-                    candidates.append((f"depthwise/{k}", views, None))
+                    candidates.append((f"depthwise/{k}", views, None, None))
     else:
         view = conv_views.dense_view(layer, config)
-        candidates.append((view.how, [view], None))
+        candidates.append((view.how, [view], None, None))
     # Candidates are compared on descriptors and predicted cycles alone; only
     # the one kept packs its weights.
     pack = len(candidates) == 1
     best, errors = None, []
     for candidate in candidates:
         try:
-            step = _step_of_views(config, layer, *candidate, batch, cycles, pack=pack)
+            step = _step_of_candidate(config, layer, candidate, batch, cycles, pack=pack)
         except MappingError as e:
             errors.append(e)
             continue
@@ -512,30 +514,58 @@ def _convolution_step(config, layer, pool, batch, cycles, *, reads_input):
     if best is None and isinstance(layer, Conv) and errors:
         # As it is, no tiling fits (a stride or a left pad out of range, a row past
         # the line buffer); its taps as channels may. The first refusal is the one told.
-        candidate = ("im2col", [conv_views.dense_view(layer, config, fold=True)], None)
+        candidate = ("im2col", [conv_views.dense_view(layer, config, fold=True)], None, None)
         try:
-            best = candidate, _step_of_views(config, layer, *candidate, batch, cycles)
+            best = candidate, _step_of_candidate(config, layer, candidate, batch, cycles)
         except MappingError:
             pass
     if best is None:
         raise errors[0]
     candidate, step = best
     if step.runs and step.runs[0].weights is None:
-        step = _step_of_views(config, layer, *candidate, batch, cycles)
+        step = _step_of_candidate(config, layer, candidate, batch, cycles)
     return step
 
 
-def _step_of_views(config, layer, mapping, views, pool, batch, cycles, *, pack=True):
+def _step_of_candidate(config, layer, candidate, batch, cycles, *, pack=True):
+    """:func:`_step_of_views` of a candidate ``(mapping, views, pool, remap)``."""
+    mapping, views, pool, remap = candidate
+    return _step_of_views(config, layer, mapping, views, pool, batch, cycles, remap=remap,
+                          pack=pack)
+
+
+def _remap_name(block):
+    return f"remap{block}" if block else "plain"
+
+
+def _other_remap_blocks(config, layer, pool):
+    """The 1x1 remap's blocks (0: none) a 1x1 layer may run with besides the one
+    :func:`~fpgacnn.host.packing.remap_block` picks by its input tiles: every
+    block from 2 to ``kmax`` spreads a thin layer's channels over fewer pixels
+    (MobileNet's 8-channel pointwise layer: the ``kmax`` block pads its 8 bytes a
+    pixel to 36, a 2x2 block to 16), and none can be faster where the window's
+    other taps are few. The compiler keeps the fastest by the cycle model. Only
+    unpadded layers without a fused pool: the pixel reader takes no other
+    remap (docs/program.md), and the choice must not send a run to the host."""
+    if layer.kernel != (1, 1) or pool is not None or any(layer.pads) or config.kmax == 1:
+        return []
+    default = packing.remap_block(config, layer.input_shape[0], (1, 1))
+    return [b for b in (0, *range(2, config.kmax + 1)) if b != default]
+
+
+def _step_of_views(config, layer, mapping, views, pool, batch, cycles, *, remap=None,
+                   pack=True):
     """An engine step of ``layer`` made of the runs of ``views`` (``[layer]``: as it is);
-    without ``pack``, the runs carry no weights (to compare candidates)."""
+    ``remap``: the 1x1 remap's block (:func:`~fpgacnn.host.packing.remap_block`;
+    None decides); without ``pack``, the runs carry no weights (to compare candidates)."""
     step = EngineStep(layer, pool, mapping=mapping)
     for view in views:
         try:
-            plans = _strip_plans(config, view, pool is not None, batch)
+            plans = _strip_plans(config, view, pool is not None, batch, remap)
             if view is not layer:
                 plans = [_in_view(view, plan) for plan in plans]
             step.runs += _compile_runs(config, view, plans, pool=pool is not None,
-                                       clamp=step.clamp, cycles=cycles, pack=pack)
+                                       clamp=step.clamp, cycles=cycles, pack=pack, remap=remap)
         except MappingError as e:
             if view is layer:
                 raise
@@ -556,10 +586,11 @@ def _in_view(view, plan):
                          scatter=ChannelColumns(sc.c0 + off, sc.c1 + off, sc.o0, sc.o1))
 
 
-def _compile_runs(config, conv, plans, *, pool, clamp, cycles, pack=True):
+def _compile_runs(config, conv, plans, *, pool, clamp, cycles, pack=True, remap=None):
     """Each planned run of the convolution ``conv`` (a Conv, a view, or a
     :class:`GemmAsConv`), checked against the engine's limits and compiled into
-    an :class:`EngineRun` (its ``weights`` None without ``pack``)."""
+    an :class:`EngineRun` (its ``weights`` None without ``pack``); ``remap`` as
+    for :func:`~fpgacnn.host.packing.map_layer`."""
     lo, hi = clamp
     if lo > hi:
         raise MappingError(f"{conv.name}: clamp_lo {lo} is above clamp_hi {hi}")
@@ -569,7 +600,7 @@ def _compile_runs(config, conv, plans, *, pool, clamp, cycles, pack=True):
         w_shape = (c1 - c0, *conv.weight.shape[1:])
         depthwise = getattr(conv, "depthwise", False)
         geo = packing.map_layer(config, plan.x_shape, w_shape, stride=conv.stride,
-                                pads=plan.pads, pool=pool, depthwise=depthwise,
+                                pads=plan.pads, pool=pool, depthwise=depthwise, remap=remap,
                                 name=f"layer {conv.name!r}")
         if not pack:
             weights[plan.channels] = None
@@ -593,7 +624,7 @@ def _compile_runs(config, conv, plans, *, pool, clamp, cycles, pack=True):
             out_nbytes=packing.output_nbytes(config, desc), in_shape=tuple(plan.x_shape),
             pads=plan.pads, pack_pixels=PixelPacking(
                 config, x_zp=conv.x_zero_point, w_shape=tuple(int(d) for d in w_shape),
-                stride=tuple(conv.stride), pads=tuple(plan.pads), remap=bool(geo["remap"]),
+                stride=tuple(conv.stride), pads=tuple(plan.pads), remap=int(geo["remap"]),
                 name=conv.name),
             unpack=functools.partial(_unpack, config, desc, c1 - c0)))
     return runs
@@ -623,9 +654,9 @@ def _channel_groups(config, layer, ci_tiles):
     return [(c, min(c + group, cout)) for c in range(0, cout, group)]
 
 
-def _input_tiles(config, cin, remap):
-    """Input tiles of a layer of ``cin`` channels (after the 1x1 remap when ``remap``)."""
-    return math.ceil((packing.remap_group(config, cin) if remap else cin) / config.pin)
+def _input_tiles(config, cin, block):
+    """Input tiles of a layer of ``cin`` channels (after the 1x1 remap of ``block``, if any)."""
+    return math.ceil((packing.remap_group(config, cin, block) if block else cin) / config.pin)
 
 
 def _strip_inputs(layer, o0, o1):
@@ -650,22 +681,24 @@ def _strip_columns(layer, o0, o1, w):
         max(0, x1 - w)
 
 
-def _strip_plans(config, layer, pooled, batch):
-    """Runs of one Conv: output-channel groups x column strips."""
+def _strip_plans(config, layer, pooled, batch, remap=None):
+    """Runs of one Conv: output-channel groups x column strips (``remap`` as for
+    :func:`~fpgacnn.host.packing.map_layer`)."""
     cout, cin, kh, kw = layer.weight.shape
     _, h, w = layer.input_shape
     _, oh, ow = layer.output_shape
     sy, sx = layer.stride
     top, left, bottom, right = layer.pads
     contract = engine_contract(config)
-    remap = packing.use_remap(config, cin, (kh, kw))
-    ci_tiles = _input_tiles(config, cin, remap)
+    block = 0 if getattr(layer, "depthwise", False) else \
+        packing.remap_block(config, cin, (kh, kw), remap)
+    ci_tiles = _input_tiles(config, cin, block)
     groups = _channel_groups(config, layer, ci_tiles)
     # Widest strip (output columns) whose input row fits a line-buffer bank
     # and, pooled, whose output row fits the max-pool's row memory.
     max_in = contract.widest_row(ci_tiles)
-    if remap:  # an output pixel is a kmax x kmax block of input pixels
-        max_out = max_in // config.kmax
+    if block:  # an output pixel is a block x block block of input pixels
+        max_out = max_in // block
     else:
         max_out = (max_in - kw) // sx + 1 if max_in >= kw else 0
     if pooled:
@@ -715,18 +748,18 @@ class GemmAsConv:
         """Runs of the Gemm: output-channel groups x batch chunks, each one image."""
         cout, cin = self.gemm.weight.shape
         contract = engine_contract(config)
-        remap = packing.use_remap(config, cin, (1, 1))
-        ci_tiles = _input_tiles(config, cin, remap)
+        block = packing.remap_block(config, cin, (1, 1))
+        ci_tiles = _input_tiles(config, cin, block)
         per_run = contract.widest_row(ci_tiles)
-        if remap:  # a remapped pixel is a kmax x kmax block
-            per_run //= config.kmax
+        if block:  # a remapped pixel is a block x block block
+            per_run //= block
         if per_run < 1:
             raise MappingError(f"layer {self.name!r}: {cin} input features do not fit the line "
                                f"buffer (bank depth {contract.line_buffer.words} words; "
                                f"max_channels {config.max_channels})")
         width = min(batch, per_run)
-        # Rows are bounded by the descriptor's row range (kmax rows each when remapped).
-        per_chunk = width * (contract.ranges["in_h"][1] // (config.kmax if remap else 1))
+        # Rows are bounded by the descriptor's row range (block rows each when remapped).
+        per_chunk = width * (contract.ranges["in_h"][1] // (block or 1))
         chunks = [(b, min(b + per_chunk, batch)) for b in range(0, batch, per_chunk)]
         plans = []
         for c0, c1 in _channel_groups(config, self.gemm, ci_tiles):

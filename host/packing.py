@@ -5,7 +5,8 @@ OIHW) into the layer descriptor and the bytes of the engine's input stream;
 :func:`unpack_output` turns the bytes of the output stream back into an int8
 NCHW tensor. On the way, the layer is checked against the engine's limits, and
 mapped onto the engine: kernels smaller than ``kmax`` are embedded in a
-``kmax x kmax`` grid, 1x1 convolutions are remapped so that all
+``kmax x kmax`` grid, 1x1 convolutions are remapped (their channels spread
+over a ``b x b`` block of pixels, ``b`` up to ``kmax``) so that more of the
 ``kmax*kmax*pin`` multipliers work, channels are padded to whole tiles, and the
 input zero point is folded into the bias.
 
@@ -32,7 +33,7 @@ from ..core.widths import MAX_SHIFT, MULT_BITS
 from ..core.errors import InputError, MappingError
 
 __all__ = ["map_layer", "pack_layer", "layer_descriptor", "pack_weights", "pack_pixels",
-           "unpack_output", "output_nbytes", "input_nbytes", "remap_group", "use_remap"]
+           "unpack_output", "output_nbytes", "input_nbytes", "remap_group", "remap_block"]
 
 #: The descriptor fields that do not shape a run, at values inside every range.
 _NEUTRAL_FIELDS = dict(x_zp=0, y_zp=0, clamp_lo=-128, clamp_hi=127, load_weights=1)
@@ -97,33 +98,53 @@ def zero_point_rows(in_h, out_h, stride, pad_top):
     return max(0, (out_h - 1) * stride - pad_top - in_h + 1)
 
 
-def remap_group(config, cin):
-    """Channels of a remapped 1x1 layer's pixel per position of its ``kmax x kmax``
-    block: ``ceil(Cin / kmax^2)`` rounded up to whole ``pin``-channel words.
+def remap_group(config, cin, block=None):
+    """Channels of a remapped 1x1 layer's pixel per position of its ``block x block``
+    block (``block`` default ``kmax``): ``ceil(Cin / block^2)`` rounded up to whole
+    ``pin``-channel words.
 
     Rounding up costs nothing (the run's input tiles are ``ceil(g / pin)``
     either way; the positions past ``Cin`` hold zeros, times weight 0) and puts
     every position's channels on a word boundary of the layer's input pixel, so
     the engine's pixel reader fetches them as whole words (docs/program.md).
     """
-    return math.ceil(cin / config.kmax ** 2 / config.pin) * config.pin
+    block = config.kmax if block is None else block
+    return math.ceil(cin / block ** 2 / config.pin) * config.pin
 
 
-def use_remap(config, cin, kernel, remap=None):
-    """Whether a layer runs through the 1x1 remap (docs/engine.md).
+def remap_block(config, cin, kernel, remap=None):
+    """The block of the 1x1 remap a layer runs through: ``b`` (its channels spread
+    over ``b x b`` pixels, stride ``b``), or 0 for none (docs/engine.md, "The 1x1 remap").
 
-    A 1x1 layer is remapped when ``kmax > 1`` and the remap needs fewer input
-    tiles than the plain layout (i.e. whenever ``Cin > pin``); ``remap`` forces
-    the choice (``True`` is an error for kernels other than 1x1).
+    Parameters
+    ----------
+    config : EngineConfig
+    cin : int
+    kernel : (int, int)
+    remap : None, bool or int
+        ``None`` decides: the ``kmax`` block where it needs fewer input tiles
+        than the plain layout (whenever ``Cin > pin``), else none. ``False``
+        (or 0, or 1: a block of one pixel is the plain layout): none; ``True``:
+        the ``kmax`` block; an int ``2..kmax``: that block (the compiler tries
+        each and keeps the fastest, ``fpgacnn.host.compiler``).
+
+    Raises
+    ------
+    InputError
+        A remap asked of a kernel other than 1x1, or a block outside ``1..kmax``.
     """
     is_1x1 = tuple(kernel) == (1, 1)
     if remap is None:
         if not is_1x1 or config.kmax == 1:
-            return False
-        return remap_group(config, cin) < math.ceil(cin / config.pin) * config.pin
-    if remap and not is_1x1:
+            return 0
+        return config.kmax if remap_group(config, cin) < math.ceil(cin / config.pin) * config.pin \
+            else 0
+    block = config.kmax if remap is True else int(remap)
+    if not 0 <= block <= config.kmax:
+        raise InputError(f"a 1x1 remap block of {block} is outside 1..kmax ({config.kmax})")
+    if block > 1 and not is_1x1:
         raise InputError(f"the 1x1 remap needs a 1x1 kernel, not {kernel[0]}x{kernel[1]}")
-    return bool(remap) and config.kmax > 1
+    return block if block > 1 else 0
 
 
 _GEOMETRY_FIELDS = ("in_h", "in_w", "ci_tiles", "co_tiles", "out_h", "out_w", "stride",
@@ -153,7 +174,7 @@ def map_layer(config, x_shape, w_shape, *, stride=1, pads=(0, 0, 0, 0), pool=Fal
         The geometry fields of the descriptor (``in_h``, ``in_w``, ``ci_tiles``,
         ``co_tiles``, ``out_h``, ``out_w``, ``stride``, ``pad_top``, ``pad_left``,
         ``batch``, ``pool``, ``depthwise``, ``pixel_pairs``), plus ``remap``
-        (bool) and ``macs``: the layer's
+        (the remap's block, 0 for none: :func:`remap_block`) and ``macs``: the layer's
         real multiply-accumulates for the whole batch.
 
     Raises
@@ -184,11 +205,14 @@ def map_layer(config, x_shape, w_shape, *, stride=1, pads=(0, 0, 0, 0), pool=Fal
                            f"{h}x{wd} input (no output)")
     macs = n * out_h * out_w * cout * (1 if depthwise else cin) * kh * kw
     # (a depthwise run pairs tile t with tile t: the 1x1 remap would mix them)
-    remapped = False if depthwise else use_remap(config, cin, (kh, kw), remap)
-    if remapped:
-        cin = remap_group(config, cin)
-        h, wd = kmax * out_h, kmax * out_w
-        sy = sx = kmax
+    block = 0 if depthwise else remap_block(config, cin, (kh, kw), remap)
+    if block:
+        # Output pixel (y, x) is the block of input pixels (b*y .. b*y+b-1, b*x ..):
+        # unpadded, stride b; a block narrower than kmax leaves the window's last
+        # taps on the next block's pixels (or past the image), times weight 0.
+        cin = remap_group(config, cin, block)
+        h, wd = block * out_h, block * out_w
+        sy = sx = block
         pads = (0, 0, 0, 0)
     elif sy != sx:
         raise MappingError(f"{name}: stride {sy}x{sx} is not square; the engine has one stride")
@@ -206,7 +230,7 @@ def map_layer(config, x_shape, w_shape, *, stride=1, pads=(0, 0, 0, 0), pool=Fal
     violations = descriptor_violations(config, dict(_NEUTRAL_FIELDS, **geo))
     if violations:
         raise MappingError(f"{name}: {violations[0][1]}")
-    geo.update(remap=remapped, macs=macs)
+    geo.update(remap=block, macs=macs)
     return geo
 
 
@@ -243,8 +267,9 @@ def pack_layer(config, x, w, bias, x_zp, mult, shift, y_zp, *, clamp=(-128, 127)
     load_weights : bool
         Stream the parameters and weights (else the engine keeps the previous
         ones, which must be this layer's).
-    remap : bool or None
-        Run a 1x1 layer through the remap; ``None`` decides (:func:`use_remap`).
+    remap : None, bool or int
+        Run a 1x1 layer through the remap, and its block; ``None`` decides
+        (:func:`remap_block`).
     pixel_pairs : bool or None
         Run two adjacent output pixels a window issue (an engine with
         ``pixel_pairs``, a stride of at most its ``pair_stride``, no pool);
@@ -350,21 +375,23 @@ def pack_weights(config, w, bias, x_zp, mult, shift, *, remap=None, depthwise=Fa
     cout, cin, kh, kw = w.shape
     if kh > config.kmax or kw > config.kmax:
         raise MappingError(f"{name}: kernel {kh}x{kw} exceeds the engine's kmax {config.kmax}")
-    remapped = False if depthwise else use_remap(config, cin, (kh, kw), remap)
-    return _weight_section(config, w, *_parameters(w, bias, x_zp, mult, shift, name), remapped,
+    block = 0 if depthwise else remap_block(config, cin, (kh, kw), remap)
+    return _weight_section(config, w, *_parameters(w, bias, x_zp, mult, shift, name), block,
                            depthwise)
 
 
-def _weight_section(config, w, folded, mult, shift, remapped, depthwise=False):
+def _weight_section(config, w, folded, mult, shift, block, depthwise=False):
+    """``block``: the 1x1 remap's (:func:`remap_block`), 0 for none."""
     kmax, pin, pout, beat = config.kmax, config.pin, config.pout, config.stream_bytes
     cout, cin, kh, kw = w.shape
-    if remapped:
-        # channel (ky*kmax + kx)*g + j of the 1x1 kernel -> tap (ky, kx) of channel j
-        g = remap_group(config, cin)
-        wc = np.zeros((cout, kmax * kmax * g), np.int8)
+    if block:
+        # channel (ky*b + kx)*g + j of the 1x1 kernel -> tap (ky, kx) of channel j
+        # (taps past the block: 0)
+        g = remap_group(config, cin, block)
+        wc = np.zeros((cout, block * block * g), np.int8)
         wc[:, :cin] = w[:, :, 0, 0]
-        w = wc.reshape(cout, kmax, kmax, g).transpose(0, 3, 1, 2)
-        cin, kh, kw = g, kmax, kmax
+        w = wc.reshape(cout, block, block, g).transpose(0, 3, 1, 2)
+        cin, kh, kw = g, block, block
     ci_tiles, co_tiles = math.ceil(cin / pin), math.ceil(cout / pout)
     rec = np.zeros((co_tiles * pout, PARAM_RECORD_BYTES), np.uint8)
     values = {"bias": folded, "mult": mult, "shift": shift}
@@ -411,25 +438,27 @@ def pack_pixels(config, x, x_zp, w_shape, *, stride=1, pads=(0, 0, 0, 0), remap=
         ``x`` is not a 4-D int8 array.
     """
     x = _int8_array(x, "input", name, 4)
-    kmax, pin, beat = config.kmax, config.pin, config.stream_bytes
+    pin, beat = config.pin, config.stream_bytes
     n, cin, h, wd = x.shape
     kh, kw = int(w_shape[2]), int(w_shape[3])
-    if use_remap(config, cin, (kh, kw), remap):
-        # Pad and subsample on the host: the remapped layer is unpadded, stride kmax.
+    block = remap_block(config, cin, (kh, kw), remap)
+    if block:
+        # Pad and subsample on the host: the remapped layer is unpadded, stride b.
         sy, sx = _pair(stride, "stride", name)
         top, left, bottom, right = (int(p) for p in pads)
         oh = (h + top + bottom - kh) // sy + 1
         ow = (wd + left + right - kw) // sx + 1
         if any(pads):
             x = np.pad(x, ((0, 0), (0, 0), (top, bottom), (left, right)), constant_values=x_zp)
-        g = remap_group(config, cin)
-        xc = np.zeros((n, kmax * kmax * g, oh, ow), np.int8)
+        b = block
+        g = remap_group(config, cin, b)
+        xc = np.zeros((n, b * b * g, oh, ow), np.int8)
         xc[:, :cin] = x[:, :, ::sy, ::sx][:, :, :oh, :ow]
-        # channel (ky*kmax + kx)*g + j of pixel (y, x) -> channel j of pixel (kmax*y+ky, kmax*x+kx),
+        # channel (ky*b + kx)*g + j of pixel (y, x) -> channel j of pixel (b*y+ky, b*x+kx),
         # written as NHWC: (n, y, ky, x, kx, j)
-        h, wd, lanes = oh * kmax, ow * kmax, math.ceil(g / pin) * pin
-        xk = np.zeros((n, oh, kmax, ow, kmax, lanes), np.int8)
-        xk[..., :g] = xc.reshape(n, kmax, kmax, g, oh, ow).transpose(0, 4, 1, 5, 2, 3)
+        h, wd, lanes = oh * b, ow * b, math.ceil(g / pin) * pin
+        xk = np.zeros((n, oh, b, ow, b, lanes), np.int8)
+        xk[..., :g] = xc.reshape(n, b, b, g, oh, ow).transpose(0, 4, 1, 5, 2, 3)
     else:
         sy, _ = _pair(stride, "stride", name)
         top, _, bottom, _ = (int(p) for p in pads)

@@ -207,12 +207,13 @@ def _pixels_merged(config, fields):
 
 def _remap_fields(image, record, fields):
     """The fields of a strip or a Gemm chunk through the 1x1 remap (``pack_pixels``'
-    remapped layout): output pixel ``(y, x)`` of the run is a ``kmax x kmax`` block
-    whose position ``(ky, kx)`` holds the tensor pixel's channels ``(ky*kmax +
-    kx)*g ..`` (``g = remap_group``); a strip's pixels the stride's rows and
-    columns apart, a chunk's feature vectors one tensor image apart, row by row."""
+    remapped layout): output pixel ``(y, x)`` of the run is a ``b x b`` block (``b``
+    the layout's ``remap``) whose position ``(ky, kx)`` holds the tensor pixel's
+    channels ``(ky*b + kx)*g ..`` (``g = remap_group``); a strip's pixels the
+    stride's rows and columns apart, a chunk's feature vectors one tensor image
+    apart, row by row."""
     config, source, layout = image.config, record.source, record.layout
-    pin, k = config.pin, config.kmax
+    pin, k = config.pin, layout.remap
     tensor = image.tensors[source.tensor]
     if ((layout.kh, layout.kw) != (1, 1)
             or any((layout.top, layout.left, layout.bottom, layout.right))):
@@ -242,7 +243,7 @@ def _remap_fields(image, record, fields):
         return None
     if lanes < 1 or oh < 1 or ow < 1:
         return None
-    g = remap_group(config, lanes)
+    g = remap_group(config, lanes, k)
     words = g // pin
     per_beat = max(1, config.stream_bytes // pin)
     image_words = oh * ow * k * k * words

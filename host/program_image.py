@@ -83,8 +83,9 @@ FORMAT_MAGIC = int.from_bytes(b"FCNP", "little")
 #: The image format's version (major, minor); a reader refuses another major.
 #: 1.1: vector records; 1.2: input folds; 2.0: the header's engine parameters gain
 #: ``writer_words`` (the words after it move); 3.0: and ``spare_bank``; 4.0: and
-#: ``pixel_pairs``, and a record's descriptor the field ``pixel_pairs``.
-FORMAT_VERSION = (4, 0)
+#: ``pixel_pairs``, and a record's descriptor the field ``pixel_pairs``; 5.0: a
+#: record's layout ``remap`` is the 1x1 remap's block (2..kmax, 0 for none), not 0/1.
+FORMAT_VERSION = (5, 0)
 #: Alignment in bytes of every region and of every tensor image (a memory burst); an
 #: engine whose words (``pin`` or ``pout`` bytes) do not divide it aligns to the
 #: least common multiple (:func:`alignment`), so that every address is a whole word.
@@ -193,7 +194,7 @@ class PixelLayout(_Words):
     left: int
     bottom: int
     right: int
-    remap: int
+    remap: int  # the 1x1 remap's block (fpgacnn.host.packing.remap_block), 0 for none
 
 
 @dataclass(frozen=True)
@@ -589,7 +590,7 @@ def pixel_packing(config, layout, x_zp, channels, name):
     return PixelPacking(config, x_zp=x_zp, w_shape=(0, channels, layout.kh, layout.kw),
                         stride=(layout.sy, layout.sx),
                         pads=(layout.top, layout.left, layout.bottom, layout.right),
-                        remap=bool(layout.remap), name=name)
+                        remap=layout.remap, name=name)
 
 
 # -- building an image from a compiled program -----------------------------------------------

@@ -252,16 +252,39 @@ def _remapped(config, cin, kernel):
             and math.ceil(math.ceil(cin / k ** 2) / pin) < math.ceil(cin / pin))
 
 
-def input_tiles(config, cin, kernel):
-    """Input tiles of a run of a ``cin``-channel layer (after the 1x1 remap)."""
-    k, pin = config.kmax, config.pin
-    if _remapped(config, cin, kernel):
-        return math.ceil(math.ceil(cin / k ** 2) / pin)
-    return math.ceil(cin / pin)
+def input_tiles(config, cin, kernel, block=None):
+    """Input tiles of a run of a ``cin``-channel layer (after the 1x1 remap of
+    ``block``, by default the one :func:`_remapped` says)."""
+    if block is None:
+        block = config.kmax if _remapped(config, cin, kernel) else 0
+    if block:
+        return math.ceil(math.ceil(cin / block ** 2) / config.pin)
+    return math.ceil(cin / config.pin)
+
+
+def _other_blocks(config, case):
+    """The 1x1 remap's other blocks (0: none) the compiler tries for ``case``, as
+    docs/engine.md says: an unpadded 1x1 Conv without a fused pool, every block
+    from none to kmax."""
+    if (case.op != "Conv" or tuple(case.kernel) != (1, 1) or any(case.pads) or case.pool
+            or config.kmax == 1):
+        return []
+    default = config.kmax if _remapped(config, case.cin, (1, 1)) else 0
+    return [b for b in (0, *range(2, config.kmax + 1)) if b != default]
 
 
 def _dense_refusal(config, case):
-    """The limits no tiling of ``case`` as it is (a dense convolution) gets past."""
+    """The limits no tiling of ``case`` as it is (a dense convolution) gets past:
+    those of its default remap, unless another block the compiler tries has none."""
+    default = _dense_refusal_with(config, case, None)
+    if default is not None and any(_dense_refusal_with(config, case, b) is None
+                                   for b in _other_blocks(config, case)):
+        return None
+    return default
+
+
+def _dense_refusal_with(config, case, block):
+    """:func:`_dense_refusal` with the 1x1 remap's ``block`` (None: the default)."""
     c = engine_contract(config)
     k = config.kmax
     if case.op == "Gemm":
@@ -272,11 +295,13 @@ def _dense_refusal(config, case):
     broken = []
     if kh > k or kw > k:
         broken.append("kernel")
-    remap = _remapped(config, case.cin, kernel)
+    if block is None:
+        block = k if _remapped(config, case.cin, kernel) else 0
+    remap = bool(block)
     oh = _out(h, kh, stride[0], pads[0], pads[2])
-    ci = input_tiles(config, case.cin, kernel)
+    ci = input_tiles(config, case.cin, kernel, block)
     if remap:
-        in_h, in_cols, win = k * oh, k, k  # an output pixel is a kmax x kmax block
+        in_h, in_cols, win = block * oh, block, block  # an output pixel is a block x block block
     else:
         if stride[0] != stride[1] or stride[0] > k:
             broken.append("stride")

@@ -121,7 +121,8 @@ def test_runs_carry_what_pack_layer_computes(config, name):
                 config, run.gather(x_step), conv.weight[c0:c1], conv.bias[c0:c1],
                 conv.x_zero_point, conv.mult[c0:c1], conv.shift[c0:c1], conv.y_zero_point,
                 clamp=step.clamp, stride=conv.stride, pads=run.pads,
-                pool=step.pool is not None, load_weights=load, name=conv.name)
+                pool=step.pool is not None, load_weights=load, remap=run.pack_pixels.remap,
+                name=conv.name)
             assert desc == run.descriptor
             assert desc["batch"] == (1 if isinstance(step.layer, Gemm) else batch)
             assert_array_equal(run.stream(x_step), data)
@@ -382,3 +383,30 @@ def test_grouped_views_are_chosen_by_the_cycle_model():
     assert views_step.mapping == "grouped/4"
     assert all(run.descriptor["ci_tiles"] == run.descriptor["co_tiles"] == 1
                for run in views_step.runs)
+
+
+@pytest.mark.parametrize("shape, cout, pad, want", [
+    ((8, 24, 24), 16, 0, "dense/remap2"),   # thin: the kmax block pads 8 bytes a pixel to 36
+    ((36, 12, 12), 16, 0, "dense"),         # the kmax block's 4 channels a tap fill it
+    ((8, 24, 24), 16, 1, "dense"),          # padded: the default only
+])
+def test_a_1x1_layer_runs_with_its_fastest_remap_block(shape, cout, pad, want):
+    """An unpadded 1x1 convolution is compiled with no remap and every block of the
+    remap, and the fewest predicted cycles are kept (the default on a tie); the
+    program's run is that block's, bit-exact by the engine model."""
+    from fpgacnn.host.commands.sim import random_layer_model
+    from fpgacnn.host.cycle_model import conv_cycles
+    from conftest import pynq_z2_engine
+    config = pynq_z2_engine()
+    model = random_layer_model(shape, cout, kernel=1, pad=pad, seed=5)
+    program = compile_model(model, config)
+    step, = program.steps
+    assert step.mapping == want and len(step.runs) == 1
+    layer, run = step.layer, step.runs[0]
+    cycles = {b: conv_cycles(config, (1, *shape), layer.weight.shape, pads=layer.pads,
+                             remap=b).cycles for b in (None, 0, 2, 3)}
+    assert run.predicted_cycles == (min(cycles.values()) if not pad else cycles[None])
+    x = np.random.default_rng(1).integers(-128, 128, (1, *shape), dtype=np.int8)
+    desc = dict(run.descriptor)
+    out = run.unpack(emulate_engine(config, desc, run.stream(x)))
+    assert_array_equal(out, layer.evaluate(x))

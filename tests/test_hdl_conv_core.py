@@ -324,8 +324,10 @@ def pixel_pair_layers(cfg, rng):
     a pixel's words more than the even ones'), every output tile of the engine (a pixel's
     words fill the FIFOs' pixel room), one output column, several input tiles, an
     unremapped 1x1 layer, runs of one pixel a window on the same engine (a pool, a
-    stride past the spare banks), pairs at every stride up to the spare banks and,
-    with ``kmax`` of them, a remapped 1x1 layer."""
+    stride past the spare banks), pairs at every stride up to the spare banks,
+    with ``kmax`` of them a remapped 1x1 layer, and the 1x1 remap with each block
+    narrower than ``kmax`` (stride ``b``: paired where ``b`` is within the spare
+    banks, one pixel a window past them)."""
     contract = engine_contract(cfg)
     per_word_out = max(1, cfg.pout // cfg.stream_bytes)
 
@@ -356,6 +358,10 @@ def pixel_pair_layers(cfg, rng):
         # the 1x1 remap, at stride kmax, pairs too
         slots.append(lambda d, layer: d["pixel_pairs"] and layer["remap"] is None
                      and d["stride"] == cfg.kmax)
+    for b in range(2, cfg.kmax):
+        # the remap with a b x b block: the window's taps past it on the next block
+        slots.append(lambda d, layer, b=b: layer["remap"] == b and d["stride"] == b
+                     and d["pixel_pairs"] == (b <= ps))
     if contract.paired_beats:
         # output-bound with FIFO entries that are beats (two output tiles of a pixel)
         slots.append(lambda d, _: (contract.output_entry_words(d) == 2 and d["ci_tiles"] == 1
@@ -375,6 +381,8 @@ def pixel_pair_layers(cfg, rng):
                 continue
             # a 1x1 layer as it is (stride 1 or more), or remapped (stride kmax) now and then
             layer["remap"] = None if k == 1 and rng.random() < 0.3 else False
+            if k == 1 and layer["remap"] is False and cfg.kmax > 2 and rng.random() < 0.3:
+                layer["remap"] = int(rng.integers(2, cfg.kmax))  # a block under kmax
             try:
                 desc, _ = pack_layer(cfg, **layer)
             except MappingError:

@@ -8,7 +8,7 @@ from fpgacnn.core.config import EngineConfig
 from fpgacnn.core.errors import InputError, MappingError
 from fpgacnn.host.integer_ops import conv2d, maxpool2d
 from fpgacnn.host.packing import (input_nbytes, map_layer, output_nbytes, pack_layer,
-                                  unpack_output, use_remap)
+                                  remap_block, remap_group, unpack_output)
 
 from engine_model_helpers import emulate_engine
 
@@ -104,13 +104,49 @@ def test_gemm_as_1x1_conv_on_a_row_of_pixels():
     assert_array_equal(y, reference(layer))
 
 
-def test_use_remap_only_when_it_saves_tiles():
+def test_remap_block_by_default_only_when_it_saves_tiles():
     cfg = CONFIGS[1]  # pin 8, kmax 3
-    assert not use_remap(cfg, 8, (1, 1))
-    assert use_remap(cfg, 72, (1, 1))
-    assert not use_remap(cfg, 72, (3, 3))
+    assert remap_block(cfg, 8, (1, 1)) == 0
+    assert remap_block(cfg, 72, (1, 1)) == 3
+    assert remap_block(cfg, 72, (3, 3)) == 0
     with pytest.raises(InputError, match=r"^the 1x1 remap needs a 1x1 kernel, not 3x3$"):
-        use_remap(cfg, 72, (3, 3), remap=True)
+        remap_block(cfg, 72, (3, 3), remap=True)
+
+
+def test_remap_block_at_under_and_over_its_range():
+    cfg = CONFIGS[1]  # kmax 3
+    assert [remap_block(cfg, 8, (1, 1), remap=r) for r in (True, False, 0, 1, 2, 3)] == \
+        [3, 0, 0, 0, 2, 3]
+    for over in (4, -1):
+        with pytest.raises(InputError, match=rf"^a 1x1 remap block of {over} is outside "
+                                             r"1\.\.kmax \(3\)$"):
+            remap_block(cfg, 8, (1, 1), remap=over)
+    with pytest.raises(InputError, match=r"^the 1x1 remap needs a 1x1 kernel, not 3x3$"):
+        remap_block(cfg, 8, (3, 3), remap=2)
+    assert remap_block(cfg, 8, (3, 3), remap=1) == 0  # a block of one pixel: no remap
+
+
+@pytest.mark.parametrize("cfg", [c for c in CONFIGS if c.kmax > 1],
+                         ids=lambda c: f"p{c.pin}x{c.pout}k{c.kmax}")
+def test_1x1_runs_with_every_remap_block(cfg):
+    """Every block from none to kmax (the compiler picks by the cycle model): a
+    ``b x b`` block of ``remap_group(b)`` channels a position, stride ``b``,
+    bit-exact with and without a stride and pads."""
+    rng = np.random.default_rng(cfg.pin * 7 + cfg.kmax)
+    for block in (0, *range(2, cfg.kmax + 1)):
+        for stride, pads in [(1, (0, 0, 0, 0)), (2, (0, 0, 0, 0)), (1, (1, 0, 0, 1))]:
+            cin = int(rng.integers(1, 3 * cfg.pin + 1))
+            layer = random_layer(rng, cfg, k=1, stride=1, pool=False)
+            layer["x"] = rng.integers(-128, 128, (2, cin, 5, 4), dtype=np.int8)
+            set_weights(rng, layer, rng.integers(-128, 128, (6, cin, 1, 1), dtype=np.int8))
+            layer.update(stride=stride, pads=pads)
+            desc, y = run_model(cfg, layer, remap=block)
+            s = block or stride
+            assert desc["stride"] == s, (block, stride)
+            if block:
+                assert (desc["in_h"], desc["in_w"]) == (block * desc["out_h"], block * desc["out_w"])
+                assert desc["ci_tiles"] == -(-remap_group(cfg, cin, block) // cfg.pin)
+            assert_array_equal(y, reference(layer), err_msg=f"block {block}, stride {stride}")
 
 
 def test_layout_of_the_stream():
