@@ -543,8 +543,9 @@ def _other_remap_blocks(config, layer, pool):
     :func:`~fpgacnn.host.packing.remap_block` picks by its input tiles: every
     block from 2 to ``kmax`` spreads a thin layer's channels over fewer pixels
     (MobileNet's 8-channel pointwise layer: the ``kmax`` block pads its 8 bytes a
-    pixel to 36, a 2x2 block to 16), and none can be faster where the window's
-    other taps are few. The compiler keeps the fastest by the cycle model. Only
+    pixel to 36, a 2x2 block to 16), and the plain layout (no remap) can be
+    faster where the remap's lanes would be mostly padding. The compiler keeps
+    the fastest by the cycle model. Only
     unpadded layers without a fused pool: the pixel reader takes no other
     remap (docs/program.md), and the choice must not send a run to the host."""
     if layer.kernel != (1, 1) or pool is not None or any(layer.pads) or config.kmax == 1:

@@ -114,7 +114,8 @@ def remap_group(config, cin, block=None):
 
 def remap_block(config, cin, kernel, remap=None):
     """The block of the 1x1 remap a layer runs through: ``b`` (its channels spread
-    over ``b x b`` pixels, stride ``b``), or 0 for none (docs/engine.md, "The 1x1 remap").
+    over ``b x b`` pixels, stride ``b``), or 0 for none (docs/engine.md, "Kernels smaller
+    than kmax, 1x1 and Gemm").
 
     Parameters
     ----------
