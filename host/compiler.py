@@ -64,7 +64,8 @@ from .layers import Conv, DilatedConv, Gemm, GroupedConv, MaxPool
 from .nhwc_flatten import nhwc_flatten
 
 __all__ = ["BatchImage", "BatchTranspose", "ChannelColumns", "ColumnSlice", "EngineRun",
-           "EngineStep", "GemmAsConv", "HostStep", "PixelPacking", "Program", "compile_model", "pack_run"]
+           "EngineStep", "GemmAsConv", "HostStep", "PixelPacking", "Program", "RowsColumns",
+           "compile_model", "pack_run"]
 
 
 @dataclass(frozen=True)
@@ -116,6 +117,31 @@ class ChannelColumns:
 
     def __call__(self, y, out):
         y[:, self.c0:self.c1, :, self.o0:self.o1] = out[:, :, :y.shape[2], :]
+
+
+@dataclass(frozen=True)
+class RowsColumns:
+    """Scatter of a strip of a run that sees the step's pixels as ``rows x width``
+    (:func:`~fpgacnn.host.conv_views.rows_view`): :class:`ChannelColumns` of that
+    view of the step's output, which shares its memory (never a copy)."""
+
+    rows: int
+    width: int
+    c0: int
+    c1: int
+    o0: int
+    o1: int
+
+    @property
+    def cols(self):
+        return self.o0, self.o1
+
+    def __call__(self, y, out):
+        view = y.view()
+        # Setting the shape refuses (AttributeError) where it would need a copy,
+        # so the writes below always land in ``y``.
+        view.shape = (*y.shape[:2], self.rows, self.width)
+        ChannelColumns(self.c0, self.c1, self.o0, self.o1)(view, out)
 
 
 @dataclass(frozen=True)
@@ -475,12 +501,27 @@ def _make_resident(program, resident, cycles):
 
 def _convolution_step(config, layer, pool, batch, cycles, *, reads_input):
     """The engine step of a convolution: the candidate mappings compiled, the one
-    with the fewest predicted cycles kept (the first on a tie)."""
+    with the fewest predicted cycles kept (the first on a tie).
+
+    A Conv the window takes: as it is (``dense``), with the 1x1 remap's other
+    blocks (``dense/remap<b>``, ``dense/plain``), its pixels as rows of another
+    width (``dense/rows<w>``, each with every block), and a thin first layer's
+    taps as channels (``im2col``). A grouped layer: its block-diagonal views
+    (``grouped/<k>``) and depthwise runs (``depthwise/<k>``). Anything else,
+    and a Conv no candidate fits: its taps folded into channels."""
     candidates = []
     if isinstance(layer, Conv) and conv_views.fits(layer.kernel, layer.stride, config):
         candidates.append(("dense", [layer], pool, None))
         candidates += [(f"dense/{_remap_name(b)}", [layer], pool, b)
                        for b in _other_remap_blocks(config, layer, pool)]
+        if pool is None:
+            # its pixels as rows of another width, each with every remap block
+            for width in conv_views.row_widths(layer, config):
+                view = conv_views.rows_view(layer, width)
+                candidates += [(f"dense/rows{width}" + (f"/{_remap_name(b)}" if b is not None
+                                                         else ""),
+                                [view], None, b)
+                               for b in (None, *_other_remap_blocks(config, view, None))]
         if reads_input and pool is None and layer.kernel != (1, 1) \
                 and layer.input_shape[0] < config.pin:
             # A thin layer on the network's own input: its taps as channels may fill
@@ -580,11 +621,14 @@ def _predicted(step):
 
 def _in_view(view, plan):
     """A plan of ``view`` as a plan of its layer: the view's gather first, its
-    output channels placed at the view's channels."""
+    output channels placed at the view's channels (and its pixels at the
+    layer's, for a view of its pixels as rows)."""
     off = view.channels[0]
     sc = plan.scatter
-    return plan._replace(gather=conv_views.compose(view.gather, plan.gather),
-                         scatter=ChannelColumns(sc.c0 + off, sc.c1 + off, sc.o0, sc.o1))
+    scatter = ChannelColumns(sc.c0 + off, sc.c1 + off, sc.o0, sc.o1)
+    if view.rows is not None:
+        scatter = RowsColumns(*view.rows, scatter.c0, scatter.c1, scatter.o0, scatter.o1)
+    return plan._replace(gather=conv_views.compose(view.gather, plan.gather), scatter=scatter)
 
 
 def _compile_runs(config, conv, plans, *, pool, clamp, cycles, pack=True, remap=None):

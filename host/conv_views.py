@@ -17,6 +17,11 @@ input pixels are streamed, and a padded tap still reads ``x_zp``.
   output tile with its own input tile, one run for many channels.
 - **Dilated**, when the dilated span fits ``kmax``: the kernel with zeros
   between its taps (:func:`dense_view`).
+- **Pixel rows** (:func:`rows_view`): a 1x1, stride-1, unpadded convolution
+  computes each pixel alone, so its ``H x W`` pixels may run as rows of any
+  width that divides ``H * W`` (the same bytes in the arena's NHWC layout):
+  DS-CNN's 25 x 5 maps as 5 rows of 25, where pixel pairs waste less of a
+  row's last issue. The compiler picks the width with the cycle model.
 - **Kernels larger than kmax, non-square strides, dilations that do not fit**:
   the taps folded into channels (:class:`Im2Col`): a 1x1 convolution over
   ``Cin * KH * KW`` channels at the output's resolution, which the engine
@@ -34,8 +39,8 @@ import numpy as np
 
 from ..core.contract import engine_contract
 
-__all__ = ["ChannelSlice", "ConvView", "Im2Col", "compose", "dense_view", "depthwise_sizes",
-           "fits", "grouped_views", "pack_sizes"]
+__all__ = ["ChannelSlice", "ConvView", "Im2Col", "PixelRows", "compose", "dense_view",
+           "depthwise_sizes", "fits", "grouped_views", "pack_sizes", "row_widths", "rows_view"]
 
 
 @dataclass(frozen=True)
@@ -47,6 +52,18 @@ class ChannelSlice:
 
     def __call__(self, x):
         return x[:, self.c0:self.c1]
+
+
+@dataclass(frozen=True)
+class PixelRows:
+    """Gather: an NCHW batch's ``H x W`` pixels, in raster order, as ``rows`` rows of
+    ``width`` (``rows * width == H * W``)."""
+
+    rows: int
+    width: int
+
+    def __call__(self, x):
+        return x.reshape(*x.shape[:2], self.rows, self.width)
 
 
 @dataclass(frozen=True)
@@ -128,6 +145,9 @@ class ConvView:
     #: A depthwise run (descriptor ``depthwise``): ``weight`` is zero off its
     #: diagonal and the engine pairs output tile ``t`` with input tile ``t``.
     depthwise: bool = False
+    #: ``(rows, width)``: the view's output pixels are the layer's in raster order
+    #: as ``rows`` rows of ``width`` (:func:`rows_view`); None: the layer's own.
+    rows: tuple = None
 
     @property
     def kernel(self):
@@ -137,7 +157,8 @@ class ConvView:
         """What the view is, for messages: the layer's channels it computes and how."""
         cout, cin, kh, kw = self.weight.shape
         what = {"dense": f"{cin} input channels", "dilated": f"a {kh}x{kw} kernel with zeros "
-                f"between the dilated taps", "im2col": f"its taps folded into {cin} channels"}
+                f"between the dilated taps", "im2col": f"its taps folded into {cin} channels",
+                "rows": f"its pixels as rows of {self.input_shape[2]}"}
         return f"output channels {self.channels[0]}..{self.channels[1] - 1} as a dense " \
                f"convolution with {what[self.how]}"
 
@@ -183,6 +204,37 @@ def dense_view(layer, config, *, weight=None, in_channels=None, out_channels=Non
     return ConvView(weight=np.ascontiguousarray(weight.reshape(weight.shape[0], taps, 1, 1)),
                     input_shape=(taps, oh, ow), output_shape=(c1 - c0, oh, ow), stride=(1, 1),
                     pads=(0, 0, 0, 0), gather=compose(gather, im2col), how="im2col", **common)
+
+
+def row_widths(layer, config):
+    """The row widths a 1x1, stride-1, unpadded convolution ``layer`` may run its
+    pixels in besides its own (:func:`rows_view`): every divisor of ``H * W`` up to
+    the engine's ``max_width`` (wider rows are split into strips anyway), none for
+    any other layer."""
+    _, h, w = layer.input_shape
+    if (tuple(layer.weight.shape[2:]) != (1, 1) or tuple(layer.stride) != (1, 1)
+            or any(layer.pads) or getattr(layer, "group", 1) != 1):
+        return []
+    pixels = h * w
+    return [d for d in range(1, min(pixels, config.max_width) + 1)
+            if pixels % d == 0 and d != w]
+
+
+def rows_view(layer, width):
+    """The 1x1, stride-1, unpadded ``layer`` with its ``H x W`` pixels as rows of
+    ``width``: the same weights, the input gathered by :class:`PixelRows`, the
+    output the layer's pixels in the same order (``ConvView.rows``)."""
+    cout, cin = layer.weight.shape[:2]
+    _, h, w = layer.input_shape
+    if (h * w) % width:
+        raise ValueError(f"layer {layer.name!r}: {h}x{w} pixels are not rows of {width}")
+    rows = h * w // width
+    return ConvView(name=layer.name, weight=layer.weight, bias=layer.bias, mult=layer.mult,
+                    shift=layer.shift, x_zero_point=layer.x_zero_point,
+                    y_zero_point=layer.y_zero_point, input_shape=(cin, rows, width),
+                    output_shape=(cout, rows, width), stride=(1, 1), pads=(0, 0, 0, 0),
+                    channels=(0, cout), gather=PixelRows(rows, width), how="rows",
+                    rows=(rows, width))
 
 
 def grouped_views(layer, config, per_view, *, depthwise=False):

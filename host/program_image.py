@@ -6,7 +6,10 @@ turns a compiled :class:`~fpgacnn.host.compiler.Program` into a
 
 - a **header** (magic, format version, the engine configuration the program
   was compiled for, the batch, where every region starts);
-- a **tensor table**: where each tensor of the network lives in the arena;
+- a **tensor table**: where each tensor of the network lives in the arena
+  (and the *pixel-row views* of a tensor that runs read or write as rows
+  of another width: entries at the tensor's own bytes, named
+  ``<tensor>/rows<width>``, :func:`fpgacnn.host.conv_views.rows_view`);
 - the **records**, one per engine run or host layer, in program order;
 - the **constants**: each channel group's parameters and weights, once, in
   the engine's stream format;
@@ -70,7 +73,7 @@ from ..core.descriptor import DESCRIPTOR_FIELDS, complete_descriptor
 from ..core.errors import InputError, MappingError
 from . import conv_views
 from .compiler import (BatchImage, BatchTranspose, ChannelColumns, ColumnSlice, EngineStep,
-                       PixelPacking, ZeroPointColumn)
+                       PixelPacking, RowsColumns, ZeroPointColumn)
 from .vector_mapping import vector_params
 
 __all__ = ["ALIGN", "FORMAT_MAGIC", "FORMAT_VERSION", "DestPattern", "EngineRecord",
@@ -627,6 +630,8 @@ def _source(run, tensor, channels, name, fold=None):
         raise MappingError(f"layer {name!r}: the program format has no source pattern for "
                            f"{type(last).__name__}")
     for part in parts:
+        if isinstance(part, conv_views.PixelRows):
+            continue  # the record reads the tensor's pixel-row view (tensor names it)
         if isinstance(part, conv_views.ChannelSlice) and not values["fold"]:
             values.update(c0=part.c0, c1=part.c1)
         elif isinstance(part, conv_views.Im2Col) and not values["fold"]:
@@ -648,7 +653,7 @@ def _layout(packing):
 
 def _dest(run, tensor, name):
     s = run.scatter
-    if isinstance(s, ChannelColumns):
+    if isinstance(s, (ChannelColumns, RowsColumns)):  # rows: ``tensor`` is the view
         return DestPattern(DEST_COLUMNS, tensor, s.c0, s.c1, s.o0, s.o1)
     if isinstance(s, BatchTranspose):
         return DestPattern(DEST_BATCH, tensor, s.c0, s.c1, s.b0, s.b1)
@@ -658,8 +663,35 @@ def _dest(run, tensor, name):
 
 def tensor_names(program):
     """The program's tensors in tensor-table order (the input, then each layer's output,
-    then the input's folds, named ``<input>/fold<n>``)."""
+    then the input's folds, named ``<input>/fold<n>``, then the pixel-row views,
+    ``<tensor>/rows<width>``)."""
     return list(_shapes(program))
+
+
+def _rows_of(run):
+    """``(rows, width)`` of a run that sees its step's pixels as rows of another
+    width (:func:`~fpgacnn.host.conv_views.rows_view`), else None."""
+    for part in _gather_parts(run.gather):
+        if isinstance(part, conv_views.PixelRows):
+            return part.rows, part.width
+    return None
+
+
+def _rows_name(tensor, width):
+    return f"{tensor}/rows{width}"
+
+
+def _row_views(program):
+    """``{view name: (tensor, rows, width)}``: the pixel-row views the runs read and
+    write, in the order of the runs."""
+    views = {}
+    for step in program.steps:
+        for run in getattr(step, "runs", ()):
+            rows = _rows_of(run)
+            if rows is not None:
+                for t in (step.inputs[0], step.output):
+                    views.setdefault(_rows_name(t, rows[1]), (t, *rows))
+    return views
 
 
 def _input_folds(program):
@@ -695,6 +727,8 @@ def _shapes(program):
         shapes[layer.output] = tuple(layer.output_shape)
     for (_, c0, c1, fold), name in _input_folds(program).items():
         shapes[name] = ((c1 - c0) * fold.kernel[0] * fold.kernel[1], *fold.out_hw)
+    for name, (t, rows, width) in _row_views(program).items():
+        shapes[name] = (shapes[t][0], rows, width)
     return shapes
 
 
@@ -794,6 +828,9 @@ def build_image(program, *, memory_bytes=None):
 
     # Tensors, placed in step order; a step's output never shares space with its inputs.
     arena, places = _Arena(), {}
+    views_of = {}  # tensor -> its pixel-row views: (name, rows, width)
+    for view, (t, rows, width) in _row_views(program).items():
+        views_of.setdefault(t, []).append((view, rows, width))
 
     def place(t, who):
         shape = shapes[t]
@@ -804,6 +841,8 @@ def build_image(program, *, memory_bytes=None):
         off = arena.take(program.batch * stride)
         places[t] = TensorPlace(arena_offset + off, c, h, w, cp, stride, program.batch,
                                 int(flat))
+        for view, rows, width in views_of.get(t, ()):  # the same bytes, other rows
+            places[view] = replace(places[t], height=rows, width=width)
         if memory_bytes is not None and arena_offset + arena.end > memory_bytes:
             raise MappingError(
                 f"layer {who!r}: its output {t!r} ({program.batch} x {c}x{h}x{w}) takes the "
@@ -827,9 +866,12 @@ def build_image(program, *, memory_bytes=None):
         if step.output not in places:
             place(step.output, step.name)
         if isinstance(step, EngineStep):
-            src = index[step.inputs[0]]
             channels = shapes[step.inputs[0]][0]
             for run in step.runs:
+                rows = _rows_of(run)
+                src, dst = (index[step.inputs[0]], index[step.output]) if rows is None else \
+                    (index[_rows_name(step.inputs[0], rows[1])],
+                     index[_rows_name(step.output, rows[1])])
                 warm = run.warm_descriptor
                 records.append(EngineRecord(
                     step=i, descriptor=dict(run.descriptor),
@@ -840,7 +882,7 @@ def build_image(program, *, memory_bytes=None):
                     warm_load_params=int(warm["load_params"]) if warm else 0,
                     source=_source(run, src, channels, step.name, fold_of(run, i)),
                     layout=_layout(run.pack_pixels),
-                    dest=_dest(run, index[step.output], step.name)))
+                    dest=_dest(run, dst, step.name)))
         else:
             params = vector_params(step.layer, shapes)
             if params is None:

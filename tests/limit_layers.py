@@ -60,7 +60,7 @@ from conftest import SMALL_ENGINE
 
 __all__ = ["CONFIGS", "COMPILE_CONFIGS", "TARGETS", "CONV_TARGETS", "GROUPED_TARGETS", "SIDES",
            "REFUSAL_PATTERNS", "LimitCase", "limit_case", "limit_cases", "expected_refusal",
-           "single_run_fits", "mapping_kinds", "depthwise_run_channels", "input_tiles",
+           "single_run_fits", "single_run_fits_as", "mapping_kinds", "depthwise_run_channels", "input_tiles",
            "build_model", "case_input", "layer_case", "regression_96_case"]
 
 #: Engines the limit cases run on, in Verilator. ``k3`` is tests/conftest.py's
@@ -273,13 +273,31 @@ def _other_blocks(config, case):
     return [b for b in (0, *range(2, config.kmax + 1)) if b != default]
 
 
-def _dense_refusal(config, case):
+def _row_cases(config, case):
+    """``case`` with its pixels as rows of another width, as the compiler tries them
+    (docs/engine.md): an unpadded 1x1 stride-1 Conv without a fused pool, every
+    width up to ``max_width`` that divides its ``H * W`` pixels."""
+    if (case.op != "Conv" or tuple(case.kernel) != (1, 1) or tuple(case.stride) != (1, 1)
+            or any(case.pads) or case.pool or case.group != 1):
+        return []
+    pixels = case.h * case.w
+    return [replace(case, h=pixels // d, w=d) for d in range(1, config.max_width + 1)
+            if pixels % d == 0 and d != case.w]
+
+
+def _dense_refusal(config, case, *, alternatives=True):
     """The limits no tiling of ``case`` as it is (a dense convolution) gets past:
-    those of its default remap, unless another block the compiler tries has none."""
+    those of its default mapping, unless another the compiler tries (another
+    remap block, its pixels as rows of another width) has none. The compiler
+    tries those of a layer, not of its taps folded into channels (its
+    fallback): ``alternatives=False``."""
     default = _dense_refusal_with(config, case, None)
-    if default is not None and any(_dense_refusal_with(config, case, b) is None
-                                   for b in _other_blocks(config, case)):
-        return None
+    if default is None or not alternatives:
+        return default
+    for view in [case, *_row_cases(config, case)]:
+        blocks = _other_blocks(config, view) + ([None] if view is not case else [])
+        if any(_dense_refusal_with(config, view, b) is None for b in blocks):
+            return None
     return default
 
 
@@ -431,7 +449,7 @@ def expected_refusal(config, case):
     dense = _dense_refusal(config, case)
     if dense is None or case.op == "Gemm":
         return dense
-    folded = _dense_refusal(config, im2col_case(case))
+    folded = _dense_refusal(config, im2col_case(case), alternatives=False)
     if folded is None:
         return None
     k = config.kmax
@@ -468,11 +486,30 @@ def _one_depthwise_run(config, case):
         and ow <= c.max_cols
 
 
-def _one_run(config, case):
-    """Whether the dense (or Gemm) ``case``, as the engine takes it, fits one run."""
+def single_run_fits_as(config, case, mapping):
+    """:func:`single_run_fits` of ``case`` as the compiler mapped it: ``mapping``
+    (the step's) may name its pixels as rows of another width (``rows<w>``) and
+    the 1x1 remap's block (``remap<b>``, ``plain``)."""
+    parts = mapping.split("/")
+    widths = [int(p[4:]) for p in parts if p.startswith("rows")]
+    blocks = [int(p[5:]) for p in parts if p.startswith("remap")] + \
+        [0 for p in parts if p == "plain"]
+    if not widths and not blocks:
+        return single_run_fits(config, case)
+    if widths:
+        case = replace(case, h=case.h * case.w // widths[0], w=widths[0])
+    return _one_run(config, case, blocks[0] if blocks else None)
+
+
+def _one_run(config, case, block=None):
+    """Whether the dense (or Gemm) ``case``, as the engine takes it, fits one run
+    (with the 1x1 remap's ``block``; None: the default)."""
     c, k, pout = engine_contract(config), config.kmax, config.pout
+    kernel = (1, 1) if case.op == "Gemm" else case.kernel
+    if block is None:
+        block = k if _remapped(config, case.cin, kernel) else 0
     co = math.ceil(case.cout / pout)
-    ci = input_tiles(config, case.cin, (1, 1) if case.op == "Gemm" else case.kernel)
+    ci = input_tiles(config, case.cin, kernel, block)
     if co > c.max_co_tiles_for(ci):
         return False
     if case.op == "Gemm":
@@ -482,8 +519,8 @@ def _one_run(config, case):
     (kh, kw), (sy, sx), (t, l, b, r) = case.kernel, case.stride, case.pads
     ow = _out(case.w, kw, sx, l, r)
     used = ow - ow % 2 if case.pool else ow
-    if _remapped(config, case.cin, case.kernel):
-        in_w = k * used
+    if block:
+        in_w = block * used
     else:  # the columns the used outputs read (from the first; one, if only padding)
         in_w = max(1, min(case.w, (used - 1) * sx - l + kw))
     if c.line_words(in_w, ci) > c.line_buffer.words or used > c.max_cols:

@@ -80,7 +80,7 @@ def _step_input(values, step):
 @pytest.mark.parametrize("batch", [1, 3])
 def test_records_make_the_compiled_streams_and_scatters(engine, batch):
     config = ENGINES[engine]
-    checked, seen, input_folds = 0, set(), 0
+    checked, seen, input_folds, rows_seen = 0, set(), 0, 0
     for name, model in _models():
         try:
             program = compile_model(model, config, batch=batch)
@@ -104,16 +104,20 @@ def test_records_make_the_compiled_streams_and_scatters(engine, batch):
                     "depthwise", 0))
                 # The arena holds the step's input where the record reads it: the
                 # network input's folds are written with it.
+                # A run reads its step's input, an input fold of it, or a pixel-row
+                # view of it (the same bytes as rows of another width).
+                source = names[record.source.tensor]
+                row_view = source.startswith(step.inputs[0] + "/rows")
+                rows_seen += row_view
                 if step.inputs[0] == program.model.input_tensor:
                     image.write_input(x_step)
-                    folded = names[record.source.tensor] != step.inputs[0]
-                    assert not folded or names[record.source.tensor].startswith(
-                        step.inputs[0] + "/fold")
+                    folded = source != step.inputs[0] and not row_view
+                    assert not folded or source.startswith(step.inputs[0] + "/fold")
                     assert not record.source.fold
                     input_folds += folded
                 else:
-                    image.tensors[record.source.tensor].view(image.data)[...] = x_step
-                    assert names[record.source.tensor] == step.inputs[0]
+                    image.tensors[names.index(step.inputs[0])].view(image.data)[...] = x_step
+                    assert source == step.inputs[0] or row_view, source
                 assert_array_equal(record_stream(image, record), run.stream(x_step),
                                    err_msg=f"{name} {step.name} cold")
                 if program.resident:
@@ -140,6 +144,7 @@ def test_records_make_the_compiled_streams_and_scatters(engine, batch):
         assert {r for *_, r in kinds} == {0, 2, 3}  # no remap, and each block on kmax 3
         assert {f for _, _, f, *_ in kinds} == {0, 1}
         assert input_folds, "no run reads a fold of the network input"
+        assert rows_seen, "no run reads a pixel-row view of a tensor"
 
 
 @pytest.mark.parametrize("model", ["input_fold", "random_cnn_0"])
@@ -183,7 +188,14 @@ def test_live_tensors_never_share_bytes_and_space_is_reused(model):
     program = compile_model(model, SMALL_ENGINE, batch=2)
     image = build_image(program)
     names = tensor_names(program)
-    place = {t: image.tensors[i] for i, t in enumerate(names) if image.tensors[i].nbytes}
+    # A pixel-row view is its tensor's bytes as rows of another width, nothing else.
+    views = {t: t.rsplit("/rows", 1)[0] for t in names if "/rows" in t}
+    for t, base in views.items():
+        v, b = image.tensors[names.index(t)], image.tensors[names.index(base)]
+        assert (v.offset, v.image_stride, v.cp, v.channels, v.batch, v.height * v.width) == \
+            (b.offset, b.image_stride, b.cp, b.channels, b.batch, b.height * b.width), t
+    place = {t: image.tensors[i] for i, t in enumerate(names)
+             if image.tensors[i].nbytes and t not in views}
     last = {program.model.output_tensor: len(program.steps)}
     born = {program.model.input_tensor: -1}
     for r in image.records:  # an input fold: written with the input, read by its step
