@@ -302,7 +302,9 @@ def arrange_input(image, record, x):
     if any(isinstance(r, FoldRecord) and r.out == record.source.tensor for r in image.records):
         image.write_input(x)
     else:
-        image.tensors[record.source.tensor].view(image.data)[...] = x
+        # (a pixel-row view of the step's input holds its pixels in the same order)
+        view = image.tensors[record.source.tensor].view(image.data)
+        view[...] = x.reshape(view.shape)
 
 
 @pytest.mark.parametrize("engine", list(ENGINES))
