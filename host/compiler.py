@@ -120,28 +120,20 @@ class ChannelColumns:
 
 
 @dataclass(frozen=True)
-class RowsColumns:
+class RowsColumns(ChannelColumns):
     """Scatter of a strip of a run that sees the step's pixels as ``rows x width``
     (:func:`~fpgacnn.host.conv_views.rows_view`): :class:`ChannelColumns` of that
     view of the step's output, which shares its memory (never a copy)."""
 
-    rows: int
-    width: int
-    c0: int
-    c1: int
-    o0: int
-    o1: int
-
-    @property
-    def cols(self):
-        return self.o0, self.o1
+    rows: int = 1
+    width: int = 1
 
     def __call__(self, y, out):
         view = y.view()
         # Setting the shape refuses (AttributeError) where it would need a copy,
         # so the writes below always land in ``y``.
         view.shape = (*y.shape[:2], self.rows, self.width)
-        ChannelColumns(self.c0, self.c1, self.o0, self.o1)(view, out)
+        super().__call__(view, out)
 
 
 @dataclass(frozen=True)
@@ -627,7 +619,7 @@ def _in_view(view, plan):
     sc = plan.scatter
     scatter = ChannelColumns(sc.c0 + off, sc.c1 + off, sc.o0, sc.o1)
     if view.rows is not None:
-        scatter = RowsColumns(*view.rows, scatter.c0, scatter.c1, scatter.o0, scatter.o1)
+        scatter = RowsColumns(scatter.c0, scatter.c1, scatter.o0, scatter.o1, *view.rows)
     return plan._replace(gather=conv_views.compose(view.gather, plan.gather), scatter=scatter)
 
 

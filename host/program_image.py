@@ -73,7 +73,7 @@ from ..core.descriptor import DESCRIPTOR_FIELDS, complete_descriptor
 from ..core.errors import InputError, MappingError
 from . import conv_views
 from .compiler import (BatchImage, BatchTranspose, ChannelColumns, ColumnSlice, EngineStep,
-                       PixelPacking, RowsColumns, ZeroPointColumn)
+                       PixelPacking, ZeroPointColumn)
 from .vector_mapping import vector_params
 
 __all__ = ["ALIGN", "FORMAT_MAGIC", "FORMAT_VERSION", "DestPattern", "EngineRecord",
@@ -653,7 +653,7 @@ def _layout(packing):
 
 def _dest(run, tensor, name):
     s = run.scatter
-    if isinstance(s, (ChannelColumns, RowsColumns)):  # rows: ``tensor`` is the view
+    if isinstance(s, ChannelColumns):  # a RowsColumns too: ``tensor`` is then the view
         return DestPattern(DEST_COLUMNS, tensor, s.c0, s.c1, s.o0, s.o1)
     if isinstance(s, BatchTranspose):
         return DestPattern(DEST_BATCH, tensor, s.c0, s.c1, s.b0, s.b1)
