@@ -49,17 +49,19 @@ from ...core.config import require_config
 from ...core.memory_port import ADDRESS_BITS, read_bytes, words_per_read, write_bytes
 from ...core.vector_fields import (VECTOR_ACC_BITS, VECTOR_LANE_STAGES, vector_layout,
                                    write_chunk_bytes)
-from ...core.widths import MULT_BITS
 from .pixel_reader import require_outstanding
 from .pixel_writer import write_layout
+from .scaled_sum import SCALED_SUM_STAGES, scaled_sum
 
 __all__ = ["VectorUnit"]
 
 #: Output words the output FIFO holds; the lanes stop taking responses before
 #: the words in the pipeline could overfill it.
 _OUT_DEPTH = 16
-#: Pipeline stages from a response taken to its word in the output FIFO.
+#: Pipeline stages from a response taken to its word in the output FIFO: the sum
+#: register, then the scaled sum's.
 _STAGES = VECTOR_LANE_STAGES
+assert _STAGES == 1 + SCALED_SUM_STAGES
 
 
 class VectorUnit(wiring.Component):
@@ -212,11 +214,6 @@ class VectorUnit(wiring.Component):
             acc = Signal(signed(VECTOR_ACC_BITS), name=f"acc{k}")
             s_acc = Signal(signed(VECTOR_ACC_BITS), name=f"s_acc{k}")
             s_db = Signal(signed(10), name=f"s_db{k}")
-            p_a = Signal(signed(VECTOR_ACC_BITS + MULT_BITS + 1), name=f"p_a{k}")
-            p_b = Signal(signed(10 + MULT_BITS + 1), name=f"p_b{k}")
-            v = Signal(signed(66), name=f"v{k}")
-            r = Signal(signed(66), name=f"r{k}")
-            y = Signal(8, name=f"y{k}")
             diff = byte - f.za
             summed = Mux(c_pixel == 0, diff, acc + diff)
             with m.If(pop & ~c_b):
@@ -225,20 +222,7 @@ class VectorUnit(wiring.Component):
                     m.d.sync += [s_acc.eq(summed), s_db.eq(0)]
             with m.If(pop & c_b):
                 m.d.sync += [s_acc.eq(acc), s_db.eq(byte - f.zb)]
-            m.d.sync += [
-                p_a.eq(s_acc * Cat(f.ma, Const(0, 1)).as_signed()),
-                p_b.eq(s_db * Cat(f.mb, Const(0, 1)).as_signed()),
-                v.eq(p_a + p_b),
-            ]
-            # round_shift: (v + half) >> shift; ties to even: an exact half to the even one.
-            half = (Const(1, 66) << f.shift) >> 1
-            up = (v + half.as_signed()) >> f.shift
-            low = v & ((Const(1, 66) << f.shift) - 1)
-            tie = f.ties_to_even & (f.shift != 0) & (low == half) & up[0]
-            m.d.sync += r.eq(up - tie)
-            q = r + f.zy
-            m.d.sync += y.eq(Mux(q < f.lo, f.lo, Mux(q > f.hi, f.hi, q))[:8])
-            lanes.append(y)
+            lanes.append(scaled_sum(m, s_acc, s_db, f, name=str(k)))
         with m.If(pop):
             with m.If(c_b):
                 m.d.sync += [c_b.eq(0), c_pixel.eq(0), valid[0].eq(1)]
