@@ -1,0 +1,216 @@
+"""The fused Add: a residual Add done on a convolution's writes on their way to memory (issue 16).
+
+Between the :class:`~fpgacnn.hdl.program.pixel_writer.PixelWriter` and the
+memory's write port of the
+:class:`~fpgacnn.hdl.program.program_engine.ProgramEngine`. With its field
+``enable`` clear (every run but a fused one) a write passes through
+unchanged, in the same cycle. With it set, each write's ``u`` bytes are the
+Add's operand ``a`` (the convolution's requantized output); the stage reads
+operand ``b`` at the write's address plus ``b_delta`` and writes ``y``, the
+Add of :mod:`fpgacnn.core.fused_add_fields`, in its place::
+
+    i_write --+--> b's read (R bytes around addr + b_delta) --> o_addr --> memory
+              |                                                           |
+              +--> pending FIFO (addr, a, strobes, b's place in R)        |
+                        |          response FIFO <------------------------+ i_data
+                        v               v
+                 stage 1: a - za, b - zb per byte
+                 stages 2-5: scaled_sum (the vector unit's lanes)
+                        --> output FIFO --> o_write --> memory
+
+The b addresses need no counter nest of their own: they are the writer's
+own addresses, moved by one constant (b and the Add's output have one
+layout), so whatever destination the writer takes (channel groups, column
+strips, a batch) reads b in the same pattern. A read issues as its write
+arrives, while fewer than ``outstanding`` responses are owed (so the response
+FIFO always has room); the pending FIFO holds ``outstanding`` writes, so
+the memory's latency (up to ``outstanding - 3``) is paid once a run, not
+per write.
+"""
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed, unsigned
+from amaranth.lib import stream, wiring
+from amaranth.lib.fifo import SyncFIFOBuffered
+from amaranth.lib.wiring import In, Out
+from amaranth.utils import exact_log2
+
+from ...core.config import require_config
+from ...core.fused_add_fields import fused_add_layout, fused_add_unit, has_fused_add
+from ...core.memory_port import ADDRESS_BITS, read_bytes
+from .pixel_reader import require_outstanding
+from .pixel_writer import write_layout
+from .scaled_sum import SCALED_SUM_STAGES, scaled_sum
+
+__all__ = ["FusedAdd", "FUSED_ADD_STAGES"]
+
+#: Registered stages from a pending write and its b taken to ``y`` in the output
+#: FIFO: the operands less their zero points, then the scaled sum's.
+FUSED_ADD_STAGES = 1 + SCALED_SUM_STAGES
+#: Writes the output FIFO holds; the stage stops taking operands before the writes
+#: in the pipeline could overfill it.
+_OUT_DEPTH = 16
+
+
+class FusedAdd(wiring.Component):
+    """Turns the pixel writer's writes into a residual Add's (module docstring).
+
+    Parameters
+    ----------
+    config : EngineConfig
+        An engine with :func:`~fpgacnn.core.fused_add_fields.has_fused_add`.
+    outstanding : int
+        Reads of b in flight, at most (and writes pending): full rate needs the
+        memory's latency plus 3.
+
+    Members
+    -------
+    fields : In(fused_add_layout())
+        Held stable while the run's writes pass.
+    i_write : In(stream.Signature(write_layout(u)))
+        The writer's writes (``u``: :func:`~fpgacnn.core.fused_add_fields.fused_add_unit`
+        bytes at unit address ``addr``).
+    o_write : Out(stream.Signature(write_layout(u)))
+        The writes to memory: ``i_write`` itself, or with ``enable`` the Add's
+        output, in order, with the writer's strobes.
+    o_addr : Out(stream.Signature(unsigned(ADDRESS_BITS)))
+        Byte addresses (multiples of R) of b's reads, R bytes each
+        (:func:`~fpgacnn.core.memory_port.read_bytes`).
+    i_data : In(stream.Signature(unsigned(8 * R)))
+        Their responses, in order.
+    writer_done : In(1)
+        The writer's ``done`` (its run's last write left it).
+    done : Out(1)
+        ``writer_done`` itself, or with ``enable`` one cycle in which the run's
+        last write has been taken by the memory (and nothing is left inside).
+
+    Latency
+    -------
+    A write with ``enable`` leaves ``L + 1 + FUSED_ADD_STAGES + 2`` cycles after it
+    arrives at the earliest (``L`` the memory's read latency), one a cycle, so
+    a run's writes end that much later than the writer's.
+    """
+
+    def __init__(self, config, *, outstanding=64):
+        require_config(config)
+        require_outstanding(outstanding)
+        if not has_fused_add(config):
+            raise ValueError("this engine's writes are not inside one memory read "
+                             "(core.fused_add_fields.has_fused_add): it has no fused Add")
+        self._config = config
+        self._outstanding = outstanding
+        unit = fused_add_unit(config)
+        super().__init__({
+            "fields": In(fused_add_layout()),
+            "i_write": In(stream.Signature(write_layout(unit))),
+            "o_write": Out(stream.Signature(write_layout(unit))),
+            "o_addr": Out(stream.Signature(unsigned(ADDRESS_BITS))),
+            "i_data": In(stream.Signature(unsigned(8 * read_bytes(config)))),
+            "writer_done": In(1),
+            "done": Out(1),
+        })
+
+    def elaborate(self, platform):
+        cfg = self._config
+        u, rb = fused_add_unit(cfg), read_bytes(cfg)
+        f = self.fields
+        depth = self._outstanding
+        m = Module()
+        meta = write_layout(u)
+        sel_bits = exact_log2(rb // u)
+        m.submodules.pending = pending = SyncFIFOBuffered(
+            width=meta.size + sel_bits, depth=depth)
+        m.submodules.responses = responses = SyncFIFOBuffered(width=8 * rb, depth=depth + 1)
+        m.submodules.out = out = SyncFIFOBuffered(width=meta.size, depth=_OUT_DEPTH)
+
+        # -- a write arrives: b's read and the write's place in the pending FIFO -----------
+        w = self.i_write
+        b_byte = Signal(ADDRESS_BITS)
+        m.d.comb += b_byte.eq(w.payload.addr * u + f.b_delta)
+        owed = Signal(range(depth + 2))  # reads issued whose data the stage has not taken
+        pop = Signal()
+        can_take = pending.w_rdy & (owed < depth)
+        m.d.comb += [
+            self.o_addr.payload.eq(b_byte & ~(rb - 1)),
+            pending.w_data.eq(Cat(w.payload.as_value(), b_byte[exact_log2(u):exact_log2(rb)])
+                              if sel_bits else w.payload.as_value()),
+        ]
+        take = Signal()
+        with m.If(f.enable):
+            m.d.comb += [
+                self.o_addr.valid.eq(w.valid & can_take),
+                take.eq(w.valid & can_take & self.o_addr.ready),
+                w.ready.eq(can_take & self.o_addr.ready),
+                pending.w_en.eq(take),
+            ]
+        m.d.sync += owed.eq(owed + take - pop)
+        m.d.comb += [
+            responses.w_data.eq(self.i_data.payload),
+            responses.w_en.eq(self.i_data.valid),
+            self.i_data.ready.eq(responses.w_rdy),
+        ]
+
+        # -- the lanes: one write a cycle while the output FIFO has room --------------------
+        valid = [Signal(name=f"valid{s}") for s in range(FUSED_ADD_STAGES)]
+        in_pipe = sum(valid)
+        room = out.level + in_pipe <= _OUT_DEPTH - FUSED_ADD_STAGES - 1
+        m.d.comb += [pop.eq(pending.r_rdy & responses.r_rdy & room),
+                     pending.r_en.eq(pop), responses.r_en.eq(pop)]
+        m.d.sync += valid[0].eq(pop)
+        for s in range(1, FUSED_ADD_STAGES):
+            m.d.sync += valid[s].eq(valid[s - 1])
+        head = meta(pending.r_data[:meta.size])
+        b_unit = responses.r_data
+        if sel_bits:
+            b_unit = b_unit.word_select(pending.r_data[meta.size:], 8 * u)
+        # The write's address and strobes travel beside its bytes.
+        places = [Signal(meta.size - 8 * u, name=f"place{s}") for s in range(FUSED_ADD_STAGES)]
+        m.d.sync += places[0].eq(Cat(head.addr, head.strb))
+        for s in range(1, FUSED_ADD_STAGES):
+            m.d.sync += places[s].eq(places[s - 1])
+        params = _AddParams(f)
+        ys = []
+        for k in range(u):
+            a_term = Signal(signed(9), name=f"a_term{k}")
+            b_term = Signal(signed(9), name=f"b_term{k}")
+            with m.If(pop):
+                m.d.sync += [a_term.eq(head.data[8 * k:8 * k + 8].as_signed() - f.za),
+                             b_term.eq(b_unit[8 * k:8 * k + 8].as_signed() - f.zb)]
+            ys.append(scaled_sum(m, a_term, b_term, params, name=str(k)))
+        last = places[-1]
+        result = meta(Signal(meta.size))
+        m.d.comb += [result.addr.eq(last[:ADDRESS_BITS]), result.data.eq(Cat(*ys)),
+                     result.strb.eq(last[ADDRESS_BITS:])]
+        m.d.comb += [out.w_data.eq(result.as_value()), out.w_en.eq(valid[-1])]
+
+        # -- writes out: the Add's, or the writer's own --------------------------------------
+        ended = Signal()  # the writer's last write is in
+        with m.If(f.enable):
+            m.d.comb += [
+                self.o_write.payload.eq(out.r_data),
+                self.o_write.valid.eq(out.r_rdy),
+                out.r_en.eq(self.o_write.ready),
+            ]
+            idle = (pending.level == 0) & (in_pipe == 0) & (out.level == 0)
+            with m.If(self.writer_done):
+                m.d.sync += ended.eq(1)
+            with m.If(ended & idle):
+                m.d.sync += ended.eq(0)
+                m.d.comb += self.done.eq(1)
+        with m.Else():
+            m.d.comb += [
+                self.o_write.payload.eq(w.payload),
+                self.o_write.valid.eq(w.valid),
+                w.ready.eq(self.o_write.ready),
+                self.done.eq(self.writer_done),
+            ]
+        return m
+
+
+class _AddParams:
+    """The fields :func:`~fpgacnn.hdl.program.scaled_sum.scaled_sum` reads, an Add's:
+    exact halves round up."""
+
+    def __init__(self, f):
+        self.ma, self.mb, self.shift = f.ma, f.mb, f.shift
+        self.zy, self.lo, self.hi = f.zy, f.lo, f.hi
+        self.ties_to_even = Const(0, 1)
