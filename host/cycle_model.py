@@ -39,7 +39,7 @@ from ..core.vector_fields import VECTOR_RUN_OVERHEAD, vector_accesses
 from .packing import map_layer
 
 __all__ = ["CycleEstimate", "layer_cycles", "conv_cycles", "sequenced_run_cycles",
-           "vector_run_cycles"]
+           "fused_run_cycles", "vector_run_cycles"]
 
 @dataclass(frozen=True)
 class CycleEstimate:
@@ -394,6 +394,39 @@ def sequenced_run_cycles(config, desc, latency, *, wide=False, writer_wide=False
     # the pixel writer takes a unit (of its mode) a cycle
     return layer_cycles(config, desc, feed_delay=delay,
                         sink_bytes=writer_unit(config, wide=writer_wide)).cycles
+
+
+def fused_run_cycles(config, desc, latency, *, reads, wide=False, writer_wide=False):
+    """Busy cycles of a sequenced run with a fused Add (:mod:`fpgacnn.core.fused_add_fields`),
+    or None where the read port bounds it.
+
+    The fused Add reads b beside the run's input on the one read port, the
+    pixel reader first, and holds ``outstanding`` writes while their reads
+    are owed: the run keeps :func:`sequenced_run_cycles` as long as the port
+    has a cycle for each of its ``reads`` (the input's, the constants' and
+    b's: :func:`fpgacnn.host.fused_add.run_reads`) within them, which held on
+    every such run of the tests (ResNet-8's three on the PYNQ-Z2 engine at
+    about one read every two cycles). A run with more reads than cycles is
+    port-bound and not modelled: it takes at least :func:`sequenced_run_cycles`
+    and at most one cycle more for each of b's reads. The Add's last writes
+    come ``latency`` plus :data:`~fpgacnn.hdl.program.fused_add.FUSED_ADD_STAGES`
+    and a few cycles after the engine's busy cycles end; the sequencer waits
+    for them (its own cycles).
+
+    Parameters
+    ----------
+    config : EngineConfig
+    desc : mapping
+        The run's descriptor.
+    latency : int
+        The memory's read latency in cycles.
+    reads : int
+        The run's memory reads, at most.
+    wide, writer_wide : bool
+        As :func:`sequenced_run_cycles`.
+    """
+    cycles = sequenced_run_cycles(config, desc, latency, wide=wide, writer_wide=writer_wide)
+    return cycles if reads <= cycles else None
 
 
 def vector_run_cycles(config, fields, latency=0):

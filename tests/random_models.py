@@ -61,6 +61,13 @@ class _Builder:
         return self._push(Add(name, [skip, self.tensor], name, self.shape, skip_scale, skip_zp,
                               self.scale, self.zp, y_scale, int(self.rng.integers(-10, 10))))
 
+    def add(self, a, b):
+        """Add the tensors ``a`` and ``b`` (names, of this shape; ``(name, scale, zp)``)."""
+        (ta, sa, za), (tb, sb, zb) = a, b
+        name = self._name("add")
+        return self._push(Add(name, [ta, tb], name, self.shape, sa, za, sb, zb, (sa + sb) * 0.8,
+                              int(self.rng.integers(-10, 10))))
+
     def gap(self):
         name = self._name("gap")
         return self._push(GlobalAveragePool(name, [self.tensor], name, self.shape, self.scale,
@@ -106,6 +113,23 @@ def random_cnn(seed):
     b.flatten()
     b.gemm(int(rng.integers(3, 12)))
     return b.model(f"random_cnn_{seed}")
+
+
+def shared_residual_cnn(seed):
+    """A residual block whose second convolution's output has two readers: the block's
+    Add and a second Add of it to the block's output (a convolution output read
+    twice, so no Add fuses into its convolution: docs/program.md)."""
+    rng = np.random.default_rng(2000 + seed)
+    b = _Builder(seed, (int(rng.integers(3, 9)), 8, 8))
+    b.conv(int(rng.integers(4, 13)), 3, pad=1)
+    skip = (b.tensor, b.scale, b.zp)
+    b.conv(b.shape[0], 3, pad=1)
+    b.conv(b.shape[0], 1, relu=False)
+    inner = (b.tensor, b.scale, b.zp)
+    b.add(skip, inner)
+    b.add(inner, (b.tensor, b.scale, b.zp))
+    b.conv(int(rng.integers(3, 9)), 1)
+    return b.model(f"shared_residual_cnn_{seed}")
 
 
 def convolution_model(rng, cin, cout, group, kernel, stride, dilation, pads, hw, *,

@@ -23,7 +23,9 @@ in board memory. For each record::
 
 A record whose op is RECORD_VECTOR runs on the vector unit instead
 (VECTOR: its fields from the record, start, wait for done; then COUNT
-takes the unit's three counters and STORE writes them). A record whose op
+takes the unit's three counters and STORE writes them). A record whose op is
+RECORD_SKIP (an Add fused into the engine record before it) goes straight to
+NEXT, its counters left as they are. A record whose op
 is RECORD_HOST stops the sequencer before it (status
 ``host``, ``index``): the host runs it and starts the sequencer at the next
 record. Writing the descriptor through the engine's own registers means the
@@ -44,10 +46,11 @@ from ...core.config import require_config
 from ...core.memory_port import read_bytes, words_per_read
 from ...core.descriptor import DESCRIPTOR_FIELDS
 from ...core.pixel_reader_fields import READER_FIELDS, reader_layout
+from ...core.fused_add_fields import FUSED_ADD_FIELDS, fused_add_layout
 from ...core.pixel_writer_fields import WRITER_FIELDS, writer_layout
 from ...core.regmap import ADDR_WIDTH, build_regmap
 from ...core.sequencer import (COUNTER_WORDS, RECORD_ENGINE, RECORD_HOST, RECORD_INDEX_BITS,
-                               RECORD_VECTOR, record_bytes, record_word)
+                               RECORD_SKIP, RECORD_VECTOR, record_bytes, record_word)
 from ...core.vector_fields import VECTOR_FIELDS, vector_layout
 from ..bus.axi_lite import RegisterBusSignature
 
@@ -101,6 +104,8 @@ class Sequencer(wiring.Component):
     reader_fields, writer_fields : Out
         The current run's pixel reader fields (the constants' while they
         stream) and pixel writer fields.
+    add_fields : Out(fused_add_layout())
+        The current run's fused Add (:mod:`fpgacnn.core.fused_add_fields`).
     reader_start, writer_start : Out(1)
     reader_done, writer_done : In(1)
     vector_fields : Out(vector_layout())
@@ -141,6 +146,7 @@ class Sequencer(wiring.Component):
             "fetching": Out(1),
             "reader_fields": Out(reader_layout()), "reader_start": Out(1), "reader_done": In(1),
             "writer_fields": Out(writer_layout()), "writer_start": Out(1), "writer_done": In(1),
+            "add_fields": Out(fused_add_layout()),
             "vector_fields": Out(vector_layout()), "vector_start": Out(1),
             "vector_done": In(1), "vector_active": Out(1),
             "vector_counters": In(unsigned(32 * COUNTER_WORDS)),
@@ -197,6 +203,8 @@ class Sequencer(wiring.Component):
                 m.d.comb += target.eq(constant)
         for f in WRITER_FIELDS:
             m.d.comb += self.writer_fields[f.name].eq(word(f"writer_{f.name}")[:f.width])
+        for f in FUSED_ADD_FIELDS:
+            m.d.comb += self.add_fields[f.name].eq(word(f"add_{f.name}")[:f.width])
         for f in VECTOR_FIELDS:
             m.d.comb += self.vector_fields[f.name].eq(word(f"vector_{f.name}")[:f.width])
 
@@ -313,6 +321,8 @@ class Sequencer(wiring.Component):
                 with m.Elif(op == RECORD_VECTOR):
                     m.d.sync += kick_vector.eq(1)
                     m.next = "VECTOR"
+                with m.Elif(op == RECORD_SKIP):
+                    m.next = "NEXT"  # an Add the engine record before it did
                 with m.Elif(op == RECORD_HOST):
                     stop(self.host)
                 with m.Else():
