@@ -27,7 +27,7 @@ unchanged (every other engine record).
 from .config import require_config
 from .fields import Field, struct_layout
 from .memory_port import read_bytes, writer_has_wide, writer_unit
-from .widths import MULT_BITS, SHIFT_BITS
+from .scaled_sum_fields import SCALED_SUM_FIELDS
 
 __all__ = ["FUSED_ADD_FIELDS", "fused_add_layout", "fused_add_unit", "has_fused_add"]
 
@@ -37,14 +37,8 @@ FUSED_ADD_FIELDS = (
           "0: written as they come"),
     Field("b_delta", 32, True, "bytes from a write's address to operand b's bytes "
           "(a multiple of fused_add_unit(config))"),
-    Field("za", 8, True, "a's zero point (the convolution's output)"),
-    Field("zb", 8, True, "b's zero point"),
-    Field("ma", MULT_BITS, False, "a's multiplier"),
-    Field("mb", MULT_BITS, False, "b's multiplier"),
-    Field("shift", SHIFT_BITS, False, "the right shift, with rounding (ties up)"),
-    Field("zy", 8, True, "the output zero point"),
-    Field("lo", 8, True, "the clamp's lower bound"),
-    Field("hi", 8, True, "the clamp's upper bound"),
+    # a: the convolution's output; exact halves round up
+    *SCALED_SUM_FIELDS,
 )
 
 

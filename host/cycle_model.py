@@ -415,15 +415,10 @@ def fused_run_cycles(config, desc, latency, *, reads, wide=False, writer_wide=Fa
 
     Parameters
     ----------
-    config : EngineConfig
-    desc : mapping
-        The run's descriptor.
-    latency : int
-        The memory's read latency in cycles.
+    config, desc, latency, wide, writer_wide
+        As :func:`sequenced_run_cycles`.
     reads : int
         The run's memory reads, at most.
-    wide, writer_wide : bool
-        As :func:`sequenced_run_cycles`.
     """
     cycles = sequenced_run_cycles(config, desc, latency, wide=wide, writer_wide=writer_wide)
     return cycles if reads <= cycles else None
