@@ -22,7 +22,7 @@ from amaranth.sim import Simulator
 
 from fpgacnn.core.fused_add_fields import fused_add_layout, fused_add_unit, has_fused_add
 from fpgacnn.core.memory_port import read_bytes
-from fpgacnn.hdl.program.fused_add import FusedAdd
+from fpgacnn.hdl.program.fused_add import FUSED_ADD_STAGES, FusedAdd
 from fpgacnn.host.integer_ops import add, add_params
 
 from conftest import SMALL_ENGINE
@@ -146,3 +146,39 @@ def test_without_enable_the_writes_pass_unchanged(engine):
     assert done is not None
     assert [(a, d.tobytes(), s) for a, d, s in out] == [(a, d.tobytes(), s)
                                                         for a, d, s in writes]
+
+
+@pytest.mark.parametrize("latency", [1, 40])
+def test_a_write_leaves_the_latency_and_the_stages_after_it_came(latency):
+    """The Latency section: a write taken in cycle t leaves in t + L + stages + 4."""
+    dut = FusedAdd(ENGINES["pairs"])
+    seen = {}
+
+    async def bench(ctx):
+        ctx.set(dut.fields, fused_add_layout().const(dict(
+            enable=1, b_delta=64, za=0, zb=0, ma=1, mb=1, shift=0, zy=0, lo=-128, hi=127)))
+        ctx.set(dut.o_addr.ready, 1)
+        ctx.set(dut.o_write.ready, 1)
+        ctx.set(dut.i_write.payload, {"addr": 1, "data": 5, "strb": 255})
+        ctx.set(dut.i_write.valid, 1)
+        owed = []
+        for cycle in range(latency + 40):
+            if ctx.get(dut.i_write.valid) and ctx.get(dut.i_write.ready):
+                seen["in"] = cycle
+            if ctx.get(dut.o_addr.valid) and ctx.get(dut.o_addr.ready):
+                owed.append(cycle + latency)
+            respond = bool(owed) and owed[0] <= cycle
+            ctx.set(dut.i_data.valid, int(respond))
+            if respond and ctx.get(dut.i_data.ready):
+                owed.pop(0)
+            if ctx.get(dut.o_write.valid):
+                seen.setdefault("out", cycle)
+            await ctx.tick()
+            if "in" in seen:
+                ctx.set(dut.i_write.valid, 0)
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    assert seen["out"] - seen["in"] == latency + FUSED_ADD_STAGES + 4

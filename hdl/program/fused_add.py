@@ -85,9 +85,12 @@ class FusedAdd(wiring.Component):
 
     Latency
     -------
-    A write with ``enable`` leaves ``L + 1 + FUSED_ADD_STAGES + 2`` cycles after it
-    arrives at the earliest (``L`` the memory's read latency), one a cycle, so
-    a run's writes end that much later than the writer's.
+    With ``enable``, a write taken in cycle ``t`` whose read is answered ``L``
+    cycles after it is taken leaves (``o_write.valid``) in cycle ``t + L +
+    FUSED_ADD_STAGES + 4`` (the response FIFO's and the output FIFO's two
+    registers each), writes one a cycle after it while nothing pauses: a run's
+    writes end that much later than the writer's. Without ``enable``: the
+    same cycle.
     """
 
     def __init__(self, config, *, outstanding=64):
