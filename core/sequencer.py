@@ -35,6 +35,11 @@ memory to memory: its words after ``op`` are :data:`VECTOR_RECORD_FIELDS`
 (the unit's fields, :mod:`fpgacnn.core.vector_fields`), and its
 ``counters`` word is where an engine record's is.
 
+An engine record's words ``add_<name>`` are the fused Add's
+(:mod:`fpgacnn.core.fused_add_fields`: with ``add_enable`` the run writes a
+residual Add's output); the Add's own record is then ``RECORD_SKIP``, which
+the sequencer passes, its counters untouched.
+
 ``done``: every record of the range ran. ``host``: the sequencer stopped
 before record ``index``, which the host runs (a host layer, or a run whose
 patterns the reader or writer does not take). ``error``: the engine refused

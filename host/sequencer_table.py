@@ -18,7 +18,11 @@ average pool, a copy) becomes RECORD_VECTOR, the vector unit's fields for its
 tensors' places (:func:`~fpgacnn.host.vector_mapping.vector_fields`). Every
 other record (a host layer, or a pattern neither half takes) becomes
 RECORD_HOST: the sequencer stops there and the host runs it from the same arena
-(:mod:`fpgacnn.host.sequencer_runner`). The warm table is the same program
+(:mod:`fpgacnn.host.sequencer_runner`). An Add the engine records before it
+can do on their writes (:func:`~fpgacnn.host.fused_add.fusions`) is fused
+where all of them are sequenced with the fused Add's fields: they write the
+Add's output, and its own record is RECORD_SKIP (:attr:`SequencerProgram.fused`).
+The warm table is the same program
 with the weights resident (each run's warm descriptor, the parameters alone
 as constants).
 
@@ -203,6 +207,9 @@ class SequencerProgram:
         ``{warm: (first, end) or None}``: the records of a program the sequencer
         runs in one start (every record but the input folds before them, which
         the host writes with the input), or None where it stops for the host.
+    fused : dict
+        ``{warm: list of Fusion}``: the Adds each run table does on the writes
+        of the engine runs before them (:mod:`fpgacnn.host.fused_add`).
     """
 
     def __init__(self, image, *, allocate=None):
@@ -230,7 +237,6 @@ class SequencerProgram:
             if fields is not None:
                 self._vector_predicted[i] = vector_run_cycles(config, fields)
         self._steps = [r.step for r in self.image.records]
-        #: ``{warm: list of Fusion}``: the Adds each table does on engine runs' writes.
         self.fused = {}
         for warm, off in tables.items():
             flags, rows, fused = [], [], []

@@ -150,7 +150,7 @@ def test_without_enable_the_writes_pass_unchanged(engine):
 
 @pytest.mark.parametrize("latency", [1, 40])
 def test_a_write_leaves_the_latency_and_the_stages_after_it_came(latency):
-    """The Latency section: a write taken in cycle t leaves in t + L + stages + 4."""
+    """The Latency section: a write taken in cycle t leaves in t + L + stages + 5."""
     dut = FusedAdd(ENGINES["pairs"])
     seen = {}
 
@@ -181,4 +181,4 @@ def test_a_write_leaves_the_latency_and_the_stages_after_it_came(latency):
     sim.add_clock(1e-8)
     sim.add_testbench(bench)
     sim.run()
-    assert seen["out"] - seen["in"] == latency + FUSED_ADD_STAGES + 4
+    assert seen["out"] - seen["in"] == latency + FUSED_ADD_STAGES + 5

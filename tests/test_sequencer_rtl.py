@@ -38,7 +38,8 @@ from fpgacnn.host.sequencer_table import SequencerProgram, check_record_count
 
 from conftest import SMALL_ENGINE
 from limit_layers import CONFIGS
-from random_models import convolution_model, random_cnn, shared_residual_cnn
+from random_models import (convolution_model, random_cnn, residual_block_cnn,
+                           shared_residual_cnn)
 from test_hdl_pixel_writer import ENGINES as WRITER_ENGINES
 
 #: k2's program engine takes 128-bit beats, as a Zynq UltraScale+ board's does
@@ -72,6 +73,11 @@ def _models():
                                               (1, 1), (1, 1, 1, 1), (9, 9))
     yield "conv_strips", convolution_model(np.random.default_rng(9), 6, 40, 1, (3, 3), (1, 1),
                                            (1, 1), (1, 1, 1, 1), (6, 40))
+    # Residual blocks of whole beats: the fused runs read and write a beat a cycle on
+    # the pairs engine (on k2, whose kmax is 2, the 3x3 convolutions are not sequenced
+    # and their Adds stay vector records).
+    for channels in (8, 16):
+        yield f"residual_block_{channels}", residual_block_cnn(channels, channels, 8)
 
 
 def _input(model, batch, seed):
@@ -122,8 +128,10 @@ def test_networks_run_from_memory_bit_exact(board, batch, memory):
     # The pairs engine's runs that send a beat a cycle were written a beat a cycle.
     assert beats > 0 or bandwidth < config.stream_bytes or not writer_has_wide(config)
     # The random CNNs' Adds fuse into the convolutions before them (every engine here
-    # has the fused Add); on k3, whose runs are modelled, some in the model's cycles.
-    assert fused_modelled > 0 or bandwidth < config.stream_bytes or board.config_name != "k3"
+    # has the fused Add); on k3 and on the pairs engine (wide runs: a beat a cycle in
+    # and out) some in the model's cycles.
+    assert (fused_modelled > 0 or bandwidth < config.stream_bytes
+            or board.config_name not in ("k3", "pairs"))
 
 
 def _cycles_as_modelled(acc, latency, vector):
@@ -178,7 +186,8 @@ def _cycles_as_modelled(acc, latency, vector):
                 continue
             assert modelled_fused == model
             fused_modelled += 1
-        assert busy == model, (i, record.step, busy, model)
+        assert busy == model, (i, record.step, busy, model, i in fused,
+                               sequenced.run_reads(i, warm=warm), warm)
         modelled += 1
         if contract.output_entry_words(desc) == 2:
             assert writer_wide, (i, record.step)

@@ -9,7 +9,7 @@ Add's operand ``a`` (the convolution's requantized output); the stage reads
 operand ``b`` at the write's address plus ``b_delta`` and writes ``y``, the
 Add of :mod:`fpgacnn.core.fused_add_fields`, in its place::
 
-    i_write --+--> b's read (R bytes around addr + b_delta) --> o_addr --> memory
+    i_write --+--> b's read FIFO (R bytes around addr + b_delta) --> o_addr --> memory
               |                                                           |
               +--> pending FIFO (addr, a, strobes, b's place in R)        |
                         |          response FIFO <------------------------+ i_data
@@ -21,16 +21,18 @@ Add of :mod:`fpgacnn.core.fused_add_fields`, in its place::
 The b addresses need no counter nest of their own: they are the writer's
 own addresses, moved by one constant (b and the Add's output have one
 layout), so whatever destination the writer takes (channel groups, column
-strips, a batch) reads b in the same pattern. A read issues as its write
-arrives, while fewer than ``outstanding`` responses are owed (so the response
-FIFO always has room); the pending FIFO holds ``outstanding`` writes, so
-the memory's latency (up to ``outstanding - 3``) is paid once a run, not
-per write.
+strips, a batch) reads b in the same pattern. A write is taken while the
+pending FIFO has room; its read waits in a FIFO of its own for the read port
+(the reader goes first) and issues while fewer than ``outstanding``
+responses are owed (so the response FIFO always has room); the pending FIFO
+holds ``outstanding`` writes, so the memory's latency (up to ``outstanding -
+3``) is paid once a run, not per write, and a stretch of reader reads holds
+the writer back only once it is full.
 """
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import stream, wiring
-from amaranth.lib.fifo import SyncFIFOBuffered
+from amaranth.lib.fifo import SyncFIFO, SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
@@ -87,10 +89,10 @@ class FusedAdd(wiring.Component):
     -------
     With ``enable``, a write taken in cycle ``t`` whose read is answered ``L``
     cycles after it is taken leaves (``o_write.valid``) in cycle ``t + L +
-    FUSED_ADD_STAGES + 4`` (the response FIFO's and the output FIFO's two
-    registers each), writes one a cycle after it while nothing pauses: a run's
-    writes end that much later than the writer's. Without ``enable``: the
-    same cycle.
+    FUSED_ADD_STAGES + 5`` (the read FIFO's register, the response FIFO's and
+    the output FIFO's two each), writes one a cycle after it while nothing
+    pauses: a run's writes end that much later than the writer's. Without
+    ``enable``: the same cycle.
     """
 
     def __init__(self, config, *, outstanding=64):
@@ -125,27 +127,33 @@ class FusedAdd(wiring.Component):
         m.submodules.responses = responses = SyncFIFOBuffered(width=8 * rb, depth=depth + 1)
         m.submodules.out = out = SyncFIFOBuffered(width=meta.size, depth=_OUT_DEPTH)
 
-        # -- a write arrives: b's read and the write's place in the pending FIFO -----------
+        # -- a write arrives: its place in the pending FIFO, b's address in its own --------
+        # The reads wait in a FIFO of their own, not in the writer's: the pixel reader
+        # goes first on the read port, and a write must not wait for a free cycle of the
+        # port (the engine's output would stall behind its input); the pending FIFO
+        # absorbs such stretches.
+        m.submodules.b_reads = b_reads = SyncFIFO(width=ADDRESS_BITS, depth=depth)
         w = self.i_write
         b_byte = Signal(ADDRESS_BITS)
         m.d.comb += b_byte.eq(w.payload.addr * u + f.b_delta)
         owed = Signal(range(depth + 2))  # reads issued whose data the stage has not taken
         pop = Signal()
-        can_take = pending.w_rdy & (owed < depth)
         m.d.comb += [
-            self.o_addr.payload.eq(b_byte & ~(rb - 1)),
+            b_reads.w_data.eq(b_byte & ~(rb - 1)),
             pending.w_data.eq(Cat(w.payload.as_value(), b_byte[exact_log2(u):exact_log2(rb)])
                               if sel_bits else w.payload.as_value()),
+            self.o_addr.payload.eq(b_reads.r_data),
+            self.o_addr.valid.eq(b_reads.r_rdy & (owed < depth)),
+            b_reads.r_en.eq(self.o_addr.valid & self.o_addr.ready),
         ]
-        take = Signal()
         with m.If(f.enable):
+            take = w.valid & pending.w_rdy & b_reads.w_rdy
             m.d.comb += [
-                self.o_addr.valid.eq(w.valid & can_take),
-                take.eq(w.valid & can_take & self.o_addr.ready),
-                w.ready.eq(can_take & self.o_addr.ready),
+                w.ready.eq(pending.w_rdy & b_reads.w_rdy),
                 pending.w_en.eq(take),
+                b_reads.w_en.eq(take),
             ]
-        m.d.sync += owed.eq(owed + take - pop)
+        m.d.sync += owed.eq(owed + (self.o_addr.valid & self.o_addr.ready) - pop)
         m.d.comb += [
             responses.w_data.eq(self.i_data.payload),
             responses.w_en.eq(self.i_data.valid),

@@ -11,7 +11,8 @@ the :class:`~fpgacnn.hdl.engine.ConvEngine` unchanged, behind the
                                  +--> engine registers  <--+-- sequencer (while it owns them)
     s_axis --+------------------------> engine --+--------------> m_axis
              |   (host runs: idle)               |
-    memory --+--> pixel reader --> (program) ----+--> pixel writer --> memory
+    memory --+--> pixel reader --> (program) ----+--> pixel writer --> fused Add --> memory
+             +--> b (a fused Add's other operand) -----------------------^
              +--> vector unit (Add, global pool, copy) ------------> memory
              +--> record fetch --> sequencer --> counters ---------> memory
 
@@ -20,6 +21,13 @@ While the sequencer is idle the top is the ConvEngine as the host knows it
 does for a program). While it owns the engine, the engine's streams are the
 reader's and the writer's and the DMA ports are held off (``s_axis.tready``
 and ``m_axis.tvalid`` low).
+
+A run whose record enables the fused Add
+(:class:`~fpgacnn.hdl.program.fused_add.FusedAdd`, where
+:func:`~fpgacnn.core.fused_add_fields.has_fused_add`) writes a residual Add's
+output instead of its own, reading the Add's other operand on the read port
+beside the reader's reads (the reader first; a tag per read routes the
+responses).
 
 The memory interface is :mod:`fpgacnn.core.memory_port`'s: reads of ``R``
 bytes (the beat, or ``pin`` where that is wider) at R-aligned byte
