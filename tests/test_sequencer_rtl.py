@@ -8,7 +8,8 @@ several memory latencies and bandwidths (a narrow memory is the program's
 back-pressure: it stalls the reader and the writer); with the memory never
 short of bandwidth, every run the sequencer makes takes exactly the cycle
 model's prediction plus the reader's latency once per section
-(:func:`fpgacnn.host.cycle_model.sequenced_run_cycles`). A descriptor the
+(:func:`fpgacnn.host.cycle_model.sequenced_run_cycles`; with a fused Add,
+:func:`~fpgacnn.host.cycle_model.fused_run_cycles`). A descriptor the
 engine refuses, a run that never ends and a read outside the program each
 stop the network with one line naming the layer or the address, and the
 board runs the next program as before.

@@ -10,7 +10,8 @@ with and without stream back-pressure, on its first inference (which loads
 the weights) and on the next (the weights resident in the engine), and
 without back-pressure every layer's RTL cycles equal the cycle model's
 prediction. The MLPerf Tiny models also run from board memory on the
-engine's own program sequencer (issue 16), bit-exact, cold and warm.
+engine's own program sequencer (issue 16), bit-exact, cold and warm;
+ResNet-8's three residual Adds fused into the convolutions before them.
 """
 
 import importlib.util
