@@ -24,8 +24,9 @@ in board memory. For each record::
 A record whose op is RECORD_VECTOR runs on the vector unit instead
 (VECTOR: its fields from the record, start, wait for done; then COUNT
 takes the unit's three counters and STORE writes them). A record whose op is
-RECORD_SKIP (an Add fused into the engine record before it) goes straight to
-NEXT, its counters left as they are. A record whose op
+RECORD_SKIP (an Add fused into the engine record before it) runs nothing,
+its counters left as they are: the fetch ahead passes over it to the record
+after it (where the range goes on past it), or DECODE goes straight to NEXT. A record whose op
 is RECORD_HOST stops the sequencer before it (status
 ``host``, ``index``): the host runs it and starts the sequencer at the next
 record. Writing the descriptor through the engine's own registers means the
@@ -218,6 +219,7 @@ class Sequencer(wiring.Component):
         issued = Signal(range(nwords + 1))
         received = Signal(range(nwords + 1))
         fetched = Signal()  # nxt holds the record at f_base
+        skipped = Signal()  # f_base is two records on: the one between is a RECORD_SKIP
         j = Signal(range(max(len(DESCRIPTOR_FIELDS), COUNTER_WORDS) + 1))
         kick = Signal()  # start the reader next cycle (its fields settle first)
         reader_finished, writer_finished = Signal(), Signal()
@@ -246,6 +248,7 @@ class Sequencer(wiring.Component):
 
         # -- the fetcher ------------------------------------------------------------------
         fetch_go, fetch_last = Signal(), Signal()
+        prefetch = Signal()  # the next record may be fetched (the run's reads are done)
         data = self.fetch_data.payload
         if per_read > 1:
             # R bytes a read where the record starts on an R boundary (every record
@@ -270,10 +273,18 @@ class Sequencer(wiring.Component):
             with m.If(self.fetch_data.valid):
                 m.d.sync += [nxt.eq(shifted), received.eq(received + 1)]
             with m.If(fetch_last):
-                m.d.sync += fetched.eq(1)
+                # A RECORD_SKIP fetched ahead (an Add the run before it did): fetch the
+                # record after it instead, so the skip costs no fetch of its own.
+                with m.If(prefetch & (shifted[:32] == RECORD_SKIP) & ~skipped
+                          & (remaining > 2)):
+                    m.d.sync += [f_base.eq(f_base + nwords), issued.eq(0), received.eq(0),
+                                 skipped.eq(1)]
+                with m.Else():
+                    m.d.sync += fetched.eq(1)
 
         def fetch_from(base):
-            m.d.sync += [f_base.eq(base), issued.eq(0), received.eq(0), fetched.eq(0)]
+            m.d.sync += [f_base.eq(base), issued.eq(0), received.eq(0), fetched.eq(0),
+                         skipped.eq(0)]
 
         def fetch_next(base):
             fetch_from(base)
@@ -285,8 +296,7 @@ class Sequencer(wiring.Component):
         # the run ends, its counters are read and stored and its writes complete: NEXT
         # then takes it at once. Nothing writes the run table, so no write of the run
         # orders before these reads.
-        prefetch = Signal()
-        m.d.comb += fetch_go.eq(prefetch & (remaining > 1) & ~fetched)
+        m.d.comb += fetch_go.eq(prefetch & (remaining > 1 + skipped) & ~fetched)
 
         def abortable():
             # Last in a running state: an abort wins over what the state does.
@@ -419,8 +429,9 @@ class Sequencer(wiring.Component):
                     pass  # the record's writes are not all in memory yet
                 with m.Elif(remaining == 1):
                     stop(self.done)
-                with m.Elif(fetched):  # the next record, fetched already
-                    m.d.sync += [self.index.eq(self.index + 1), remaining.eq(remaining - 1),
+                with m.Elif(fetched):  # the next record (past a skipped one), fetched already
+                    m.d.sync += [self.index.eq(self.index + 1 + skipped),
+                                 remaining.eq(remaining - 1 - skipped),
                                  rec.eq(nxt), rec_base.eq(f_base)]
                     m.next = "DECODE"
                 abortable()
