@@ -1,7 +1,8 @@
 """The fused Add (issue 16): a residual Add done on the pixel writer's writes on their
 way to memory, bit-exact with the reference Add.
 
-Amaranth simulator. Random writes (unit addresses, bytes, strobes) come in
+Amaranth simulator, the stage with the vector unit whose lanes it computes on
+(idle, as in the program engine). Random writes (unit addresses, bytes, strobes) come in
 as the pixel writer gives them, with random pauses; a memory model holding
 operand b answers the stage's R-byte reads after a latency, with random
 pauses of requests and responses; the memory takes the writes with random
@@ -18,11 +19,14 @@ import numpy as np
 import pytest
 from numpy.testing import assert_array_equal
 
+from amaranth.hdl import Elaboratable, Module
+from amaranth.lib import wiring
 from amaranth.sim import Simulator
 
 from fpgacnn.core.fused_add_fields import fused_add_layout, fused_add_unit, has_fused_add
 from fpgacnn.core.memory_port import read_bytes
 from fpgacnn.hdl.program.fused_add import FUSED_ADD_STAGES, FusedAdd
+from fpgacnn.hdl.program.vector_unit import VectorUnit
 from fpgacnn.host.integer_ops import add, add_params
 
 from conftest import SMALL_ENGINE
@@ -36,6 +40,20 @@ ENGINES = {
 }
 
 
+class WithLanes(Elaboratable):
+    """The stage and the (idle) vector unit whose lanes it computes on, connected as
+    the program engine connects them; ``add`` is the stage."""
+
+    def __init__(self, config):
+        self.add, self.vector = FusedAdd(config), VectorUnit(config)
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.add, m.submodules.vector = self.add, self.vector
+        wiring.connect(m, self.add.lanes, self.vector.lanes)
+        return m
+
+
 def _params(rng):
     ma, mb, shift = add_params(rng.uniform(0.2, 2.0), rng.uniform(0.2, 2.0))
     lo, hi = sorted(int(v) for v in rng.integers(-128, 128, 2))
@@ -47,7 +65,8 @@ def _params(rng):
 def run_stage(config, fields, writes, memory, *, latency, pause=0.0, seed=0):
     """Pass ``writes`` (``(addr, data bytes, strobe bits)``) through the stage over
     ``memory`` (b's bytes); the writes out and the cycle of ``done``."""
-    dut = FusedAdd(config)
+    top = WithLanes(config)
+    dut = top.add
     u, rb = fused_add_unit(config), read_bytes(config)
     rng = np.random.default_rng(seed)
     out = []
@@ -96,7 +115,7 @@ def run_stage(config, fields, writes, memory, *, latency, pause=0.0, seed=0):
             if "done" in result and cycle > result["done"] + 50:
                 break
 
-    sim = Simulator(dut)
+    sim = Simulator(top)
     sim.add_clock(1e-8)
     sim.add_testbench(source)
     sim.add_testbench(bench)
@@ -151,7 +170,8 @@ def test_without_enable_the_writes_pass_unchanged(engine):
 @pytest.mark.parametrize("latency", [1, 40])
 def test_a_write_leaves_the_latency_and_the_stages_after_it_came(latency):
     """The Latency section: a write taken in cycle t leaves in t + L + stages + 5."""
-    dut = FusedAdd(ENGINES["pairs"])
+    top = WithLanes(ENGINES["pairs"])
+    dut = top.add
     seen = {}
 
     async def bench(ctx):
@@ -177,7 +197,7 @@ def test_a_write_leaves_the_latency_and_the_stages_after_it_came(latency):
             if "in" in seen:
                 ctx.set(dut.i_write.valid, 0)
 
-    sim = Simulator(dut)
+    sim = Simulator(top)
     sim.add_clock(1e-8)
     sim.add_testbench(bench)
     sim.run()

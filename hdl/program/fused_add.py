@@ -14,8 +14,8 @@ Add of :mod:`fpgacnn.core.fused_add_fields`, in its place::
               +--> pending FIFO (addr, a, strobes, b's place in R)        |
                         |          response FIFO <------------------------+ i_data
                         v               v
-                 stage 1: a - za, b - zb per byte
-                 stages 2-5: scaled_sum (the vector unit's lanes)
+                 a - za, b - zb per byte --> the vector unit's lanes (idle):
+                 stage 1 their terms' register, stages 2-5 scaled_sum
                         --> output FIFO --> o_write --> memory
 
 The b addresses need no counter nest of their own: they are the writer's
@@ -30,7 +30,7 @@ holds ``outstanding`` writes, so the memory's latency (up to ``outstanding -
 the writer back only once it is full.
 """
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed, unsigned
+from amaranth.hdl import Cat, Module, Signal, unsigned
 from amaranth.lib import stream, wiring
 from amaranth.lib.fifo import SyncFIFO, SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
@@ -41,7 +41,7 @@ from ...core.fused_add_fields import fused_add_layout, fused_add_unit, has_fused
 from ...core.memory_port import ADDRESS_BITS, read_bytes
 from .pixel_reader import require_outstanding
 from .pixel_writer import write_layout
-from .scaled_sum import SCALED_SUM_STAGES, scaled_sum
+from .scaled_sum import SCALED_SUM_STAGES, lane_client_signature
 
 __all__ = ["FusedAdd", "FUSED_ADD_STAGES"]
 
@@ -84,6 +84,11 @@ class FusedAdd(wiring.Component):
     done : Out(1)
         ``writer_done`` itself, or with ``enable`` one cycle in which the run's
         last write has been taken by the memory (and nothing is left inside).
+    lanes : Out(lane_client_signature(R))
+        To the :class:`~fpgacnn.hdl.program.vector_unit.VectorUnit`'s ``lanes``:
+        the stage computes on the unit's lanes (the first ``u``), which are
+        idle while a convolution runs, so the Add costs no multipliers of its
+        own.
 
     Latency
     -------
@@ -112,6 +117,7 @@ class FusedAdd(wiring.Component):
             "i_data": In(stream.Signature(unsigned(8 * read_bytes(config)))),
             "writer_done": In(1),
             "done": Out(1),
+            "lanes": Out(lane_client_signature(read_bytes(config))),
         })
 
     def elaborate(self, platform):
@@ -178,18 +184,16 @@ class FusedAdd(wiring.Component):
         m.d.sync += places[0].eq(Cat(head.addr, head.strb))
         for s in range(1, FUSED_ADD_STAGES):
             m.d.sync += places[s].eq(places[s - 1])
-        params = _AddParams(f)
-        ys = []
+        # The terms go to the vector unit's lanes (idle while a convolution runs), which
+        # register them (stage 1) and give y SCALED_SUM_STAGES cycles later.
+        lanes = self.lanes
+        m.d.comb += lanes.fields.eq(f)
         for k in range(u):
-            a_term = Signal(signed(9), name=f"a_term{k}")
-            b_term = Signal(signed(9), name=f"b_term{k}")
-            with m.If(pop):
-                m.d.sync += [a_term.eq(head.data[8 * k:8 * k + 8].as_signed() - f.za),
-                             b_term.eq(b_unit[8 * k:8 * k + 8].as_signed() - f.zb)]
-            ys.append(scaled_sum(m, a_term, b_term, params, name=str(k)))
+            m.d.comb += [lanes.a_terms[k].eq(head.data[8 * k:8 * k + 8].as_signed() - f.za),
+                         lanes.b_terms[k].eq(b_unit[8 * k:8 * k + 8].as_signed() - f.zb)]
         last = places[-1]
         result = meta(Signal(meta.size))
-        m.d.comb += [result.addr.eq(last[:ADDRESS_BITS]), result.data.eq(Cat(*ys)),
+        m.d.comb += [result.addr.eq(last[:ADDRESS_BITS]), result.data.eq(lanes.y[:8 * u]),
                      result.strb.eq(last[ADDRESS_BITS:])]
         m.d.comb += [out.w_data.eq(result.as_value()), out.w_en.eq(valid[-1])]
 
@@ -215,13 +219,3 @@ class FusedAdd(wiring.Component):
                 self.done.eq(self.writer_done),
             ]
         return m
-
-
-class _AddParams:
-    """The fields :func:`~fpgacnn.hdl.program.scaled_sum.scaled_sum` reads, an Add's:
-    exact halves round up."""
-
-    def __init__(self, f):
-        self.ma, self.mb, self.shift = f.ma, f.mb, f.shift
-        self.zy, self.lo, self.hi = f.zy, f.lo, f.hi
-        self.ties_to_even = Const(0, 1)

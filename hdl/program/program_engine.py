@@ -198,6 +198,8 @@ class ProgramEngine(wiring.Component):
             m.d.comb += [add.fields.eq(seq.add_fields), add.writer_done.eq(writer.done),
                          seq.writer_done.eq(add.done)]
             wiring.connect(m, writer.o_write, add.i_write)
+            # The Add computes on the vector unit's lanes, idle while a convolution runs.
+            wiring.connect(m, add.lanes, vector.lanes)
             writes = add.o_write
         else:
             m.d.comb += seq.writer_done.eq(writer.done)

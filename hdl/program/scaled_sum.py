@@ -12,11 +12,30 @@ the same integers by one definition::
 ``ties_to_even`` an exact half to the even neighbour.
 """
 
-from amaranth.hdl import Cat, Const, Mux, Signal, signed
+from amaranth.hdl import Cat, Const, Mux, Signal, signed, unsigned
+from amaranth.lib import data, wiring
+from amaranth.lib.wiring import In, Out
 
+from ...core.fused_add_fields import fused_add_layout
 from ...core.widths import MULT_BITS
 
-__all__ = ["SCALED_SUM_STAGES", "scaled_sum"]
+__all__ = ["SCALED_SUM_STAGES", "TERM_BITS", "lane_client_signature", "scaled_sum"]
+
+#: Bits of a lane client's terms: an int8 less an int8 zero point.
+TERM_BITS = 9
+
+
+def lane_client_signature(lanes):
+    """The vector unit's ``lanes`` lent to the fused Add, from the Add's side (Out):
+    its ``fields`` (:func:`~fpgacnn.core.fused_add_fields.fused_add_layout`; with
+    ``enable`` the lanes are its), per lane ``a_terms`` and ``b_terms`` (``a - za``,
+    ``b - zb``, taken every cycle), and ``y`` back (``lanes`` bytes, In)."""
+    return wiring.Signature({
+        "fields": Out(fused_add_layout()),
+        "a_terms": Out(data.ArrayLayout(signed(TERM_BITS), lanes)),
+        "b_terms": Out(data.ArrayLayout(signed(TERM_BITS), lanes)),
+        "y": In(unsigned(8 * lanes)),
+    })
 
 #: Registered stages from the terms to ``y``: the products, their sum, the rounding
 #: shift, the zero point and clamp.

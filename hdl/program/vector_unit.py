@@ -51,7 +51,7 @@ from ...core.vector_fields import (VECTOR_ACC_BITS, VECTOR_LANE_STAGES, vector_l
                                    write_chunk_bytes)
 from .pixel_reader import require_outstanding
 from .pixel_writer import write_layout
-from .scaled_sum import SCALED_SUM_STAGES, scaled_sum
+from .scaled_sum import SCALED_SUM_STAGES, lane_client_signature, scaled_sum
 
 __all__ = ["VectorUnit"]
 
@@ -62,6 +62,17 @@ _OUT_DEPTH = 16
 #: register, then the scaled sum's.
 _STAGES = VECTOR_LANE_STAGES
 assert _STAGES == 1 + SCALED_SUM_STAGES
+
+
+class _LaneParams:
+    """The lanes' integers: the unit's fields, or the fused Add's while it has the
+    lanes (its ``enable``; exact halves round up)."""
+
+    def __init__(self, f, fused):
+        on = fused.enable
+        for name in ("ma", "mb", "shift", "zy", "lo", "hi"):
+            setattr(self, name, Mux(on, fused[name], f[name]))
+        self.ties_to_even = f.ties_to_even & ~on
 
 
 class VectorUnit(wiring.Component):
@@ -96,6 +107,13 @@ class VectorUnit(wiring.Component):
     busy_cycles, stall_in_cycles, stall_out_cycles : Out(32)
         Of the last run: cycles from ``start`` to ``done``; cycles the lanes
         waited for a read's data; cycles a write waited for the memory.
+    lanes : In(lane_client_signature(R))
+        The lanes lent to the fused Add
+        (:class:`~fpgacnn.hdl.program.fused_add.FusedAdd`) while the unit is
+        idle: with ``lanes.fields.enable`` each lane takes the client's terms
+        every cycle and computes with its fields, ``lanes.y`` holding the
+        results :data:`~fpgacnn.hdl.program.scaled_sum.SCALED_SUM_STAGES` + 1
+        cycles later; tie ``enable`` low where there is no such client.
 
     Notes
     -----
@@ -122,6 +140,7 @@ class VectorUnit(wiring.Component):
             "i_data": In(stream.Signature(unsigned(8 * read_bytes(config)))),
             "o_write": Out(stream.Signature(write_layout(write_bytes(config)))),
             "busy_cycles": Out(32), "stall_in_cycles": Out(32), "stall_out_cycles": Out(32),
+            "lanes": In(lane_client_signature(read_bytes(config))),
         })
 
     def elaborate(self, platform):
@@ -209,6 +228,8 @@ class VectorUnit(wiring.Component):
             m.d.sync += valid[s].eq(valid[s - 1])
         m.d.sync += valid[0].eq(0)
         lanes = []
+        shared = self.lanes
+        params = _LaneParams(f, shared.fields)
         for k in range(rb):
             byte = responses.r_data[8 * k:8 * k + 8].as_signed()
             acc = Signal(signed(VECTOR_ACC_BITS), name=f"acc{k}")
@@ -222,7 +243,9 @@ class VectorUnit(wiring.Component):
                     m.d.sync += [s_acc.eq(summed), s_db.eq(0)]
             with m.If(pop & c_b):
                 m.d.sync += [s_acc.eq(acc), s_db.eq(byte - f.zb)]
-            lanes.append(scaled_sum(m, s_acc, s_db, f, name=str(k)))
+            with m.If(shared.fields.enable):  # the lanes are the fused Add's (idle unit)
+                m.d.sync += [s_acc.eq(shared.a_terms[k]), s_db.eq(shared.b_terms[k])]
+            lanes.append(scaled_sum(m, s_acc, s_db, params, name=str(k)))
         with m.If(pop):
             with m.If(c_b):
                 m.d.sync += [c_b.eq(0), c_pixel.eq(0), valid[0].eq(1)]
@@ -234,7 +257,8 @@ class VectorUnit(wiring.Component):
                 m.d.sync += [c_pixel.eq(0), valid[0].eq(1)]
         with m.If(self.start & ~self.busy):
             m.d.sync += [c_b.eq(0), c_pixel.eq(0)]
-        m.d.comb += [out.w_data.eq(Cat(*lanes)), out.w_en.eq(valid[_STAGES - 1])]
+        m.d.comb += [out.w_data.eq(Cat(*lanes)), out.w_en.eq(valid[_STAGES - 1]),
+                     shared.y.eq(Cat(*lanes))]
 
         # -- writes: each output word in chunks of gcd(word, W) bytes -----------------------
         wb = write_bytes(cfg)
