@@ -35,6 +35,11 @@ memory to memory: its words after ``op`` are :data:`VECTOR_RECORD_FIELDS`
 (the unit's fields, :mod:`fpgacnn.core.vector_fields`), and its
 ``counters`` word is where an engine record's is.
 
+An engine record's words ``add_<name>`` are the fused Add's
+(:mod:`fpgacnn.core.fused_add_fields`: with ``add_enable`` the run writes a
+residual Add's output); the Add's own record is then ``RECORD_SKIP``, which
+the sequencer passes, its counters untouched.
+
 ``done``: every record of the range ran. ``host``: the sequencer stopped
 before record ``index``, which the host runs (a host layer, or a run whose
 patterns the reader or writer does not take). ``error``: the engine refused
@@ -49,6 +54,7 @@ import math
 
 from .config import require_config
 from .descriptor import DESCRIPTOR_FIELDS
+from .fused_add_fields import FUSED_ADD_FIELDS
 from .memory_port import read_bytes
 from .pixel_reader_fields import READER_FIELDS
 from .pixel_writer_fields import WRITER_FIELDS
@@ -56,7 +62,8 @@ from .regmap import RegisterMapBuilder
 from .vector_fields import VECTOR_FIELDS
 
 __all__ = ["SEQUENCER_BASE", "SEQUENCER_MAGIC", "RECORD_FIELDS", "VECTOR_RECORD_FIELDS",
-           "RECORD_ENGINE", "RECORD_HOST", "RECORD_VECTOR", "RECORD_INDEX_BITS", "MAX_RECORDS",
+           "RECORD_ENGINE", "RECORD_HOST", "RECORD_VECTOR", "RECORD_SKIP", "RECORD_INDEX_BITS",
+           "MAX_RECORDS",
            "COUNTER_WORDS", "RecordField",
            "record_bytes", "record_word", "build_sequencer_regmap"]
 
@@ -66,8 +73,9 @@ SEQUENCER_BASE = 0x800
 SEQUENCER_MAGIC = int.from_bytes(b"FCSQ", "little")
 
 #: A run-table record's operation (its first word): an engine run, a stop for the
-#: host, a vector unit run.
-RECORD_ENGINE, RECORD_HOST, RECORD_VECTOR = 1, 2, 3
+#: host, a vector unit run, nothing (an Add the engine record before it did:
+#: :mod:`fpgacnn.core.fused_add_fields`; its counters are left as they are).
+RECORD_ENGINE, RECORD_HOST, RECORD_VECTOR, RECORD_SKIP = 1, 2, 3, 4
 
 #: Bits of a record index (``seq_range``'s first and count, ``seq_status.index``):
 #: a program the sequencer runs has at most MAX_RECORDS records.
@@ -91,13 +99,15 @@ class RecordField:
 
 def _fields():
     spec = [("op", 1, "RECORD_ENGINE; RECORD_HOST: stop, the host runs this record; "
-                      "RECORD_VECTOR: the vector unit runs it (VECTOR_RECORD_FIELDS)")]
+                      "RECORD_VECTOR: the vector unit runs it (VECTOR_RECORD_FIELDS); "
+                      "RECORD_SKIP: nothing to run (an Add fused into the record before)")]
     spec += [(f"desc_{f.name}", 1, f"the desc_{f.name} register's word") for f in DESCRIPTOR_FIELDS]
     spec += [("const_base", 1, "word address (pin-byte words) of the constants the run "
                                "streams first"),
              ("const_words", 1, "pin-byte words of constants (0: none)")]
     spec += [(f"reader_{f.name}", 1, f"the pixel reader's {f.name}") for f in READER_FIELDS]
     spec += [(f"writer_{f.name}", 1, f"the pixel writer's {f.name}") for f in WRITER_FIELDS]
+    spec += [(f"add_{f.name}", 1, f"the fused Add's {f.name}") for f in FUSED_ADD_FIELDS]
     spec += [("counters", 1, f"byte address of the run's {COUNTER_WORDS} counter words")]
     out, offset = [], 0
     for name, count, doc in spec:

@@ -43,7 +43,7 @@ import math
 from .config import require_config
 from .fields import Field, struct_layout
 from .memory_port import read_bytes, write_bytes
-from .widths import MULT_BITS, SHIFT_BITS
+from .scaled_sum_fields import SCALED_SUM_FIELDS
 
 __all__ = ["VectorField", "VECTOR_FIELDS", "VECTOR_ACC_BITS", "VECTOR_MAX_PIXELS",
            "VECTOR_LANE_STAGES", "VECTOR_RUN_OVERHEAD", "vector_layout", "vector_word_bytes",
@@ -85,14 +85,7 @@ VECTOR_FIELDS = (
     VectorField("has_b", 1, False, "1: add (b - zb) * mb (an Add); 0: no b read"),
     VectorField("ties_to_even", 1, False, "1: exact halves round to even (average pools); "
                 "0: up"),
-    VectorField("za", 8, True, "a's zero point"),
-    VectorField("zb", 8, True, "b's zero point"),
-    VectorField("ma", MULT_BITS, False, "a's multiplier"),
-    VectorField("mb", MULT_BITS, False, "b's multiplier"),
-    VectorField("shift", SHIFT_BITS, False, "the right shift, with rounding"),
-    VectorField("zy", 8, True, "the output zero point"),
-    VectorField("lo", 8, True, "the clamp's lower bound"),
-    VectorField("hi", 8, True, "the clamp's upper bound"),
+    *SCALED_SUM_FIELDS,
     VectorField("wide", 1, False, "1: a word is the read port's R bytes (R lanes: "
                 "read_bytes(config)) and every address and count of words counts those; "
                 "0: pin-byte words"),

@@ -39,7 +39,7 @@ from ..core.vector_fields import VECTOR_RUN_OVERHEAD, vector_accesses
 from .packing import map_layer
 
 __all__ = ["CycleEstimate", "layer_cycles", "conv_cycles", "sequenced_run_cycles",
-           "vector_run_cycles"]
+           "fused_run_cycles", "FUSED_PORT_SHARE", "vector_run_cycles"]
 
 @dataclass(frozen=True)
 class CycleEstimate:
@@ -394,6 +394,45 @@ def sequenced_run_cycles(config, desc, latency, *, wide=False, writer_wide=False
     # the pixel writer takes a unit (of its mode) a cycle
     return layer_cycles(config, desc, feed_delay=delay,
                         sink_bytes=writer_unit(config, wide=writer_wide)).cycles
+
+
+#: The share of a fused run's cycles its memory reads may take for the run to keep
+#: its own cycles (:func:`fused_run_cycles`), as a fraction: measured, not derived.
+#: Of 184 fused runs on the k3 and pairs test engines (residual blocks of 4 to 16
+#: channels at 4 to 16 pixels square, random CNNs, batches 1 and 3, latencies 1 and
+#: 40), every one whose reads were at most 0.86 of its cycles took exactly them;
+#: the fewest reads of one that did not were 0.865.
+FUSED_PORT_SHARE = (3, 4)
+
+
+def fused_run_cycles(config, desc, latency, *, reads, wide=False, writer_wide=False):
+    """Busy cycles of a sequenced run with a fused Add (:mod:`fpgacnn.core.fused_add_fields`),
+    or None where the read port bounds it.
+
+    The fused Add reads b beside the run's input on the one read port, the
+    pixel reader first, and holds ``outstanding`` writes while their reads
+    are owed: the run keeps :func:`sequenced_run_cycles` while its ``reads``
+    (the input's, the constants' and b's, at most:
+    :func:`fpgacnn.host.fused_add.run_reads`) take at most
+    :data:`FUSED_PORT_SHARE` of those cycles (ResNet-8's three on the PYNQ-Z2
+    engine take about half). Past it the run may be port-bound (the writer
+    held back once the Add's pending writes fill while the reader streams)
+    and is not modelled: it takes at least :func:`sequenced_run_cycles` and at
+    most one cycle more for each of b's reads. The Add's last writes
+    come ``latency`` plus :data:`~fpgacnn.hdl.program.fused_add.FUSED_ADD_STAGES`
+    and a few cycles after the engine's busy cycles end; the sequencer waits
+    for them (its own cycles).
+
+    Parameters
+    ----------
+    config, desc, latency, wide, writer_wide
+        As :func:`sequenced_run_cycles`.
+    reads : int
+        The run's memory reads, at most.
+    """
+    cycles = sequenced_run_cycles(config, desc, latency, wide=wide, writer_wide=writer_wide)
+    share_num, share_den = FUSED_PORT_SHARE
+    return cycles if reads * share_den <= cycles * share_num else None
 
 
 def vector_run_cycles(config, fields, latency=0):

@@ -74,20 +74,22 @@ from ..core.errors import InputError, MappingError
 from . import conv_views
 from .compiler import (BatchImage, BatchTranspose, ChannelColumns, ColumnSlice, EngineStep,
                        PixelPacking, ZeroPointColumn)
-from .vector_mapping import vector_params
+from .vector_mapping import VECTOR_ADD, vector_params
 
 __all__ = ["ALIGN", "FORMAT_MAGIC", "FORMAT_VERSION", "DestPattern", "EngineRecord",
            "FoldRecord", "Header", "HostRecord", "ProgramImage", "SourcePattern",
            "TensorPlace", "VectorRecord", "alignment", "build_image", "dest_scatter",
-           "pixel_packing", "source_gather", "tensor_names"]
+           "fusable_add", "pixel_packing", "source_gather", "tensor_names"]
 
 #: ``b"FCNP"``: the first word of every program image.
 FORMAT_MAGIC = int.from_bytes(b"FCNP", "little")
 #: The image format's version (major, minor); a reader refuses another major.
 #: 1.1: vector records; 1.2: input folds; 2.0: the header's engine parameters gain
 #: ``writer_words`` (the words after it move); 3.0: and ``spare_bank``; 4.0: and
-#: ``pixel_pairs``, and a record's descriptor the field ``pixel_pairs``; 5.0: a
-#: record's layout ``remap`` is the 1x1 remap's block (2..kmax, 0 for none), not 0/1.
+#: ``pixel_pairs``, and a record's descriptor the field ``pixel_pairs``; 4.1: a vector
+#: record's ``fusable`` (an Add the engine records before it may do); 5.0: a record's
+#: layout ``remap`` is the 1x1 remap's block (2..kmax, 0 for none), not 0/1, and the
+#: tensor table holds pixel-row views (``<tensor>/rows<w>``).
 FORMAT_VERSION = (5, 0)
 #: Alignment in bytes of every region and of every tensor image (a memory burst); an
 #: engine whose words (``pin`` or ``pout`` bytes) do not divide it aligns to the
@@ -267,7 +269,11 @@ class VectorRecord(HostRecord):
     (:data:`~fpgacnn.host.vector_mapping.VECTOR_ADD`, ``VECTOR_POOL``,
     ``VECTOR_COPY``), reading the tensors at ``a`` and ``b`` (-1: none) of the tensor
     table and writing ``out``, with the unit's integer parameters
-    (:mod:`fpgacnn.core.vector_fields`)."""
+    (:mod:`fpgacnn.core.vector_fields`). ``fusable``: an Add whose operand is the
+    output of the engine records just before it, which reads nothing else,
+    and whose other operand was written before them (:func:`fusable_add`); its
+    output is placed with that operand, so a program engine may do the Add on
+    those records' writes (:mod:`fpgacnn.host.fused_add`)."""
 
     KIND: ClassVar[int] = RECORD_VECTOR
 
@@ -286,6 +292,7 @@ class VectorRecord(HostRecord):
     zy: int = 0
     lo: int = -128
     hi: int = 127
+    fusable: int = 0
 
 
 @dataclass(frozen=True)
@@ -732,6 +739,30 @@ def _shapes(program):
     return shapes
 
 
+def fusable_add(program, index):
+    """Whether step ``index`` of ``program`` is an Add the engine can do on the writes
+    of the step before it (docs/program.md, "The residual Add fused into the
+    convolution"): a vector Add (:func:`~fpgacnn.host.vector_mapping.vector_params`)
+    one of whose operands is the output of the engine step just before it, which
+    no other step reads and which is not the network's output, the other
+    operand written before that step (or the input)."""
+    steps = program.steps
+    if index < 1 or not isinstance(steps[index - 1], EngineStep):
+        return False
+    add, conv = steps[index], steps[index - 1]
+    params = vector_params(add.layer, _shapes(program)) if not isinstance(add, EngineStep) \
+        else None
+    if params is None or params["kind"] != VECTOR_ADD or len(set(add.inputs)) != 2:
+        return False
+    if conv.output not in add.inputs or conv.output == program.model.output_tensor:
+        return False
+    if sum(conv.output in s.inputs for s in steps) != 1:
+        return False
+    other = next(t for t in add.inputs if t != conv.output)
+    first, _ = _lifetimes(program)
+    return first.get(other, len(steps)) < index - 1
+
+
 def _lifetimes(program):
     """Per tensor: the index of the step that writes it (-1: the input) and the last that reads it."""
     model = program.model
@@ -862,9 +893,14 @@ def build_image(program, *, memory_bytes=None):
         name = folds.get(_fold_key(run, i, shapes[model.input_tensor][0]))
         return None if name is None else (index[name], shapes[name][0])
 
+    fusable = [fusable_add(program, i) for i in range(len(program.steps))]
     for i, step in enumerate(program.steps):
         if step.output not in places:
             place(step.output, step.name)
+        if i + 1 < len(program.steps) and fusable[i + 1]:
+            # The Add's output with its operand: written while this step runs, it must
+            # not take the place of this step's input.
+            place(program.steps[i + 1].output, program.steps[i + 1].name)
         if isinstance(step, EngineStep):
             channels = shapes[step.inputs[0]][0]
             for run in step.runs:
@@ -890,7 +926,8 @@ def build_image(program, *, memory_bytes=None):
             else:
                 tensors = [index[t] for t in step.inputs] + [-1]
                 records.append(VectorRecord(i, a=tensors[0], b=tensors[1] if params["has_b"]
-                                            else -1, out=index[step.output], **params))
+                                            else -1, out=index[step.output],
+                                            fusable=int(fusable[i]), **params))
         done = [t for t in set(step.inputs) if last.get(t) == i and t != model.output_tensor]
         done += [name for (at, *_), name in folds.items() if at == i]
         for t in done:

@@ -18,7 +18,11 @@ average pool, a copy) becomes RECORD_VECTOR, the vector unit's fields for its
 tensors' places (:func:`~fpgacnn.host.vector_mapping.vector_fields`). Every
 other record (a host layer, or a pattern neither half takes) becomes
 RECORD_HOST: the sequencer stops there and the host runs it from the same arena
-(:mod:`fpgacnn.host.sequencer_runner`). The warm table is the same program
+(:mod:`fpgacnn.host.sequencer_runner`). An Add the engine records before it
+can do on their writes (:func:`~fpgacnn.host.fused_add.fusions`) is fused
+where all of them are sequenced with the fused Add's fields: they write the
+Add's output, and its own record is RECORD_SKIP (:attr:`SequencerProgram.fused`).
+The warm table is the same program
 with the weights resident (each run's warm descriptor, the parameters alone
 as constants).
 
@@ -30,12 +34,16 @@ import numpy as np
 
 from ..core.descriptor import DESCRIPTOR_FIELDS, complete_descriptor
 from ..core.errors import MappingError
+from ..core.fused_add_fields import FUSED_ADD_FIELDS
+from ..core.memory_port import words_per_read
 from ..core.pixel_reader_fields import READER_FIELDS
 from ..core.pixel_writer_fields import WRITER_FIELDS
 from ..core.regmap import build_regmap
 from ..core.sequencer import (COUNTER_WORDS, MAX_RECORDS, RECORD_ENGINE, RECORD_FIELDS,
-                              RECORD_HOST, RECORD_VECTOR, record_bytes, record_word)
+                              RECORD_HOST, RECORD_SKIP, RECORD_VECTOR, record_bytes,
+                              record_word)
 from .cycle_model import vector_run_cycles
+from .fused_add import fused_record, fusions, run_reads
 from .pixel_reader_setup import reader_fields, wide_fields
 from .pixel_writer_setup import wide_writer_fields, writer_fields
 from .program_image import EngineRecord, FoldRecord, ProgramImage, VectorRecord, alignment
@@ -83,7 +91,7 @@ def _align(n, to):
     return -(-n // to) * to
 
 
-def hardware_record(image, record, *, warm, counters, regs=None):
+def hardware_record(image, record, *, warm, counters, regs=None, fusion=None):
     """The run-table words of one image ``record`` (module docstring).
 
     Parameters
@@ -97,6 +105,9 @@ def hardware_record(image, record, *, warm, counters, regs=None):
     regs : RegisterMap, optional
         The engine's (:func:`~fpgacnn.core.regmap.build_regmap`), built once by a caller
         that makes many records.
+    fusion : fpgacnn.host.fused_add.Fusion, optional
+        An Add fused into ``record`` (one of its runs: the run writes the Add's
+        output with the fused Add's fields) or that is ``record`` (RECORD_SKIP).
 
     Returns
     -------
@@ -107,6 +118,10 @@ def hardware_record(image, record, *, warm, counters, regs=None):
     words = [0] * len(RECORD_FIELDS)
     words[record_word("op")] = RECORD_HOST
     config = image.config
+    if fusion is not None and record is image.records[fusion.add]:
+        words[record_word("op")] = RECORD_SKIP
+        words[record_word("counters")] = counters
+        return words, True
     fields = vector_record_fields(image, record) if isinstance(record, VectorRecord) else None
     if fields is not None:
         words[record_word("op")] = RECORD_VECTOR
@@ -116,7 +131,8 @@ def hardware_record(image, record, *, warm, counters, regs=None):
         return words, True
     if not isinstance(record, EngineRecord):
         return words, False
-    reader, writer = reader_fields(image, record), writer_fields(image, record)
+    written = record if fusion is None else fused_record(record, fusion)
+    reader, writer = reader_fields(image, record), writer_fields(image, written)
     # A beat a cycle where the read port is wider than pin and the section allows it.
     reader = wide_fields(config, reader) or reader
     # A beat a cycle where the writer has the mode and the destination allows it.
@@ -142,6 +158,9 @@ def hardware_record(image, record, *, warm, counters, regs=None):
         words[record_word(f"reader_{f.name}")] = int(reader[f.name]) & 0xFFFF_FFFF
     for f in WRITER_FIELDS:
         words[record_word(f"writer_{f.name}")] = int(writer[f.name])
+    if fusion is not None:
+        for f in FUSED_ADD_FIELDS:
+            words[record_word(f"add_{f.name}")] = int(fusion.fields[f.name]) & 0xFFFF_FFFF
     words[record_word("counters")] = counters
     return words, True
 
@@ -188,6 +207,9 @@ class SequencerProgram:
         ``{warm: (first, end) or None}``: the records of a program the sequencer
         runs in one start (every record but the input folds before them, which
         the host writes with the input), or None where it stops for the host.
+    fused : dict
+        ``{warm: list of Fusion}``: the Adds each run table does on the writes
+        of the engine runs before them (:mod:`fpgacnn.host.fused_add`).
     """
 
     def __init__(self, image, *, allocate=None):
@@ -215,22 +237,37 @@ class SequencerProgram:
             if fields is not None:
                 self._vector_predicted[i] = vector_run_cycles(config, fields)
         self._steps = [r.step for r in self.image.records]
-        self._predicted = {warm: [self.predicted_cycles(i, warm=warm) for i in range(nrec)]
-                           for warm in (False, True)}
+        self.fused = {}
         for warm, off in tables.items():
-            flags, rows = [], []
-            for i, record in enumerate(self.image.records):
-                words, hw = hardware_record(self.image, record, warm=warm,
-                                            counters=self.counters + 4 * COUNTER_WORDS * i,
-                                            regs=self._regs)
+            flags, rows, fused = [], [], []
+
+            def record_words(i, fusion=None):
+                return hardware_record(self.image, self.image.records[i], warm=warm,
+                                       counters=self.counters + 4 * COUNTER_WORDS * i,
+                                       regs=self._regs, fusion=fusion)
+
+            for i in range(nrec):
+                words, hw = record_words(i)
                 flags.append(hw)
-                rows.append(np.array(words, "<u4").view(np.uint8))
+                rows.append(words)
+            for fusion in fusions(self.image):
+                # All of the Add's runs on the engine with its fields, or none.
+                done = [record_words(i, fusion) for i in fusion.runs + (fusion.add,)]
+                if all(hw for _, hw in done):
+                    for i, (words, hw) in zip(fusion.runs + (fusion.add,), done):
+                        rows[i], flags[i] = words, hw
+                    fused.append(fusion)
+            self.fused[warm] = fused
             self.on_engine[warm] = flags
             self.one_start[warm] = _one_start_span(self.image.records, flags)
             if rows:
                 block = np.zeros((nrec, rbytes), np.uint8)
-                block[:, :4 * len(RECORD_FIELDS)] = np.stack(rows)
+                block[:, :4 * len(RECORD_FIELDS)] = np.stack(
+                    [np.array(words, "<u4").view(np.uint8) for words in rows])
                 self.memory[off:off + nrec * rbytes] = block.reshape(-1)
+        self._skipped = {warm: {f.add for f in fused} for warm, fused in self.fused.items()}
+        self._predicted = {warm: [self.predicted_cycles(i, warm=warm) for i in range(nrec)]
+                           for warm in (False, True)}
 
     def copy(self, allocate=None):
         """The same program in a buffer of its own (``allocate`` as the constructor's):
@@ -263,7 +300,10 @@ class SequencerProgram:
         """The cycle model's count of record ``index`` as the sequencer runs it, its
         memory's latency left out (an engine run's :func:`~fpgacnn.host.cycle_model.
         layer_cycles`, a vector run's :func:`~fpgacnn.host.cycle_model.vector_run_cycles`;
-        0 for a record the host runs by itself)."""
+        0 for a record the host runs by itself, and for an Add fused into the engine
+        runs before it: their prediction is the convolution's)."""
+        if index in self._skipped[warm]:
+            return 0
         if index in self._vector_predicted:
             return self._vector_predicted[index]
         record = self.image.records[index]
@@ -331,6 +371,19 @@ class SequencerProgram:
         ``const_words``, ...) of record ``index`` in a run table, read from board memory."""
         at = self.table_words[warm] * self.config.pin + index * record_bytes(self.config)
         return int(self.memory[at:at + 4 * len(RECORD_FIELDS)].view("<u4")[record_word(name)])
+
+    def run_reads(self, index, *, warm=False):
+        """The memory reads of engine record ``index`` as its run table has it, at most
+        (:func:`~fpgacnn.host.fused_add.run_reads`: its input's, its constants', and
+        with a fused Add b's), read from board memory."""
+        def fields(prefix, spec):
+            return {f.name: self.table_word(index, f"{prefix}_{f.name}", warm=warm)
+                    for f in spec}
+        reader, writer = fields("reader", READER_FIELDS), fields("writer", WRITER_FIELDS)
+        const = self.table_word(index, "const_words", warm=warm)
+        k = words_per_read(self.config)
+        b = writer if self.table_word(index, "add_enable", warm=warm) else None
+        return run_reads(reader, b, const // k if const % k == 0 else const)
 
     def descriptor(self, index, *, warm=False):
         """The descriptor record ``index`` of a run table holds, as the sequencer

@@ -50,16 +50,24 @@ class _Builder:
         return self._push(MaxPool(name, [self.tensor], name, self.shape, (2, 2),
                                   x_scale=self.scale, x_zero_point=self.zp))
 
-    def residual(self):
-        """conv -> conv, added to the input (same shape)."""
+    def residual(self, second=1):
+        """conv -> conv (the second ``second x second``), added to the input (same
+        shape)."""
         skip, skip_scale, skip_zp = self.tensor, self.scale, self.zp
         c = self.shape[0]
         self.conv(c, 3, pad=1)
-        self.conv(c, 1, relu=False)
+        self.conv(c, second, pad=second // 2, relu=False)
         name = self._name("add")
         y_scale = (skip_scale + self.scale) * 0.8
         return self._push(Add(name, [skip, self.tensor], name, self.shape, skip_scale, skip_zp,
                               self.scale, self.zp, y_scale, int(self.rng.integers(-10, 10))))
+
+    def add(self, a, b):
+        """Add the tensors ``a`` and ``b`` (names, of this shape; ``(name, scale, zp)``)."""
+        (ta, sa, za), (tb, sb, zb) = a, b
+        name = self._name("add")
+        return self._push(Add(name, [ta, tb], name, self.shape, sa, za, sb, zb, (sa + sb) * 0.8,
+                              int(self.rng.integers(-10, 10))))
 
     def gap(self):
         name = self._name("gap")
@@ -106,6 +114,34 @@ def random_cnn(seed):
     b.flatten()
     b.gemm(int(rng.integers(3, 12)))
     return b.model(f"random_cnn_{seed}")
+
+
+def shared_residual_cnn(seed):
+    """A residual block whose second convolution's output has two readers: the block's
+    Add and a second Add of it to the block's output (a convolution output read
+    twice, so no Add fuses into its convolution: docs/program.md)."""
+    rng = np.random.default_rng(2000 + seed)
+    b = _Builder(seed, (int(rng.integers(3, 9)), 8, 8))
+    b.conv(int(rng.integers(4, 13)), 3, pad=1)
+    skip = (b.tensor, b.scale, b.zp)
+    b.conv(b.shape[0], 3, pad=1)
+    b.conv(b.shape[0], 1, relu=False)
+    inner = (b.tensor, b.scale, b.zp)
+    b.add(skip, inner)
+    b.add(inner, (b.tensor, b.scale, b.zp))
+    b.conv(int(rng.integers(3, 9)), 1)
+    return b.model(f"shared_residual_cnn_{seed}")
+
+
+def residual_block_cnn(seed, channels=8, size=8):
+    """A stem convolution and one residual block of ``channels`` channels at ``size x
+    size``, two 3x3 convolutions as ResNet-8's: on an engine of 4-byte words in
+    8-byte beats, 8 or 16 channels make its runs read and write whole beats
+    (wide), the block's Add fused into its second convolution."""
+    b = _Builder(seed, (channels, size, size))
+    b.conv(channels, 3, pad=1)
+    b.residual(second=3)
+    return b.model(f"residual_block_cnn_{seed}_{channels}")
 
 
 def convolution_model(rng, cin, cout, group, kernel, stride, dilation, pads, hw, *,

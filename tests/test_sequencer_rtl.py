@@ -8,7 +8,8 @@ several memory latencies and bandwidths (a narrow memory is the program's
 back-pressure: it stalls the reader and the writer); with the memory never
 short of bandwidth, every run the sequencer makes takes exactly the cycle
 model's prediction plus the reader's latency once per section
-(:func:`fpgacnn.host.cycle_model.sequenced_run_cycles`). A descriptor the
+(:func:`fpgacnn.host.cycle_model.sequenced_run_cycles`; with a fused Add,
+:func:`~fpgacnn.host.cycle_model.fused_run_cycles`). A descriptor the
 engine refuses, a run that never ends and a read outside the program each
 stop the network with one line naming the layer or the address, and the
 board runs the next program as before.
@@ -26,11 +27,11 @@ from fpgacnn.core.errors import BackendError, MappingError
 from fpgacnn.core.contract import engine_contract
 from fpgacnn.core.memory_port import read_bytes, write_bytes, writer_has_wide
 from fpgacnn.core.regmap import build_regmap
-from fpgacnn.core.sequencer import (COUNTER_WORDS, MAX_RECORDS, RECORD_INDEX_BITS,
+from fpgacnn.core.sequencer import (COUNTER_WORDS, MAX_RECORDS, RECORD_INDEX_BITS, RECORD_SKIP,
                                     build_sequencer_regmap, record_bytes, record_word)
 from fpgacnn.host.accelerator import Accelerator, open_board
 from fpgacnn.host.compiler import compile_model
-from fpgacnn.host.cycle_model import layer_cycles, sequenced_run_cycles
+from fpgacnn.host.cycle_model import fused_run_cycles, layer_cycles, sequenced_run_cycles
 from fpgacnn.host.program_image import EngineRecord, VectorRecord, build_image
 from fpgacnn.host.reference import ReferenceBackend
 from fpgacnn.host.sequencer_runner import SequencerDriver
@@ -38,7 +39,8 @@ from fpgacnn.host.sequencer_table import SequencerProgram, check_record_count
 
 from conftest import SMALL_ENGINE
 from limit_layers import CONFIGS
-from random_models import convolution_model, random_cnn
+from random_models import (convolution_model, random_cnn, residual_block_cnn,
+                           shared_residual_cnn)
 from test_hdl_pixel_writer import ENGINES as WRITER_ENGINES
 
 #: k2's program engine takes 128-bit beats, as a Zynq UltraScale+ board's does
@@ -72,6 +74,11 @@ def _models():
                                               (1, 1), (1, 1, 1, 1), (9, 9))
     yield "conv_strips", convolution_model(np.random.default_rng(9), 6, 40, 1, (3, 3), (1, 1),
                                            (1, 1), (1, 1, 1, 1), (6, 40))
+    # Residual blocks of whole beats: the fused runs read and write a beat a cycle on
+    # the pairs engine (on k2, whose kmax is 2, the 3x3 convolutions are not sequenced
+    # and their Adds stay vector records).
+    for channels in (8, 16):
+        yield f"residual_block_{channels}", residual_block_cnn(channels, channels, 8)
 
 
 def _input(model, batch, seed):
@@ -87,7 +94,7 @@ def test_networks_run_from_memory_bit_exact(board, batch, memory):
     if bandwidth == "hp":
         bandwidth = DESIGN.memory_bytes_per_cycle("zynqmp", config)
     board.set_memory_timing(latency=latency, bytes_per_cycle=bandwidth)
-    sequenced_somewhere = modelled = beats = 0
+    sequenced_somewhere = modelled = beats = fused_modelled = 0
     try:
         for i, (name, model) in enumerate(_models()):
             x8 = _input(model, batch, seed=100 * batch + i)
@@ -109,17 +116,23 @@ def test_networks_run_from_memory_bit_exact(board, batch, memory):
                 assert_array_equal(acc.run_int8(x8), want, err_msg=f"{name} (warm)")
                 assert acc.report["weights"] == "resident"
             if bandwidth >= config.stream_bytes:  # each channel a beat a cycle
-                runs, paced = _cycles_as_modelled(
+                runs, paced, fused = _cycles_as_modelled(
                     acc, latency, vector=bandwidth >= max(read_bytes(config),
                                                           write_bytes(config)))
                 modelled += runs
                 beats += paced
+                fused_modelled += fused
     finally:
         board.set_memory_timing()
     assert sequenced_somewhere > 0
     assert modelled > 0 or bandwidth < config.stream_bytes
     # The pairs engine's runs that send a beat a cycle were written a beat a cycle.
     assert beats > 0 or bandwidth < config.stream_bytes or not writer_has_wide(config)
+    # The random CNNs' Adds fuse into the convolutions before them (every engine here
+    # has the fused Add); on k3 and on the pairs engine (wide runs: a beat a cycle in
+    # and out) some in the model's cycles.
+    assert (fused_modelled > 0 or bandwidth < config.stream_bytes
+            or board.config_name not in ("k3", "pairs"))
 
 
 def _cycles_as_modelled(acc, latency, vector):
@@ -135,11 +148,17 @@ def _cycles_as_modelled(acc, latency, vector):
     warm = acc.report["weights"] == "resident"
     modelled = paced = 0
     contract = engine_contract(sequenced.config)
+    skipped = {f.add for f in sequenced.fused[warm]}
+    fused = {i for f in sequenced.fused[warm] for i in f.runs}
+    fused_modelled = 0
     for i, (record, on_engine) in enumerate(zip(sequenced.image.records,
                                                 sequenced.on_engine[warm])):
         if not on_engine:
             continue
         busy = sequenced.counter_words(i)[0]
+        if i in skipped:  # an Add the engine run before it did: no run of its own
+            assert busy == 0 and sequenced.table_word(i, "op", warm=warm) == RECORD_SKIP
+            continue
         if isinstance(record, VectorRecord):
             if vector:
                 assert busy == sequenced.predicted_cycles(i) + latency, (i, record.step, busy)
@@ -155,12 +174,26 @@ def _cycles_as_modelled(acc, latency, vector):
         writer_wide = bool(sequenced.table_word(i, "writer_wide", warm=warm))
         model = sequenced_run_cycles(sequenced.config, desc, latency, wide=wide,
                                      writer_wide=writer_wide)
-        assert busy == model, (i, record.step, busy, model)
+        if i in fused:
+            # With its Add: the run's cycles while the read port has a cycle for each
+            # read; port-bound (not modelled), at most a cycle more for each of b's.
+            modelled_fused = fused_run_cycles(sequenced.config, desc, latency,
+                                              reads=sequenced.run_reads(i, warm=warm),
+                                              wide=wide, writer_wide=writer_wide)
+            if modelled_fused is None:
+                writes = np.prod([sequenced.table_word(i, f"writer_{name}", warm=warm)
+                                  for name in ("images", "rows", "cols", "kept_units")])
+                assert model <= busy <= model + writes, (i, record.step, busy, model)
+                continue
+            assert modelled_fused == model
+            fused_modelled += 1
+        assert busy == model, (i, record.step, busy, model, i in fused,
+                               sequenced.run_reads(i, warm=warm), warm)
         modelled += 1
         if contract.output_entry_words(desc) == 2:
             assert writer_wide, (i, record.step)
             paced += 1
-    return modelled, paced
+    return modelled, paced, fused_modelled
 
 
 def test_most_records_of_a_network_run_on_the_sequencer(board):
@@ -247,19 +280,56 @@ def test_adds_pools_and_copies_run_on_the_vector_unit(board):
         x8 = _input(model, 1, seed)
         assert_array_equal(acc.run_int8(x8), ReferenceBackend().run_int8(model, x8))
         report = acc.report
+        fused = {acc.program(1).steps[records[f.add].step].name for f in sequenced.fused[False]}
         for layer in report["layers"]:
             if layer["op"] in kinds:
-                assert layer["engine"] and layer["cycles"] > 0, layer
+                # An Add fused into the convolution before it takes no run of its own.
+                assert layer["engine"] and (layer["cycles"] > 0) != (layer["name"] in fused), \
+                    layer
         if all(sequenced.on_engine[False]):
             assert report["sequencer"]["sequencer_starts"] == 1
             whole += 1
     assert whole >= (1 if board.config_name == "k3" else 0)
 
 
+def test_an_add_fuses_into_the_convolution_that_makes_its_operand(board):
+    """A residual Add whose operand is the output of the convolution just before it,
+    read by nothing else, runs on that convolution's writes (the fused Add): its
+    record is skipped (RECORD_SKIP, no counters), the convolution's runs write the
+    Add's output, bit-exact cold and warm at batches 1 and 2. A convolution output
+    read twice (by the block's Add and a second Add) fuses nothing: both Adds run
+    on the vector unit, bit-exact."""
+    config = ENGINES[board.config_name]
+    for model, want_fused in [(random_cnn(seed), 1) for seed in (0, 2)] + [
+            (shared_residual_cnn(seed), 0) for seed in (0, 1)]:
+        for batch in (1, 2):
+            acc = Accelerator(model, config=config, board=board)
+            x8 = _input(model, batch, seed=batch)
+            want = ReferenceBackend().run_int8(model, x8)
+            assert_array_equal(acc.run_int8(x8), want, err_msg=model.name)
+            sequenced = acc.sequenced(batch)
+            for warm in (False, True):
+                fused = sequenced.fused[warm]
+                assert len(fused) == want_fused, (model.name, warm)
+                for f in fused:
+                    assert sequenced.table_word(f.add, "op", warm=warm) == RECORD_SKIP
+                    assert all(sequenced.table_word(i, "add_enable", warm=warm)
+                               for i in f.runs)
+            adds = [r for r in sequenced.image.records if isinstance(r, VectorRecord)
+                    and r.has_b]
+            assert len(adds) == (1 if want_fused else 2)
+            assert all(sequenced.on_engine[False][k] for k, r in enumerate(
+                sequenced.image.records) if isinstance(r, VectorRecord))
+            if acc.report["weights"] != "streamed":
+                assert_array_equal(acc.run_int8(x8), want, err_msg=f"{model.name} (warm)")
+
+
 def test_a_vector_run_that_never_ends_is_aborted(board):
     model = random_cnn(1)
     acc, sequenced = _fresh(board, model)
-    i = next(k for k, r in enumerate(sequenced.image.records) if isinstance(r, VectorRecord))
+    skipped = {f.add for f in sequenced.fused[False]}
+    i = next(k for k, r in enumerate(sequenced.image.records)
+             if isinstance(r, VectorRecord) and k not in skipped)
     # 2**24 - 1 reads per output word, all of one word: longer than the timeout.
     _poke(sequenced, i, "vector_pixels", 0)
     _poke(sequenced, i, "vector_pixel_words", 0)
@@ -320,6 +390,17 @@ def test_a_run_that_never_ends_is_aborted_and_the_board_recovers(board):
     # A reader that reads no image: the engine waits for its pixels forever.
     _poke(sequenced, i, "reader_images", 0)
     _aborted_at(board, model, acc, sequenced, i, seed=0)
+
+
+def test_a_fused_run_that_never_ends_is_aborted_and_the_board_recovers(board):
+    """A run with a fused Add whose writer waits for an image more than the engine
+    sends: aborted, its Add cleared with the writer, and the next program (whose
+    Add fuses too) bit-exact."""
+    model = random_cnn(4)
+    acc, sequenced = _fresh(board, model)
+    i = sequenced.fused[False][0].runs[-1]
+    _poke(sequenced, i, "writer_images", 2)
+    _aborted_at(board, model, acc, sequenced, i, seed=2)
 
 
 def _aborted_at(board, model, acc, sequenced, i, seed):

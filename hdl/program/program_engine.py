@@ -11,7 +11,8 @@ the :class:`~fpgacnn.hdl.engine.ConvEngine` unchanged, behind the
                                  +--> engine registers  <--+-- sequencer (while it owns them)
     s_axis --+------------------------> engine --+--------------> m_axis
              |   (host runs: idle)               |
-    memory --+--> pixel reader --> (program) ----+--> pixel writer --> memory
+    memory --+--> pixel reader --> (program) ----+--> pixel writer --> fused Add --> memory
+             +--> b (a fused Add's other operand) -----------------------^
              +--> vector unit (Add, global pool, copy) ------------> memory
              +--> record fetch --> sequencer --> counters ---------> memory
 
@@ -20,6 +21,13 @@ While the sequencer is idle the top is the ConvEngine as the host knows it
 does for a program). While it owns the engine, the engine's streams are the
 reader's and the writer's and the DMA ports are held off (``s_axis.tready``
 and ``m_axis.tvalid`` low).
+
+A run whose record enables the fused Add
+(:class:`~fpgacnn.hdl.program.fused_add.FusedAdd`, where
+:func:`~fpgacnn.core.fused_add_fields.has_fused_add`) writes a residual Add's
+output instead of its own, reading the Add's other operand on the read port
+beside the reader's reads (the reader first; a tag per read routes the
+responses).
 
 The memory interface is :mod:`fpgacnn.core.memory_port`'s: reads of ``R``
 bytes (the beat, or ``pin`` where that is wider) at R-aligned byte
@@ -35,6 +43,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from ...core.config import require_config
+from ...core.fused_add_fields import has_fused_add
 from ...core.memory_port import ADDRESS_BITS, read_bytes, words_per_read, write_bytes
 from ...core.regmap import ADDR_WIDTH
 from ...core.sequencer import SEQUENCER_BASE, build_sequencer_regmap, record_bytes
@@ -45,6 +54,7 @@ from ..bus.memory_port import (memory_fault_signature, memory_read_signature,
                                memory_response_signature, memory_write_signature)
 from ..engine import ConvEngine
 from ..verilog import PROGRAM_TOP_NAME
+from .fused_add import FusedAdd
 from .pixel_reader import PixelReader
 from .pixel_writer import PixelWriter
 from .sequencer import Sequencer
@@ -119,11 +129,15 @@ class ProgramEngine(wiring.Component):
         reader_core = PixelReader(cfg, outstanding=self._outstanding)
         writer_core = PixelWriter(cfg)
         vector = VectorUnit(cfg, outstanding=self._outstanding)
-        # An abort clears the reader, the writer and the vector unit with the
-        # engine's soft reset.
+        fused = has_fused_add(cfg)
+        # An abort clears the reader, the writer, the fused Add and the vector unit
+        # with the engine's soft reset.
         m.submodules.reader = ResetInserter(seq.clear)(reader_core)
         m.submodules.writer = ResetInserter(seq.clear)(writer_core)
         m.submodules.vector = ResetInserter(seq.clear)(vector)
+        if fused:
+            add = FusedAdd(cfg, outstanding=self._outstanding)
+            m.submodules.fused_add = ResetInserter(seq.clear)(add)
         reader, writer = reader_core, writer_core
         wiring.connect(m, wiring.flipped(self.s_axil), axil.axi)
 
@@ -172,12 +186,24 @@ class ProgramEngine(wiring.Component):
             reader.fields.eq(seq.reader_fields), reader.start.eq(seq.reader_start),
             seq.reader_done.eq(reader.done),
             writer.fields.eq(seq.writer_fields), writer.start.eq(seq.writer_start),
-            seq.writer_done.eq(writer.done),
             vector.fields.eq(seq.vector_fields), vector.start.eq(seq.vector_start),
             seq.vector_done.eq(vector.done),
             seq.vector_counters.eq(Cat(vector.busy_cycles, vector.stall_in_cycles,
                                        vector.stall_out_cycles)),
         ]
+
+        # The writer's writes go through the fused Add (unchanged where a record does not
+        # enable it); the run's writes are done when its are.
+        if fused:
+            m.d.comb += [add.fields.eq(seq.add_fields), add.writer_done.eq(writer.done),
+                         seq.writer_done.eq(add.done)]
+            wiring.connect(m, writer.o_write, add.i_write)
+            # The Add computes on the vector unit's lanes, idle while a convolution runs.
+            wiring.connect(m, add.lanes, vector.lanes)
+            writes = add.o_write
+        else:
+            m.d.comb += seq.writer_done.eq(writer.done)
+            writes = writer.o_write
 
         # -- streams: the host's DMA, or the program's reader and writer --------------------
         with m.If(seq.owns):
@@ -201,13 +227,16 @@ class ProgramEngine(wiring.Component):
                 engine.m_axis.tready.eq(self.m_axis.tready),
             ]
 
-        # -- memory reads: the record fetch or the pixel reader, word addresses to bytes ----
+        # -- memory reads: the record fetch, the pixel reader or the vector unit (one at a
+        # time: the primary client), and the fused Add's reads of b beside them --------------
         pin, rb = cfg.pin, read_bytes(cfg)
         image = csr.seq_memory.value  # every address is an offset into the image (R-aligned)
         # Reads in flight: the reader's or the vector unit's (at most `outstanding`) or a
-        # record fetch's (all of its words at once), never two of them but after an abort.
+        # record fetch's (all of its words at once), never two of them but after an abort,
+        # and the fused Add's (at most `outstanding`).
         fetch_words = record_bytes(cfg) // pin
-        inflight = Signal(range(self._outstanding + fetch_words + 1))
+        most = self._outstanding * (2 if fused else 1) + fetch_words
+        inflight = Signal(range(most + 1))
         req_fire = self.mem_rd.valid & self.mem_rd.ready
         rsp_fire = self.mem_rdata.valid & self.mem_rdata.ready
         m.d.sync += inflight.eq(inflight + req_fire - rsp_fire)
@@ -217,25 +246,34 @@ class ProgramEngine(wiring.Component):
         # (R: the beat, where pin is narrower). Each read's word within its R bytes goes
         # into a FIFO as the read is taken and shifts its response down when it comes
         # back (responses are in order), so a client finds its word in the low bytes; a
-        # wide read of the pixel reader is R-aligned and keeps all R.
+        # wide read of the pixel reader is R-aligned and keeps all R, as do the fused
+        # Add's reads. The same FIFO holds each read's client (the fused Add's or the
+        # primary's), which routes its response.
         per_read = words_per_read(cfg)
+        lane_bits = exact_log2(per_read) if per_read > 1 else 0
         req_byte = Signal(ADDRESS_BITS)
-        rsp_data = Signal(8 * rb)
-        if per_read > 1:
-            m.submodules.read_lanes = lanes = SyncFIFO(width=exact_log2(per_read),
-                                                       depth=self._outstanding + fetch_words)
+        req_lane = Signal(max(lane_bits, 1))
+        req_add = Signal()  # the read taken this cycle is the fused Add's
+        rsp_lane = Signal(max(lane_bits, 1))
+        rsp_add = Signal()
+        if lane_bits or fused:
+            m.submodules.read_tags = tags = SyncFIFO(width=lane_bits + 1, depth=most)
             m.d.comb += [
-                lanes.w_en.eq(req_fire), lanes.w_data.eq(req_byte[exact_log2(pin):
-                                                                  exact_log2(rb)]),
-                lanes.r_en.eq(rsp_fire),
-                rsp_data.eq(self.mem_rdata.data >> (lanes.r_data * (8 * pin))),
+                tags.w_en.eq(req_fire), tags.w_data.eq(Cat(req_lane[:lane_bits], req_add)),
+                tags.r_en.eq(rsp_fire),
+                rsp_add.eq(tags.r_data[lane_bits]),
             ]
-        else:
-            m.d.comb += rsp_data.eq(self.mem_rdata.data)
+            if lane_bits:
+                m.d.comb += [req_lane.eq(req_byte[exact_log2(pin):exact_log2(rb)]),
+                             rsp_lane.eq(tags.r_data[:lane_bits])]
+        rsp_data = Signal(8 * rb)
+        primary_valid = Signal()  # the primary client asks for a read
+        m.d.comb += self.mem_rd.valid.eq(primary_valid)
+        m.d.comb += rsp_data.eq(self.mem_rdata.data >> (rsp_lane * (8 * pin)))
 
         def read_port(o_addr, i_data, hold=None):
-            """The memory's read port to a client's requests (word addresses) and
-            responses; ``hold`` keeps its requests back (an abort)."""
+            """The memory's read port to a primary client's requests (word addresses)
+            and responses; ``hold`` keeps its requests back (an abort)."""
             valid, ready = o_addr.valid, self.mem_rd.ready
             if hold is not None:
                 valid, ready = valid & ~hold, ready & ~hold
@@ -244,10 +282,10 @@ class ProgramEngine(wiring.Component):
                 # The R bytes around the word; where R is pin (which need not be a
                 # power of two) the word's own address.
                 self.mem_rd.addr.eq(req_byte & ~(rb - 1) if per_read > 1 else req_byte),
-                self.mem_rd.valid.eq(valid),
+                primary_valid.eq(valid),
                 o_addr.ready.eq(ready),
                 i_data.payload.eq(rsp_data),
-                i_data.valid.eq(self.mem_rdata.valid),
+                i_data.valid.eq(self.mem_rdata.valid & ~rsp_add),
                 self.mem_rdata.ready.eq(i_data.ready),
             ]
 
@@ -257,20 +295,46 @@ class ProgramEngine(wiring.Component):
             m.d.comb += read_port(vector.o_addr, vector.i_data)
         with m.Else():
             m.d.comb += read_port(reader.o_addr, reader.i_data)
+        if fused:
+            # The fused Add's reads go where the primary client asks for none, and before
+            # the record fetch's (which starts while the run's writes still come: the
+            # engine waits for none of its reads); the reader goes first, so a run's
+            # input keeps its pace and the Add's reads wait in its pending FIFO.
+            b_req = add.o_addr.valid & ~seq.clear
+            add_turn = b_req & (seq.fetching | ~primary_valid)
+            with m.If(add_turn):
+                m.d.comb += [
+                    req_byte.eq(image + add.o_addr.payload),
+                    self.mem_rd.addr.eq(image + add.o_addr.payload),
+                    self.mem_rd.valid.eq(1),
+                    req_add.eq(1),
+                ]
+                # The primary waits this cycle.
+                for client in (seq.fetch_addr, vector.o_addr, reader.o_addr):
+                    m.d.comb += client.ready.eq(0)
+            m.d.comb += [
+                add.o_addr.ready.eq(self.mem_rd.ready & add_turn),
+                add.i_data.payload.eq(self.mem_rdata.data),
+                add.i_data.valid.eq(self.mem_rdata.valid & rsp_add),
+            ]
+            with m.If(rsp_add):
+                m.d.comb += self.mem_rdata.ready.eq(add.i_data.ready)
+            with m.If(seq.clear):  # an abort: every response drained
+                m.d.comb += self.mem_rdata.ready.eq(1)
 
         # -- memory writes: the pixel writer's units or the counter words, as W bytes ------
         wb = write_bytes(cfg)
         u = writer_core.unit
         unit_byte = Signal(ADDRESS_BITS)
-        m.d.comb += unit_byte.eq(writer.o_write.payload.addr * u)
-        with m.If(writer.o_write.valid):
+        m.d.comb += unit_byte.eq(writes.payload.addr * u)
+        with m.If(writes.valid):
             lane = unit_byte % wb if u < wb else 0
             m.d.comb += [
                 self.mem_wr.addr.eq(image + unit_byte - lane),
-                self.mem_wr.data.eq(writer.o_write.payload.data << (8 * lane)),
-                self.mem_wr.strb.eq(writer.o_write.payload.strb << lane),
+                self.mem_wr.data.eq(writes.payload.data << (8 * lane)),
+                self.mem_wr.strb.eq(writes.payload.strb << lane),
                 self.mem_wr.valid.eq(1),
-                writer.o_write.ready.eq(self.mem_wr.ready),
+                writes.ready.eq(self.mem_wr.ready),
             ]
         with m.Elif(vector.o_write.valid):
             m.d.comb += [

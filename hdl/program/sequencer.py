@@ -23,7 +23,10 @@ in board memory. For each record::
 
 A record whose op is RECORD_VECTOR runs on the vector unit instead
 (VECTOR: its fields from the record, start, wait for done; then COUNT
-takes the unit's three counters and STORE writes them). A record whose op
+takes the unit's three counters and STORE writes them). A record whose op is
+RECORD_SKIP (an Add fused into the engine record before it) runs nothing,
+its counters left as they are: the fetch ahead passes over it to the record
+after it (where the range goes on past it), or DECODE goes straight to NEXT. A record whose op
 is RECORD_HOST stops the sequencer before it (status
 ``host``, ``index``): the host runs it and starts the sequencer at the next
 record. Writing the descriptor through the engine's own registers means the
@@ -44,10 +47,11 @@ from ...core.config import require_config
 from ...core.memory_port import read_bytes, words_per_read
 from ...core.descriptor import DESCRIPTOR_FIELDS
 from ...core.pixel_reader_fields import READER_FIELDS, reader_layout
+from ...core.fused_add_fields import FUSED_ADD_FIELDS, fused_add_layout
 from ...core.pixel_writer_fields import WRITER_FIELDS, writer_layout
 from ...core.regmap import ADDR_WIDTH, build_regmap
 from ...core.sequencer import (COUNTER_WORDS, RECORD_ENGINE, RECORD_HOST, RECORD_INDEX_BITS,
-                               RECORD_VECTOR, record_bytes, record_word)
+                               RECORD_SKIP, RECORD_VECTOR, record_bytes, record_word)
 from ...core.vector_fields import VECTOR_FIELDS, vector_layout
 from ..bus.axi_lite import RegisterBusSignature
 
@@ -101,6 +105,8 @@ class Sequencer(wiring.Component):
     reader_fields, writer_fields : Out
         The current run's pixel reader fields (the constants' while they
         stream) and pixel writer fields.
+    add_fields : Out(fused_add_layout())
+        The current run's fused Add (:mod:`fpgacnn.core.fused_add_fields`).
     reader_start, writer_start : Out(1)
     reader_done, writer_done : In(1)
     vector_fields : Out(vector_layout())
@@ -141,6 +147,7 @@ class Sequencer(wiring.Component):
             "fetching": Out(1),
             "reader_fields": Out(reader_layout()), "reader_start": Out(1), "reader_done": In(1),
             "writer_fields": Out(writer_layout()), "writer_start": Out(1), "writer_done": In(1),
+            "add_fields": Out(fused_add_layout()),
             "vector_fields": Out(vector_layout()), "vector_start": Out(1),
             "vector_done": In(1), "vector_active": Out(1),
             "vector_counters": In(unsigned(32 * COUNTER_WORDS)),
@@ -197,6 +204,8 @@ class Sequencer(wiring.Component):
                 m.d.comb += target.eq(constant)
         for f in WRITER_FIELDS:
             m.d.comb += self.writer_fields[f.name].eq(word(f"writer_{f.name}")[:f.width])
+        for f in FUSED_ADD_FIELDS:
+            m.d.comb += self.add_fields[f.name].eq(word(f"add_{f.name}")[:f.width])
         for f in VECTOR_FIELDS:
             m.d.comb += self.vector_fields[f.name].eq(word(f"vector_{f.name}")[:f.width])
 
@@ -210,6 +219,7 @@ class Sequencer(wiring.Component):
         issued = Signal(range(nwords + 1))
         received = Signal(range(nwords + 1))
         fetched = Signal()  # nxt holds the record at f_base
+        skipped = Signal()  # f_base is two records on: the one between is a RECORD_SKIP
         j = Signal(range(max(len(DESCRIPTOR_FIELDS), COUNTER_WORDS) + 1))
         kick = Signal()  # start the reader next cycle (its fields settle first)
         reader_finished, writer_finished = Signal(), Signal()
@@ -238,6 +248,7 @@ class Sequencer(wiring.Component):
 
         # -- the fetcher ------------------------------------------------------------------
         fetch_go, fetch_last = Signal(), Signal()
+        prefetch = Signal()  # the next record may be fetched (the run's reads are done)
         data = self.fetch_data.payload
         if per_read > 1:
             # R bytes a read where the record starts on an R boundary (every record
@@ -262,10 +273,18 @@ class Sequencer(wiring.Component):
             with m.If(self.fetch_data.valid):
                 m.d.sync += [nxt.eq(shifted), received.eq(received + 1)]
             with m.If(fetch_last):
-                m.d.sync += fetched.eq(1)
+                # A RECORD_SKIP fetched ahead (an Add the run before it did): fetch the
+                # record after it instead, so the skip costs no fetch of its own.
+                with m.If(prefetch & (shifted[:32] == RECORD_SKIP) & ~skipped
+                          & (remaining > 2)):
+                    m.d.sync += [f_base.eq(f_base + nwords), issued.eq(0), received.eq(0),
+                                 skipped.eq(1)]
+                with m.Else():
+                    m.d.sync += fetched.eq(1)
 
         def fetch_from(base):
-            m.d.sync += [f_base.eq(base), issued.eq(0), received.eq(0), fetched.eq(0)]
+            m.d.sync += [f_base.eq(base), issued.eq(0), received.eq(0), fetched.eq(0),
+                         skipped.eq(0)]
 
         def fetch_next(base):
             fetch_from(base)
@@ -277,8 +296,7 @@ class Sequencer(wiring.Component):
         # the run ends, its counters are read and stored and its writes complete: NEXT
         # then takes it at once. Nothing writes the run table, so no write of the run
         # orders before these reads.
-        prefetch = Signal()
-        m.d.comb += fetch_go.eq(prefetch & (remaining > 1) & ~fetched)
+        m.d.comb += fetch_go.eq(prefetch & (remaining > 1 + skipped) & ~fetched)
 
         def abortable():
             # Last in a running state: an abort wins over what the state does.
@@ -313,6 +331,8 @@ class Sequencer(wiring.Component):
                 with m.Elif(op == RECORD_VECTOR):
                     m.d.sync += kick_vector.eq(1)
                     m.next = "VECTOR"
+                with m.Elif(op == RECORD_SKIP):
+                    m.next = "NEXT"  # an Add the engine record before it did
                 with m.Elif(op == RECORD_HOST):
                     stop(self.host)
                 with m.Else():
@@ -409,8 +429,9 @@ class Sequencer(wiring.Component):
                     pass  # the record's writes are not all in memory yet
                 with m.Elif(remaining == 1):
                     stop(self.done)
-                with m.Elif(fetched):  # the next record, fetched already
-                    m.d.sync += [self.index.eq(self.index + 1), remaining.eq(remaining - 1),
+                with m.Elif(fetched):  # the next record (past a skipped one), fetched already
+                    m.d.sync += [self.index.eq(self.index + 1 + skipped),
+                                 remaining.eq(remaining - 1 - skipped),
                                  rec.eq(nxt), rec_base.eq(f_base)]
                     m.next = "DECODE"
                 abortable()

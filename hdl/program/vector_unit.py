@@ -49,17 +49,30 @@ from ...core.config import require_config
 from ...core.memory_port import ADDRESS_BITS, read_bytes, words_per_read, write_bytes
 from ...core.vector_fields import (VECTOR_ACC_BITS, VECTOR_LANE_STAGES, vector_layout,
                                    write_chunk_bytes)
-from ...core.widths import MULT_BITS
 from .pixel_reader import require_outstanding
 from .pixel_writer import write_layout
+from .scaled_sum import SCALED_SUM_STAGES, lane_client_signature, scaled_sum
 
 __all__ = ["VectorUnit"]
 
 #: Output words the output FIFO holds; the lanes stop taking responses before
 #: the words in the pipeline could overfill it.
 _OUT_DEPTH = 16
-#: Pipeline stages from a response taken to its word in the output FIFO.
+#: Pipeline stages from a response taken to its word in the output FIFO: the sum
+#: register, then the scaled sum's.
 _STAGES = VECTOR_LANE_STAGES
+assert _STAGES == 1 + SCALED_SUM_STAGES
+
+
+class _LaneParams:
+    """The lanes' integers: the unit's fields, or the fused Add's while it has the
+    lanes (its ``enable``; exact halves round up)."""
+
+    def __init__(self, f, fused):
+        on = fused.enable
+        for name in ("ma", "mb", "shift", "zy", "lo", "hi"):
+            setattr(self, name, Mux(on, fused[name], f[name]))
+        self.ties_to_even = f.ties_to_even & ~on
 
 
 class VectorUnit(wiring.Component):
@@ -94,6 +107,13 @@ class VectorUnit(wiring.Component):
     busy_cycles, stall_in_cycles, stall_out_cycles : Out(32)
         Of the last run: cycles from ``start`` to ``done``; cycles the lanes
         waited for a read's data; cycles a write waited for the memory.
+    lanes : In(lane_client_signature(R))
+        The lanes lent to the fused Add
+        (:class:`~fpgacnn.hdl.program.fused_add.FusedAdd`) while the unit is
+        idle: with ``lanes.fields.enable`` each lane takes the client's terms
+        every cycle and computes with its fields, ``lanes.y`` holding the
+        results :data:`~fpgacnn.hdl.program.scaled_sum.SCALED_SUM_STAGES` + 1
+        cycles later; tie ``enable`` low where there is no such client.
 
     Notes
     -----
@@ -120,6 +140,7 @@ class VectorUnit(wiring.Component):
             "i_data": In(stream.Signature(unsigned(8 * read_bytes(config)))),
             "o_write": Out(stream.Signature(write_layout(write_bytes(config)))),
             "busy_cycles": Out(32), "stall_in_cycles": Out(32), "stall_out_cycles": Out(32),
+            "lanes": In(lane_client_signature(read_bytes(config))),
         })
 
     def elaborate(self, platform):
@@ -207,16 +228,13 @@ class VectorUnit(wiring.Component):
             m.d.sync += valid[s].eq(valid[s - 1])
         m.d.sync += valid[0].eq(0)
         lanes = []
+        shared = self.lanes
+        params = _LaneParams(f, shared.fields)
         for k in range(rb):
             byte = responses.r_data[8 * k:8 * k + 8].as_signed()
             acc = Signal(signed(VECTOR_ACC_BITS), name=f"acc{k}")
             s_acc = Signal(signed(VECTOR_ACC_BITS), name=f"s_acc{k}")
             s_db = Signal(signed(10), name=f"s_db{k}")
-            p_a = Signal(signed(VECTOR_ACC_BITS + MULT_BITS + 1), name=f"p_a{k}")
-            p_b = Signal(signed(10 + MULT_BITS + 1), name=f"p_b{k}")
-            v = Signal(signed(66), name=f"v{k}")
-            r = Signal(signed(66), name=f"r{k}")
-            y = Signal(8, name=f"y{k}")
             diff = byte - f.za
             summed = Mux(c_pixel == 0, diff, acc + diff)
             with m.If(pop & ~c_b):
@@ -225,20 +243,9 @@ class VectorUnit(wiring.Component):
                     m.d.sync += [s_acc.eq(summed), s_db.eq(0)]
             with m.If(pop & c_b):
                 m.d.sync += [s_acc.eq(acc), s_db.eq(byte - f.zb)]
-            m.d.sync += [
-                p_a.eq(s_acc * Cat(f.ma, Const(0, 1)).as_signed()),
-                p_b.eq(s_db * Cat(f.mb, Const(0, 1)).as_signed()),
-                v.eq(p_a + p_b),
-            ]
-            # round_shift: (v + half) >> shift; ties to even: an exact half to the even one.
-            half = (Const(1, 66) << f.shift) >> 1
-            up = (v + half.as_signed()) >> f.shift
-            low = v & ((Const(1, 66) << f.shift) - 1)
-            tie = f.ties_to_even & (f.shift != 0) & (low == half) & up[0]
-            m.d.sync += r.eq(up - tie)
-            q = r + f.zy
-            m.d.sync += y.eq(Mux(q < f.lo, f.lo, Mux(q > f.hi, f.hi, q))[:8])
-            lanes.append(y)
+            with m.If(shared.fields.enable):  # the lanes are the fused Add's (idle unit)
+                m.d.sync += [s_acc.eq(shared.a_terms[k]), s_db.eq(shared.b_terms[k])]
+            lanes.append(scaled_sum(m, s_acc, s_db, params, name=str(k)))
         with m.If(pop):
             with m.If(c_b):
                 m.d.sync += [c_b.eq(0), c_pixel.eq(0), valid[0].eq(1)]
@@ -250,7 +257,8 @@ class VectorUnit(wiring.Component):
                 m.d.sync += [c_pixel.eq(0), valid[0].eq(1)]
         with m.If(self.start & ~self.busy):
             m.d.sync += [c_b.eq(0), c_pixel.eq(0)]
-        m.d.comb += [out.w_data.eq(Cat(*lanes)), out.w_en.eq(valid[_STAGES - 1])]
+        m.d.comb += [out.w_data.eq(Cat(*lanes)), out.w_en.eq(valid[_STAGES - 1]),
+                     shared.y.eq(Cat(*lanes))]
 
         # -- writes: each output word in chunks of gcd(word, W) bytes -----------------------
         wb = write_bytes(cfg)
