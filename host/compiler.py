@@ -60,7 +60,7 @@ from ..core.contract import engine_contract
 from ..core.errors import InputError, MappingError
 from . import conv_views, packing
 from .cycle_model import layer_cycles
-from .layers import Conv, DilatedConv, Gemm, GroupedConv, MaxPool
+from .layers import Add, Conv, DilatedConv, Gemm, GroupedConv, MaxPool
 from .nhwc_flatten import nhwc_flatten
 
 __all__ = ["BatchImage", "BatchTranspose", "ChannelColumns", "ColumnSlice", "EngineRun",
@@ -379,6 +379,16 @@ class _Plan(NamedTuple):
     scatter: object
 
 
+def _feeds_an_add(layer, nxt, readers):
+    """Whether ``layer``'s output is read by the next layer alone, an Add: a program
+    engine may then do the Add on its runs' writes (docs/program.md, "The residual
+    Add fused into the convolution"), which pixel-row views of its output would
+    keep it from (the fused Add writes the Add's output in the runs' own rows);
+    a whole pass over two tensors is worth more than the rows' few cycles."""
+    return (isinstance(nxt, Add) and layer.output in nxt.inputs
+            and readers.get(layer.output, 0) == 1)
+
+
 def _fusable_pool(layer, pool, readers):
     """A MaxPool the engine can fuse behind ``layer``: 2x2, stride 2, no pads, pure max."""
     return (isinstance(pool, MaxPool) and pool.inputs == (layer.output,)
@@ -428,8 +438,10 @@ def compile_model(model, config, *, batch=1, resident=None):
         if isinstance(layer, (Conv, GroupedConv, DilatedConv)):
             pool = layers[i + 1] if i + 1 < len(layers) else None
             pool = pool if _fusable_pool(layer, pool, readers) else None
+            nxt = layers[i + 1] if i + 1 < len(layers) else None
             step = _convolution_step(config, layer, pool, batch, cycles,
-                                     reads_input=layer.inputs == (model.input_tensor,))
+                                     reads_input=layer.inputs == (model.input_tensor,),
+                                     rows=not _feeds_an_add(layer, nxt, readers))
             steps.append(step)
             i += 2 if step.pool is not None else 1
         elif isinstance(layer, Gemm):
@@ -491,7 +503,7 @@ def _make_resident(program, resident, cycles):
     return program
 
 
-def _convolution_step(config, layer, pool, batch, cycles, *, reads_input):
+def _convolution_step(config, layer, pool, batch, cycles, *, reads_input, rows=True):
     """The engine step of a convolution: the candidate mappings compiled, the one
     with the fewest predicted cycles kept (the first on a tie).
 
@@ -500,13 +512,15 @@ def _convolution_step(config, layer, pool, batch, cycles, *, reads_input):
     width (``dense/rows<w>``, each with every block), and a thin first layer's
     taps as channels (``im2col``). A grouped layer: its block-diagonal views
     (``grouped/<k>``) and depthwise runs (``depthwise/<k>``). Anything else,
-    and a Conv no candidate fits: its taps folded into channels."""
+    and a Conv no candidate fits: its taps folded into channels. ``rows``:
+    whether pixel-row views are candidates (not where an Add may fuse into the
+    step, :func:`_feeds_an_add`)."""
     candidates = []
     if isinstance(layer, Conv) and conv_views.fits(layer.kernel, layer.stride, config):
         candidates.append(("dense", [layer], pool, None))
         candidates += [(f"dense/{_remap_name(b)}", [layer], pool, b)
                        for b in _other_remap_blocks(config, layer, pool)]
-        if pool is None:
+        if pool is None and rows:
             # its pixels as rows of another width, each with every remap block
             for width in conv_views.row_widths(layer, config):
                 view = conv_views.rows_view(layer, width)
