@@ -125,8 +125,8 @@ class RowsColumns(ChannelColumns):
     (:func:`~fpgacnn.host.conv_views.rows_view`): :class:`ChannelColumns` of that
     view of the step's output, which shares its memory (never a copy)."""
 
-    rows: int = 1
-    width: int = 1
+    rows: int
+    width: int
 
     def __call__(self, y, out):
         view = y.view()

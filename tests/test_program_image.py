@@ -277,3 +277,47 @@ def test_an_input_fold_is_not_run_as_a_record():
                                          r"input \(ProgramImage.write_input\), not run as a "
                                          r"record$"):
         run_record(image, program, fold, None, {}, warm=False, timeout_of=None)
+
+
+@pytest.mark.parametrize("engine", ["k3", "pynq-z2"])
+def test_pixel_row_views_stream_and_land_as_compiled(engine):
+    """A 1x1 layer's runs forced onto every pixel-row width and remap block
+    (output-channel groups on k3; a row view is never wider than ``max_width``,
+    so it needs no column strips): each record streams the compiled
+    run's bytes from the tensor's row view, and the engine's output (by the engine
+    model) lands in the arena as the layer's output, bit-exact."""
+    from fpgacnn.host import compiler
+    from fpgacnn.host.conv_views import row_widths, rows_view
+    from engine_model_helpers import emulate_engine
+    config = ENGINES[engine]
+    rng = np.random.default_rng(8)
+    model = convolution_model(rng, 16, 24, 1, (1, 1), (1, 1), (1, 1), (0, 0, 0, 0), (3, 45))
+    program = compile_model(model, config, batch=2, resident=False)
+    layer = program.steps[0].layer
+    x = rng.integers(-128, 128, (2, *layer.input_shape), dtype=np.int64).astype(np.int8)
+    want = layer.evaluate(x)
+    seen = set()
+    for width in row_widths(layer, config):
+        for block in (None, 0, 2, 3):
+            candidate = (f"dense/rows{width}", [rows_view(layer, width)], None, block)
+            try:
+                step = compiler._step_of_candidate(config, layer, candidate, 2, {})
+            except MappingError:
+                continue
+            program.steps[0] = step
+            image = build_image(program)
+            names = tensor_names(program)
+            image.tensors[names.index(step.inputs[0])].view(image.data)[...] = x
+            for run, record in zip(step.runs, image.records):
+                assert names[record.source.tensor] == f"{step.inputs[0]}/rows{width}"
+                assert_array_equal(record_stream(image, record), run.stream(x),
+                                   err_msg=f"rows {width}, block {block}")
+                store_output(image, record, emulate_engine(config, dict(run.descriptor),
+                                                           run.stream(x)))
+            out = image.tensors[names.index(step.output)].view(image.data)
+            assert_array_equal(out, want, err_msg=f"rows {width}, block {block}")
+            seen.add((len({r.scatter.cols for r in step.runs}) > 1,
+                      len({r.channels for r in step.runs}) > 1, step.runs[0].pack_pixels.remap))
+    assert not any(strips for strips, _, _ in seen), seen
+    assert any(groups for _, groups, _ in seen) == (engine == "k3"), seen
+    assert {remap for *_, remap in seen} >= {0, 2, 3}, seen
