@@ -359,13 +359,14 @@ def sequenced_run_cycles(config, desc, latency, *, wide=False, writer_wide=False
     """Busy cycles of a run that the program sequencer makes from board memory.
 
     The run as :func:`layer_cycles` predicts it with its input delayed by the
-    pixel reader's latency once per section it streams (the constants, when
-    the descriptor loads any, and the pixels: ``latency + 4`` cycles each,
-    :class:`~fpgacnn.hdl.program.pixel_reader.PixelReader`) and the cycle
-    between the two sections (the sequencer sets the reader's fields for the
-    pixels, then starts it): ``feed_delay``, part of which the line buffer's
-    setup hides on a short run with no constants. It holds while the
-    memory's bandwidth never holds a read back.
+    pixel reader's latency (``latency + 4`` cycles,
+    :class:`~fpgacnn.hdl.program.pixel_reader.PixelReader`) and, when the
+    descriptor loads constants, the two cycles by which the pixels' reads
+    follow the constants' (the sequencer starts the pixels' section the
+    cycle after the constants' reads are all issued, so their latency is
+    paid once): ``feed_delay``, part of which the line buffer's setup hides
+    on a short run with no constants. It holds while the memory's bandwidth
+    never holds a read back.
 
     Parameters
     ----------
@@ -375,9 +376,10 @@ def sequenced_run_cycles(config, desc, latency, *, wide=False, writer_wide=False
     latency : int
         The memory's read latency in cycles.
     wide : bool
-        The run's sections stream as wide words (the reader's ``wide``: a
-        beat a cycle), needed on an engine whose ``pin`` is narrower than a
-        beat.
+        The run's sections stream a beat a cycle (the reader's ``wide``
+        words, or narrow ones it pairs into beats:
+        :func:`~fpgacnn.host.pixel_reader_setup.beat_a_cycle`), needed on an
+        engine whose ``pin`` is narrower than a beat.
 
     Raises
     ------
@@ -389,8 +391,11 @@ def sequenced_run_cycles(config, desc, latency, *, wide=False, writer_wide=False
     if config.pin < config.stream_bytes and not wide:
         raise ValueError(f"the sequenced-run model needs pin ({config.pin}) >= the beat's "
                          f"{config.stream_bytes} bytes, or a wide run")
-    sections = 2 if desc.get("load_weights", 0) or desc.get("load_params", 0) else 1
-    delay = sections * (int(latency) + 4) + sections - 1
+    delay = int(latency) + 4
+    if desc.get("load_weights", 0) or desc.get("load_params", 0):
+        # The pixels' reads follow the constants' two cycles behind (the sequencer
+        # starts them the cycle after the constants are issued).
+        delay += 2
     # the pixel writer takes a unit (of its mode) a cycle
     return layer_cycles(config, desc, feed_delay=delay,
                         sink_bytes=writer_unit(config, wide=writer_wide)).cycles

@@ -372,14 +372,21 @@ class SequencerProgram:
         at = self.table_words[warm] * self.config.pin + index * record_bytes(self.config)
         return int(self.memory[at:at + 4 * len(RECORD_FIELDS)].view("<u4")[record_word(name)])
 
+    def _table_fields(self, index, prefix, spec, warm):
+        return {f.name: self.table_word(index, f"{prefix}_{f.name}", warm=warm) for f in spec}
+
+    def table_reader_fields(self, index, *, warm=False):
+        """The pixel reader's fields of engine record ``index`` as its run table has
+        them (:data:`~fpgacnn.core.pixel_reader_fields.READER_FIELDS`, as unsigned
+        32-bit words), read from board memory."""
+        return self._table_fields(index, "reader", READER_FIELDS, warm)
+
     def run_reads(self, index, *, warm=False):
         """The memory reads of engine record ``index`` as its run table has it, at most
         (:func:`~fpgacnn.host.fused_add.run_reads`: its input's, its constants', and
         with a fused Add b's), read from board memory."""
-        def fields(prefix, spec):
-            return {f.name: self.table_word(index, f"{prefix}_{f.name}", warm=warm)
-                    for f in spec}
-        reader, writer = fields("reader", READER_FIELDS), fields("writer", WRITER_FIELDS)
+        reader = self.table_reader_fields(index, warm=warm)
+        writer = self._table_fields(index, "writer", WRITER_FIELDS, warm)
         const = self.table_word(index, "const_words", warm=warm)
         k = words_per_read(self.config)
         b = writer if self.table_word(index, "add_enable", warm=warm) else None

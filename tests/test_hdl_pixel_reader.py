@@ -38,7 +38,7 @@ from fpgacnn.hdl.program.pixel_reader import PixelReader
 from fpgacnn.host.compiler import EngineStep, compile_model
 from fpgacnn.host.layers import Gemm
 from fpgacnn.host.model import QuantizedModel, TensorSpec
-from fpgacnn.host.pixel_reader_setup import reader_fields, wide_fields
+from fpgacnn.host.pixel_reader_setup import beat_a_cycle, reader_fields, wide_fields
 from fpgacnn.host.program_image import (SOURCE_BATCH, SOURCE_STRIP, SOURCE_ZERO_COLUMN,
                                         EngineRecord, FoldRecord, HostRecord, build_image)
 from fpgacnn.host.program_runner import record_stream
@@ -165,7 +165,7 @@ def pixel_section(image, record):
 
 
 def run_reader(config, image, runs, *, latency=3, stall=0.3, backpressure=0.3, seed=0,
-               outstanding=16):
+               outstanding=16, chain_gap=None):
     """Run the reader over ``runs`` = [(fields, prepare), ...] back to back, on one memory
     holding ``image.data``; ``prepare()`` (may be None) is called before its run starts
     (it may write the arena). Returns per run the bytes sent and the cycles from
@@ -173,8 +173,15 @@ def run_reader(config, image, runs, *, latency=3, stall=0.3, backpressure=0.3, s
 
     The memory answers as the program engine's top does, with ``R`` bytes: for a
     narrow section the requested word in the low ``pin`` bytes and random bytes
-    above it (the reader must drop them), for a wide one the R bytes at the
-    (R-aligned) address."""
+    above it (the reader must drop them) or, at an R-aligned address, the R bytes
+    there (the word and the next: a pair read as one), for a wide one the R bytes
+    at the (R-aligned) address.
+
+    With ``chain_gap`` (cycles, at least 1) the runs are one chain: each started
+    ``chain_gap`` cycles after the one before it raised ``issued``, its fields
+    set then, every ``prepare`` called before the first; returns one result, the
+    chain's bytes, the cycles from the first ``start`` to the last ``done`` and the
+    cycle of each run's ``start`` (counted as those)."""
     dut = PixelReader(config, outstanding=outstanding)
     rng = np.random.default_rng(seed)
     # Apart from `rng`, so that the pauses are the same whatever the port's width.
@@ -209,6 +216,7 @@ def run_reader(config, image, runs, *, latency=3, stall=0.3, backpressure=0.3, s
                 at = addr * pin
                 if current["wide"]:
                     assert at % rb == 0, f"a wide read at word {addr}, not on {rb} bytes"
+                if current["wide"] or (at % rb == 0 and rb > pin):
                     word = image.data[at:at + rb]
                     assert word.size == rb, f"read past the image at word {addr}"
                     value = int.from_bytes(word.tobytes(), "little")
@@ -219,6 +227,43 @@ def run_reader(config, image, runs, *, latency=3, stall=0.3, backpressure=0.3, s
                              | int.from_bytes(junk.bytes(rb - pin), "little") << 8 * pin)
                 pending.append((cycle + latency, value))
             cycle += 1
+
+    async def chain(ctx):
+        for _, prepare in runs:
+            if prepare is not None:
+                prepare()
+        current["wide"] = 0  # (the reads of two sections interleave: not checked)
+        beats, cycles, offered, started, wait, starts = [], 0, None, 1, None, [0]
+        ctx.set(dut.fields, layout.const(runs[0][0]))
+        ctx.set(dut.start, 1)
+        starting = True  # the cycle sampled is one of a start (issued is the last run's)
+        while True:
+            ctx.set(dut.o_stream.ready, int(rng.random() >= backpressure))
+            _, _, valid, ready, payload, done, issued = await ctx.tick().sample(
+                dut.o_stream.valid, dut.o_stream.ready, dut.o_stream.payload, dut.done,
+                dut.issued)
+            ctx.set(dut.start, 0)
+            assert offered is None or (valid and payload == offered), "o_stream withdrawn"
+            offered = payload if valid and not ready else None
+            if valid and ready:
+                beats.append(int(payload))
+            if done:
+                assert started == len(runs) and offered is None, "done before the last run"
+                break
+            if wait is None and issued and not starting and started < len(runs):
+                wait = chain_gap
+            starting = False
+            if wait is not None:
+                wait -= 1
+                if wait == 0:
+                    ctx.set(dut.fields, layout.const(runs[started][0]))
+                    ctx.set(dut.start, 1)
+                    started, wait, starting = started + 1, None, True
+                    starts.append(cycles + 1)
+            cycles += 1
+            assert cycles < 100_000, "the reader hangs"
+        data = b"".join(b.to_bytes(config.stream_bytes, "little") for b in beats)
+        results.append((np.frombuffer(data, np.uint8), cycles, starts))
 
     async def bench(ctx):
         for fields, prepare in runs:
@@ -253,7 +298,7 @@ def run_reader(config, image, runs, *, latency=3, stall=0.3, backpressure=0.3, s
     sim = Simulator(dut)
     sim.add_clock(1e-8)
     sim.add_testbench(memory, background=True)
-    sim.add_testbench(bench)
+    sim.add_testbench(bench if chain_gap is None else chain)
     sim.run()
     return results
 
@@ -439,12 +484,13 @@ def expected_cycles(config, fields, nbytes, latency):
     return max(words, beats) + (latency + 4 if fields["rows"] else 3)
 
 
-def paired_beats(config, fields):
+def paired_beats(config, fields, *, both=False):
     """Beats the reader issues whole, in one cycle each (its Latency section): on an
     engine of two words to a read, narrow, one word to a block position, two words
     of a line ``(row, ky)`` from a beat's start, of which at most one is read (the
-    other past the channels, or of a padding pixel): the section walked as the
-    counter nest does."""
+    other past the channels, or of a padding pixel), or both of one pixel, side by
+    side from an R-aligned address: the section walked as the counter nest does. With
+    ``both``: the beats of the second kind only."""
     if (fields["wide"] or words_per_read(config) != 2 or fields["words"] != 1
             or fields["blocks"] < 2):
         return 0
@@ -453,6 +499,13 @@ def paired_beats(config, fields):
     def reads(row, ky, col, kx):
         left = fields["channels"] - ky * fields["ky_channels"] - kx * config.pin
         return left > 0 and not (row == rows - 1 and col >= fields["last_cols"])
+
+    def one_read(image, row, ky, first, second):
+        (col, kx), (col2, _) = first, second
+        address = (fields["base"] + image * fields["image_stride"] + row * fields["row_stride"]
+                   + col * fields["pixel_stride"] + ky * fields["ky_stride"]
+                   + kx * fields["block_stride"])
+        return col == col2 and fields["block_stride"] == 1 and address % 2 == 0
     phase = beats = 0
     for image in range(fields["images"]):
         for row in range(rows):
@@ -460,9 +513,11 @@ def paired_beats(config, fields):
                 line = [(col, kx) for col in range(cols) for kx in range(blocks)]
                 i = 0
                 while i < len(line):
+                    two = reads(row, ky, *line[i]) and i + 1 < len(line) \
+                        and reads(row, ky, *line[i + 1])
                     if (phase == 0 and i + 1 < len(line)
-                            and not (reads(row, ky, *line[i]) and reads(row, ky, *line[i + 1]))):
-                        beats, i = beats + 1, i + 2
+                            and (not two or one_read(image, row, ky, line[i], line[i + 1]))):
+                        beats, i = beats + (two or not both), i + 2
                     else:
                         phase, i = phase ^ 1, i + 1
         phase ^= (fields["zp_pixels"] * fields["words"] + fields["zero_words"]) & 1
@@ -477,12 +532,13 @@ def test_one_word_per_cycle_without_stalls(engine, latency):
     memory of latency L that never pauses and ``outstanding = L + 3``: one word (or
     beat) per cycle, a beat per cycle when wide, and a fixed number of cycles more."""
     config = ENGINES[engine]
-    beats = 0
+    beats = both = claimed = 0
     for name, image, chosen in reader_runs(engine):
         for record, fields, x in chosen:
             arrange_input(image, record, x)
             runs = modes(config, fields)
             beats += paired_beats(config, fields)
+            both += paired_beats(config, fields, both=True)
             results = run_reader(config, image, [(f, None) for f in runs], latency=latency,
                                  stall=0, backpressure=0, outstanding=latency + 3)
             want = pixel_section(image, record)
@@ -490,9 +546,87 @@ def test_one_word_per_cycle_without_stalls(engine, latency):
                 same_section(config, fields, f, got, want, f"{engine} {name} {f}")
                 assert cycles == expected_cycles(config, f, got.size, latency), \
                     f"{engine} {name} step {record.step} wide {f['wide']}"
+                if beat_a_cycle(config, f):  # as the DMA would feed it, the latency later
+                    assert cycles == got.size // config.stream_bytes + (
+                        latency + 4 if f["rows"] else 3), f"{engine} {name} {f}"
+                    claimed += not f["wide"] and config.pin < config.stream_bytes
     # Zero lines a beat a cycle: on an engine of two words a read (the 1x1 remap's
-    # lines of block positions past the channels).
+    # lines of block positions past the channels), and two read words of one R-byte
+    # read (its lines of whole pairs).
     assert (beats > 0) == (engine in PAIRED), beats
+    assert (both > 0) == (engine in PAIRED), both
+    # and so narrow sections a beat a cycle (the cycle model's, as wide ones)
+    assert (claimed > 0) == (engine in PAIRED), claimed
+
+
+def constants_fields(config, image, record):
+    """The section of ``record``'s constants as the sequencer sets the reader for it
+    (hdl/program/sequencer.py): its words from ``const_offset`` on, one pixel, every
+    byte kept, wide where its base and length are whole reads."""
+    n = len(image.constants(record, warm=not record.descriptor["load_weights"]))
+    base, words = record.const_offset // config.pin, n // config.pin
+    fields = dict(dict.fromkeys((f.name for f in READER_FIELDS), 0), base=base, images=1,
+                  rows=1, cols=1, words=words, channels=(1 << 32) - 1, blocks=1, last_cols=1)
+    k = words_per_read(config)
+    if k > 1 and base % k == 0 and words % k == 0:
+        fields.update(base=base // k, words=words // k, wide=1)
+    return fields
+
+
+@pytest.mark.parametrize("engine", ["k3", "pynq", "pairs-k2", "beats-per-word"])
+def test_sections_back_to_back(engine):
+    """A run's constants and then its pixels, the pixels started a cycle or more after
+    the constants are issued (as the sequencer does): the stream is the host's
+    (``record_stream``), with pauses and back-pressure; and three sections of one
+    record's pixels, narrow, wide, narrow (modes and x_zp carried with each word).
+    Without pauses, the pixels end as they would alone from their start, or
+    ``max(W, B)`` cycles after the constants would end alone, whichever is later
+    (their reads issued while the constants drain)."""
+    config = ENGINES[engine]
+    chained = 0
+    for name, image, chosen in reader_runs(engine):
+        for n, (record, fields, x) in enumerate(chosen):
+            desc = record.descriptor
+            if not (desc["load_weights"] or desc["load_params"]):
+                continue
+            arrange_input(image, record, x)
+            want = record_stream(image, record)
+            const = constants_fields(config, image, record)
+            for f in modes(config, fields):
+                gap = 1 + (n + f["wide"]) % 3
+                (got, _, _), = run_reader(config, image, [(const, None), (f, None)],
+                                          chain_gap=gap, seed=n)
+                if f is fields:
+                    assert_array_equal(got, want, err_msg=f"{engine} {name} {n}")
+                else:  # (merged pixels: lanes past the channels are memory's)
+                    same_section(config, fields, f, got[len(want) - len(pixel_section(
+                        image, record)):], pixel_section(image, record), f"{engine} {name}")
+                alone = [c for _, c in run_reader(config, image, [(const, None), (f, None)],
+                                                  stall=0, backpressure=0, latency=5,
+                                                  outstanding=8)]
+                (_, cycles, starts), = run_reader(
+                    config, image, [(const, None), (f, None)], stall=0, backpressure=0,
+                    latency=5, outstanding=8, chain_gap=gap)
+                pixels = alone[1] - (5 + 4 if f["rows"] else 3)  # max(W, B)
+                assert cycles == max(starts[1] + alone[1], alone[0] + pixels), \
+                    (engine, name, n, f)
+                # (where the pixels' reads are the bound, their issue's c + 1 cycles)
+                if f["rows"] and config.pin <= config.stream_bytes:
+                    assert cycles == alone[0] + pixels + gap + 1
+                chained += 1
+            wide = wide_fields(config, fields)
+            if wide is not None:
+                three = [fields, wide, dict(fields, x_zp=(fields["x_zp"] + 1) % 128)]
+                (got, _, _), = run_reader(config, image, [(f, None) for f in three],
+                                          chain_gap=2, seed=n)
+                section = pixel_section(image, record)
+                assert_array_equal(got[:len(section)], section)
+                same_section(config, fields, wide, got[len(section):2 * len(section)],
+                             section, f"{engine} {name} {n} wide")
+                third = got[2 * len(section):]
+                if fields["zp_pixels"]:
+                    assert not np.array_equal(third, section)
+    assert chained > 0
 
 
 def _synthesized(**values):

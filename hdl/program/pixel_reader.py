@@ -54,7 +54,10 @@ __all__ = ["PixelReader", "require_outstanding"]
 
 #: A command: where a word comes from, and how many of its lanes are kept; with
 #: ``pair``, a whole beat of two narrow words, the read one (if any) in the half
-#: ``high`` names, the other 0.
+#: ``high`` names, the other 0, or, with ``both``, the two words of one R-byte
+#: read (``lanes`` then counts the beat's lanes kept, the first word's all). ``wide``
+#: (the word is R bytes) and ``x_zp`` are the section's, carried so that the next
+#: section, whose fields may differ, can be issued while this one drains.
 _READ, _ZP, _ZERO = 0, 1, 2
 
 
@@ -73,7 +76,7 @@ def require_outstanding(outstanding):
 def _command_layout(lanes):
     """A command of words of at most ``lanes`` lanes."""
     return data.StructLayout({"kind": 2, "lanes": unsigned(lanes.bit_length()), "pair": 1,
-                              "high": 1})
+                              "high": 1, "both": 1, "wide": 1, "x_zp": 8})
 
 
 class PixelReader(wiring.Component):
@@ -97,8 +100,16 @@ class PixelReader(wiring.Component):
         Pulse: read the section ``fields`` describe (ignored while ``busy``).
     busy : Out(1)
         High from the cycle after ``start`` through the cycle of ``done``.
+    issued : Out(1)
+        High while every word of the section is issued and its last ones are
+        still on their way: a ``start`` then begins the next section at once
+        (its ``fields`` then the next section's; it follows this one in the
+        stream, and no ``done`` comes between them), so a section's reads are
+        issued while the one before it drains (the constants of a run, then its
+        pixels, Latency).
     done : Out(1)
-        High for one cycle, the cycle after the last beat was taken.
+        High for one cycle, the cycle after the last beat was taken (of the
+        last section started).
     o_addr : Out(stream.Signature(unsigned(ADDRESS_BITS)))
         Read requests: the address of one ``pin``-byte memory word (byte
         address ``pin * o_addr``), in both modes; a wide section's word
@@ -108,7 +119,9 @@ class PixelReader(wiring.Component):
         The responses, ``R = read_bytes(config)`` bytes each, in the order of
         the requests, little-endian: byte ``pin * o_addr + k`` in bits
         ``8k..8k+7``. A narrow section takes the low ``pin`` bytes and ignores
-        the rest (whatever the top leaves there); a wide one takes all R.
+        the rest (whatever the top leaves there), but for a read at an R-aligned
+        address that gives two words of a pair (Latency), which takes all R, as
+        a wide section does.
         Any latency of at least a cycle, any pauses. ``ready`` is high
         whenever a response is owed.
     o_stream : Out(stream.Signature(unsigned(stream_width)))
@@ -132,8 +145,17 @@ class PixelReader(wiring.Component):
     2 * pin``), a narrow section of one word a block position (the 1x1
     remap of a thin tensor) issues two words of a line ``(row, ky)`` of
     which at most one is read (the other past the channels, or of a padding
-    pixel) as one beat, from a beat's start: ``W`` counts each such pair
-    once.
+    pixel) as one beat, from a beat's start, and so two words of one pixel
+    that are both read where they are one R-byte read (``block_stride`` 1,
+    the first at an R-aligned address): ``W`` counts each such pair once.
+    A section started while ``issued`` (``c >= 1`` cycles after it rose)
+    issues its first word ``c + 1`` cycles after the last word of the one
+    before; its words follow that one's in the stream, so its ``done`` comes
+    when it would alone from its ``start``, or ``max(W, B)`` cycles after the
+    section before would have come alone, whichever is later: the first
+    where both read a word a cycle (its reads then are ``c + 1`` cycles behind
+    the section before's, not ``L + 4``), the second where it reads nothing
+    or the stream is the bound.
     The four cycles are the issue
     state, the command FIFO, the response FIFO's output register and the
     packer's register; the output side sees a read's data ``L + 2`` cycles
@@ -155,6 +177,7 @@ class PixelReader(wiring.Component):
             "fields": In(reader_layout()),
             "start": In(1),
             "busy": Out(1),
+            "issued": Out(1),
             "done": Out(1),
             "o_addr": Out(stream.Signature(unsigned(ADDRESS_BITS))),
             "i_data": In(stream.Signature(unsigned(8 * read_bytes(config)))),
@@ -204,6 +227,7 @@ class PixelReader(wiring.Component):
         phase = Signal()
         pair = Signal()
         second_reads = Signal()  # the pair's read word is its second
+        both = Signal()  # the pair's two words are both read, as one R-byte read
         read_addr = Signal(ADDRESS_BITS)
         packer_empty = Signal()  # no word waits in the packer for the rest of its beat
         word_last = word == f.words - 1
@@ -215,6 +239,9 @@ class PixelReader(wiring.Component):
             command.lanes.eq(lanes),
             command.pair.eq(pair),
             command.high.eq(second_reads),
+            command.both.eq(both),
+            command.wide.eq(wide if wide is not None else 0),
+            command.x_zp.eq(f.x_zp),
             read_addr.eq(addr),
         ]
         if wide is not None:
@@ -310,13 +337,19 @@ class PixelReader(wiring.Component):
                     next_lanes = Mux(next_left >= word_lanes, word_lanes,
                                      Mux(next_left > 0, next_left[:rb.bit_length()], 0))
                     line_last_word = (col == f.cols - 1) & ~in_pixel
+                    # Two read words of one pixel side by side from an R boundary are
+                    # one read (the first is whole: the second has lanes left).
+                    one_read = in_pixel & (f.block_stride == 1) & ~addr[0]
                     m.d.comb += [
                         pair.eq(~wide & (f.words == 1) & (f.blocks > 1) & ~phase
-                                & ~line_last_word & ~(read & next_read)),
+                                & ~line_last_word & (~(read & next_read) | one_read)),
                         second_reads.eq(pair & ~read & next_read),
+                        both.eq(pair & read & next_read),
                     ]
                     with m.If(second_reads):
                         m.d.comb += [read_addr.eq(next_addr), command.lanes.eq(next_lanes)]
+                    with m.If(both):
+                        m.d.comb += command.lanes.eq(word_lanes + next_lanes)
                 m.d.comb += reads.eq(read | second_reads)
                 # valid waits for room for the command, never for ready.
                 m.d.comb += [self.o_addr.valid.eq(commands.w_rdy & reads),
@@ -375,8 +408,15 @@ class PixelReader(wiring.Component):
                         next_image()
 
             with m.State("DRAIN"):
-                # Every command is issued; done when the last beat has left.
-                with m.If(~commands.r_rdy & ~self.o_stream.valid & packer_empty):
+                # Every command is issued; done when the last beat has left, unless the
+                # next section starts (its commands follow these in the FIFO, each with
+                # its section's mode and x_zp: the output side reads no field).
+                m.d.comb += self.issued.eq(1)
+                with m.If(self.start):
+                    m.d.sync += [image.eq(0), phase.eq(0)]
+                    at(f.base)
+                    start_image()
+                with m.Elif(~commands.r_rdy & ~self.o_stream.valid & packer_empty):
                     m.d.comb += self.done.eq(1)
                     m.d.sync += self.busy.eq(0)
                     m.next = "IDLE"
@@ -401,7 +441,7 @@ class PixelReader(wiring.Component):
         # word keeps at most pin lanes, which also drops the response's bytes
         # above it (the next words of its R-byte read, or anything).
         keep = Cat(*((k < head.lanes).replicate(8) for k in range(rb)))
-        zp_word = Cat(*([f.x_zp] * rb))
+        zp_word = Cat(*([head.x_zp] * rb))
         value = Mux(head.kind == _READ, responses.r_data,
                     Mux(head.kind == _ZP, zp_word, 0)) & keep
         take = Signal()  # the packer takes a word this cycle
@@ -437,12 +477,13 @@ class PixelReader(wiring.Component):
                     # A wide word is a whole beat (R is the beat here), and a wide
                     # section starts on one: every section ends on a beat. So does
                     # a pair (issued at a beat's start): its word in its half.
-                    with m.If(wide):
+                    with m.If(head.wide):
                         m.d.sync += [beat.eq(value), out_valid.eq(1)]
                     with m.Elif(head.pair):
                         word_value = value[:word_bits]
-                        m.d.sync += [beat.eq(Mux(head.high, word_value << word_bits,
-                                                 word_value)),
+                        m.d.sync += [beat.eq(Mux(head.both, value,
+                                                 Mux(head.high, word_value << word_bits,
+                                                     word_value))),
                                      out_valid.eq(1)]
                     with m.Else():
                         narrow_word()

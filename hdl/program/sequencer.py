@@ -11,7 +11,9 @@ in board memory. For each record::
     START    then control.start: the engine's descriptor check judges the run
     ACCEPT   read status: refused -> stop (error); taken -> stream
     STREAM   the pixel reader streams the constants, then the pixels, into the
-             engine while the pixel writer writes its output into memory
+             engine while the pixel writer writes its output into memory (the
+             pixels started as soon as the constants' reads are all issued,
+             so their reads follow while the constants drain)
     FINISH   read status until the engine is done
     COUNT    read the engine's three performance counters ...
     STORE    ... and write them to the record's counters address
@@ -108,6 +110,8 @@ class Sequencer(wiring.Component):
     add_fields : Out(fused_add_layout())
         The current run's fused Add (:mod:`fpgacnn.core.fused_add_fields`).
     reader_start, writer_start : Out(1)
+    reader_issued : In(1)
+        The reader has issued every word of its section (the next may start).
     reader_done, writer_done : In(1)
     vector_fields : Out(vector_layout())
         The current vector record's fields.
@@ -145,7 +149,8 @@ class Sequencer(wiring.Component):
             "fetch_addr": Out(stream.Signature(unsigned(32))),
             "fetch_data": In(stream.Signature(unsigned(8 * read_bytes(config)))),
             "fetching": Out(1),
-            "reader_fields": Out(reader_layout()), "reader_start": Out(1), "reader_done": In(1),
+            "reader_fields": Out(reader_layout()), "reader_start": Out(1),
+            "reader_issued": In(1), "reader_done": In(1),
             "writer_fields": Out(writer_layout()), "writer_start": Out(1), "writer_done": In(1),
             "add_fields": Out(fused_add_layout()),
             "vector_fields": Out(vector_layout()), "vector_start": Out(1),
@@ -369,11 +374,12 @@ class Sequencer(wiring.Component):
 
             with m.State("STREAM"):
                 m.d.comb += prefetch.eq(reader_finished)
-                with m.If(self.reader_done):
-                    with m.If(pixels_phase):
-                        m.d.sync += reader_finished.eq(1)
-                    with m.Else():
-                        m.d.sync += [pixels_phase.eq(1), kick.eq(1)]
+                # The pixels start once the constants are issued (or done), the
+                # reader's fields the pixels' from the cycle of its start on.
+                with m.If(~pixels_phase & ~kick & (self.reader_issued | self.reader_done)):
+                    m.d.sync += [pixels_phase.eq(1), kick.eq(1)]
+                with m.If(pixels_phase & ~kick & self.reader_done):
+                    m.d.sync += reader_finished.eq(1)
                 with m.If(self.writer_done):
                     m.d.sync += writer_finished.eq(1)
                 with m.If(reader_finished & writer_finished):
