@@ -15,6 +15,20 @@ layers more multipliers would speed up at all. Beside them the compiled
 program's cycles (the cycle model's, steady state, weights resident where
 they fit: what BENCHMARKS.md section 5 measures on the RTL).
 
+The fused columns are the floors of the fused depthwise + pointwise block
+designed in docs/engine.md ("The fused depthwise + pointwise block",
+not built): a depthwise layer whose output only the next 1x1 convolution
+reads runs with it as one block that reads the depthwise input and writes
+the pointwise output, nothing between them; its floor ``max(pw MACs /
+peak, dw MACs / U, in_bytes / B, out_bytes / B)`` with the depthwise on a
+unit of its own of ``U`` products a cycle, and ``max(dw MACs / D + pw MACs
+/ peak, in / B, out / B)`` with it on the array itself (time-shared, at
+today's depthwise rate ``D = peak / pout``: a window's ``pin`` channels of
+each pixel meet their own output lane only). ``U`` is a share of ``D``
+(``--unit-shares``, default 1 and 1/2: the design's unit of ``pin``
+channels x taps x two pixels, on the PYNQ-Z2's engine 72 products a cycle,
+and one of half that).
+
 Weights and parameters are not counted (resident in the engine on the
 PYNQ-Z2's engine for every model but ResNet-18's stem), nor are the tensors'
 padding or the host steps (Add, pools). ``in_bytes`` is the input tensor's
@@ -24,7 +38,8 @@ the output's (after a fused max-pool).
 Usage::
 
     python bench/memory_bound.py [--boards pynq-z2 zcu104] [--models resnet8 ds_cnn ...]
-                                 [--layers pynq-z2] [--write BENCHMARKS.md]
+                                 [--layers pynq-z2] [--unit-shares 1 0.5]
+                                 [--write BENCHMARKS.md]
 """
 
 import argparse
@@ -46,22 +61,61 @@ def layer_bounds(program, bytes_per_cycle):
     """Per engine step of ``program``: ``(name, macs, in_bytes, out_bytes, cycles,
     compute floor, memory floor)``, cycles the compiled runs' steady-state
     prediction per image, the floors at the engine's peak."""
+    return [row for row, _ in _bounds_and_blocks(program, bytes_per_cycle)]
+
+
+def _bounds_and_blocks(program, bytes_per_cycle):
+    """:func:`layer_bounds`' rows, each with whether it is a depthwise layer whose
+    output only the next engine step, a 1x1 convolution, reads (the first half of
+    a fusable block)."""
     from fpgacnn.host.compiler import EngineStep
+    from fpgacnn.host.layers import Conv, GroupedConv
 
     peak = program.config.peak_macs_per_cycle
-    rows = []
+    steps = [s for s in program.steps if isinstance(s, EngineStep)]
+    readers = {}
     for step in program.steps:
-        if not isinstance(step, EngineStep):
-            continue
+        for t in step.inputs:
+            readers[t] = readers.get(t, 0) + 1
+    rows = []
+    for n, step in enumerate(steps):
+        after = steps[n + 1] if n + 1 < len(steps) else None
+        fusable = (isinstance(step.layer, GroupedConv) and step.layer.depthwise
+                   and after is not None and isinstance(after.layer, Conv)
+                   and after.layer.kernel == (1, 1) and after.inputs[0] == step.output
+                   and readers.get(step.output) == 1)
         cycles = sum(run.warm_predicted_cycles or run.predicted_cycles for run in step.runs)
         in_bytes = prod(step.layer.input_shape)
         if getattr(step.layer, "kernel", None) == (1, 1) and len(step.layer.input_shape) == 3:
             # A 1x1 convolution reads only the pixels it keeps (subsampled first).
             in_bytes = step.layer.input_shape[0] * prod(step.layer.output_shape[1:])
         out_bytes = prod(step.output_shape)
-        rows.append((step.name, step.macs, in_bytes, out_bytes, cycles / program.batch,
-                     step.macs / peak, max(in_bytes, out_bytes) / bytes_per_cycle))
+        rows.append(((step.name, step.macs, in_bytes, out_bytes, cycles / program.batch,
+                      step.macs / peak, max(in_bytes, out_bytes) / bytes_per_cycle), fusable))
     return rows
+
+
+def fused_floor(rows, peak, bytes_per_cycle, unit):
+    """A model's floor with its fusable depthwise + pointwise pairs as blocks
+    (:func:`_bounds_and_blocks`' rows): the depthwise on a unit of ``unit``
+    products a cycle beside the array, or, with ``unit`` a pair ``("array",
+    rate)``, on the array itself at ``rate`` products a cycle before the
+    pointwise."""
+    floor, n = 0.0, 0
+    while n < len(rows):
+        (name, macs, in_bytes, out_bytes, _, cf, mf), fusable = rows[n]
+        if not fusable:
+            floor += max(cf, mf)
+            n += 1
+            continue
+        pw = rows[n + 1][0]
+        memory = max(in_bytes, pw[3]) / bytes_per_cycle
+        if isinstance(unit, tuple):
+            floor += max(macs / unit[1] + pw[1] / peak, memory)
+        else:
+            floor += max(pw[1] / peak, macs / unit, memory)
+        n += 2
+    return floor
 
 
 def model_bound(rows, peak, scale=1):
@@ -79,6 +133,9 @@ def main(argv=None):
                         default=["resnet8", "ds_cnn", "mobilenet_v1_025", "autoencoder"])
     parser.add_argument("--layers", nargs="*", default=[], metavar="BOARD",
                         help="per-layer tables of these boards' engines too")
+    parser.add_argument("--unit-shares", nargs="+", type=float, default=[1.0, 0.5],
+                        metavar="S", help="the fused blocks' depthwise unit's products a "
+                        "cycle, as shares of the array's depthwise rate (peak / pout)")
     parser.add_argument("--write", help="replace the section between its markers in this file "
                         "(BENCHMARKS.md section 7)")
     args = parser.parse_args(argv)
@@ -93,8 +150,10 @@ def main(argv=None):
     written = zoo.write_zoo(Path(tempfile.mkdtemp()), names=args.models, n_calibration=8)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
                             capture_output=True, text=True).stdout.strip()
+    shares = " ".join(f"{u:g}" for u in args.unit_shares)
     lines = [f"Command: `python bench/memory_bound.py"
              f"{' --layers ' + ' '.join(args.layers) if args.layers else ''}"
+             f"{' --unit-shares ' + shares if args.unit_shares != [1.0, 0.5] else ''}"
              f"{' --write BENCHMARKS.md' if args.write else ''}`, "
              f"run {datetime.date.today()} at commit {commit}. Engine layers only, batch 1, "
              "per image; `B` = the board's memory bandwidth each way, its HP port's bytes a "
@@ -102,10 +161,18 @@ def main(argv=None):
              "what the simulated board's memory model takes), on these engines also the "
              "stream's bytes per beat. Floor = sum over layers "
              "of max(MACs / peak, in bytes / B, out bytes / B); compiled = the compiled "
-             "program's steady-state cycles (the cycle model, = RTL in section 5).", "",
+             "program's steady-state cycles (the cycle model, = RTL in section 5). Fused: the "
+             "ceilings with each depthwise layer and the 1x1 convolution after it as one block "
+             "(docs/engine.md \"The fused depthwise + pointwise block\", a design, not built): "
+             "the depthwise on the array before the pointwise (at its depthwise rate "
+             "D = peak / pout), or on a unit of its own beside it at U products a cycle, a "
+             "share of D (the module docstring).", "",
              "| engine | model | MACs | compiled cycles | utilization | memory-bound layers "
-             "| floor (cycles) | ceiling | floor at 2x peak | its ceiling (of 2x peak) |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "| floor (cycles) | ceiling | floor at 2x peak | its ceiling (of 2x peak) "
+             "| fused ceiling: depthwise on the array | "
+             + " | ".join(f"beside it, U = {u:g} D" for u in args.unit_shares) + " |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+             + "---:|" * len(args.unit_shares)]
     details = []
     for board_name in args.boards:
         board = load_board(board_name)
@@ -114,16 +181,23 @@ def main(argv=None):
         bandwidth = DESIGN.memory_bytes_per_cycle(board.family, config)
         for name in args.models:
             program = compile_model(load_onnx(written[name]["int8"]), config)
-            rows = layer_bounds(program, bandwidth)
+            blocks = _bounds_and_blocks(program, bandwidth)
+            rows = [row for row, _ in blocks]
             macs = sum(r[1] for r in rows)
             cycles = sum(r[4] for r in rows)
             floor, ceil1 = model_bound(rows, peak)
             floor2, ceil2 = model_bound(rows, peak, 2)
             memory_bound = sum(r[6] > r[5] for r in rows)
+            # Today's depthwise rate: a window's pin channels of each pixel meet their own
+            # output lane only, 1/pout of the array.
+            rate = peak / config.pout
+            fused = [fused_floor(blocks, peak, bandwidth, u)
+                     for u in [("array", rate)] + [share * rate for share in args.unit_shares]]
             lines.append(f"| {board_name} (pin {config.pin} x pout {config.pout}, B {bandwidth}) "
                          f"| {name} | {macs:,} | {cycles:,.0f} | {macs / (peak * cycles):.1%} "
                          f"| {memory_bound} / {len(rows)} | {floor:,.0f} | {ceil1:.1%} "
-                         f"| {floor2:,.0f} | {ceil2:.1%} |")
+                         f"| {floor2:,.0f} | {ceil2:.1%} | "
+                         + " | ".join(f"{macs / (peak * f):.1%}" for f in fused) + " |")
             if board_name in args.layers:
                 details += ["", f"**{name}** on {board_name}'s engine, per layer:", "",
                             "| layer | MACs | in / out bytes | compiled cycles | compute floor "
