@@ -358,15 +358,19 @@ def conv_cycles(config, x_shape, w_shape, *, stride=1, pads=(0, 0, 0, 0), pool=F
 def sequenced_run_cycles(config, desc, latency, *, wide=False, writer_wide=False):
     """Busy cycles of a run that the program sequencer makes from board memory.
 
-    The run as :func:`layer_cycles` predicts it with its input delayed by the
-    pixel reader's latency (``latency + 4`` cycles,
-    :class:`~fpgacnn.hdl.program.pixel_reader.PixelReader`) and, when the
-    descriptor loads constants, the two cycles by which the pixels' reads
-    follow the constants' (the sequencer starts the pixels' section the
-    cycle after the constants' reads are all issued, so their latency is
-    paid once): ``feed_delay``, part of which the line buffer's setup hides
-    on a short run with no constants. It holds while the memory's bandwidth
-    never holds a read back.
+    The run as :func:`layer_cycles` predicts it from the DMA: the sequencer
+    starts the pixel reader as it decodes the record and the engine once the
+    reader offers its first beat, so the run's input streams from its start,
+    a beat a cycle, and the reader's latency (``latency + 4`` cycles,
+    :class:`~fpgacnn.hdl.program.pixel_reader.PixelReader`) is the
+    sequencer's time, not the run's: the descriptor's writes hide all of it
+    but ``latency + 4`` less their cycles. The pixels' reads follow the
+    constants' two cycles behind (the reader's next section, started the
+    cycle after the constants' reads are all issued), which the words the
+    reader holds by the run's start absorb. It holds while the memory's
+    bandwidth never holds a read back and the reader keeps ``latency + 12``
+    reads in flight (the program engine's ``outstanding``: 64, for the
+    simulated board's and a Zynq-7000 HP port's 40 cycles).
 
     Parameters
     ----------
@@ -374,7 +378,8 @@ def sequenced_run_cycles(config, desc, latency, *, wide=False, writer_wide=False
     desc : mapping
         The run's descriptor.
     latency : int
-        The memory's read latency in cycles.
+        The memory's read latency in cycles (checked against the reads in
+        flight, not counted).
     wide : bool
         The run's sections stream a beat a cycle (the reader's ``wide``
         words, or narrow ones it pairs into beats:
@@ -391,14 +396,8 @@ def sequenced_run_cycles(config, desc, latency, *, wide=False, writer_wide=False
     if config.pin < config.stream_bytes and not wide:
         raise ValueError(f"the sequenced-run model needs pin ({config.pin}) >= the beat's "
                          f"{config.stream_bytes} bytes, or a wide run")
-    delay = int(latency) + 4
-    if desc.get("load_weights", 0) or desc.get("load_params", 0):
-        # The pixels' reads follow the constants' two cycles behind (the sequencer
-        # starts them the cycle after the constants are issued).
-        delay += 2
     # the pixel writer takes a unit (of its mode) a cycle
-    return layer_cycles(config, desc, feed_delay=delay,
-                        sink_bytes=writer_unit(config, wide=writer_wide)).cycles
+    return layer_cycles(config, desc, sink_bytes=writer_unit(config, wide=writer_wide)).cycles
 
 
 #: The share of a fused run's cycles its memory reads may take for the run to keep

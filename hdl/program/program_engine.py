@@ -184,7 +184,8 @@ class ProgramEngine(wiring.Component):
         # -- the reader and the writer ------------------------------------------------
         m.d.comb += [
             reader.fields.eq(seq.reader_fields), reader.start.eq(seq.reader_start),
-            seq.reader_issued.eq(reader.issued), seq.reader_done.eq(reader.done),
+            seq.reader_issued.eq(reader.issued), seq.reader_valid.eq(reader.o_stream.valid),
+            seq.reader_done.eq(reader.done),
             writer.fields.eq(seq.writer_fields), writer.start.eq(seq.writer_start),
             vector.fields.eq(seq.vector_fields), vector.start.eq(seq.vector_start),
             seq.vector_done.eq(vector.done),

@@ -7,9 +7,16 @@ in board memory. For each record::
              read_bytes) where the table is R-aligned (the host's always is),
              else a pin-byte word a read (the first record of a start: the
              next ones are fetched while the run before them ends)
-    DESC     write the run's descriptor registers on the engine's register bus,
-    START    then control.start: the engine's descriptor check judges the run
-    ACCEPT   read status: refused -> stop (error); taken -> stream
+    DESC     write the run's descriptor registers on the engine's register bus
+             (the pixel reader started as the record was decoded, on the run's
+             constants or its pixels: its reads go out meanwhile),
+    START    once the reader has its first beat (or has sent all it will),
+             control.start: the engine's descriptor check judges the run, and
+             the run finds its input there and streaming (the reader's
+             latency is the sequencer's time, not the run's)
+    ACCEPT   read status: refused -> REFUSED (the reader cleared and its reads
+             drained, then stop: error; the engine keeps the refusal for the
+             host to read); taken -> stream
     STREAM   the pixel reader streams the constants, then the pixels, into the
              engine while the pixel writer writes its output into memory (the
              pixels started as soon as the constants' reads are all issued,
@@ -112,6 +119,8 @@ class Sequencer(wiring.Component):
     reader_start, writer_start : Out(1)
     reader_issued : In(1)
         The reader has issued every word of its section (the next may start).
+    reader_valid : In(1)
+        The reader offers a beat to the engine.
     reader_done, writer_done : In(1)
     vector_fields : Out(vector_layout())
         The current vector record's fields.
@@ -150,7 +159,7 @@ class Sequencer(wiring.Component):
             "fetch_data": In(stream.Signature(unsigned(8 * read_bytes(config)))),
             "fetching": Out(1),
             "reader_fields": Out(reader_layout()), "reader_start": Out(1),
-            "reader_issued": In(1), "reader_done": In(1),
+            "reader_issued": In(1), "reader_valid": In(1), "reader_done": In(1),
             "writer_fields": Out(writer_layout()), "writer_start": Out(1), "writer_done": In(1),
             "add_fields": Out(fused_add_layout()),
             "vector_fields": Out(vector_layout()), "vector_start": Out(1),
@@ -183,6 +192,7 @@ class Sequencer(wiring.Component):
 
         # -- fields of the reader (constants or pixels) and of the writer ----------------
         pixels_phase = Signal()
+        reading = Signal()  # an engine run's reader sections are under way
         # The constants stream as wide words (R bytes, a beat a cycle) where the port
         # is wider than pin and their base and length are whole R-byte words
         # (core/pixel_reader_fields.py); they always are in an image the host builds
@@ -331,7 +341,11 @@ class Sequencer(wiring.Component):
                 fetch_from(rec_base + nwords)  # the next record, when the run allows
                 op = word("op")
                 with m.If(op == RECORD_ENGINE):
-                    m.d.sync += j.eq(0)
+                    # The reader starts now: its reads are in flight while the
+                    # descriptor is written, and the engine starts on its first beat.
+                    has_constants = word("const_words") != 0
+                    m.d.sync += [j.eq(0), pixels_phase.eq(~has_constants), kick.eq(1),
+                                 reading.eq(1), reader_finished.eq(0)]
                     m.next = "DESC"
                 with m.Elif(op == RECORD_VECTOR):
                     m.d.sync += kick_vector.eq(1)
@@ -354,32 +368,35 @@ class Sequencer(wiring.Component):
                 abortable()
 
             with m.State("START"):
-                m.d.comb += [self.engine.w_stb.eq(1), self.engine.w_strb.eq(0xF),
-                             self.engine.w_addr.eq(reg_word("control")),
-                             self.engine.w_data.eq(regs.encode("control", start=1))]
-                m.next = "ACCEPT"
+                # The run's input is there (or the reader has sent all it will):
+                # the run streams from its start, as from the DMA.
+                with m.If(self.reader_valid | reader_finished):
+                    m.d.comb += [self.engine.w_stb.eq(1), self.engine.w_strb.eq(0xF),
+                                 self.engine.w_addr.eq(reg_word("control")),
+                                 self.engine.w_data.eq(regs.encode("control", start=1))]
+                    m.next = "ACCEPT"
                 abortable()
 
             with m.State("ACCEPT"):
                 m.d.comb += [self.engine.r_stb.eq(1), self.engine.r_addr.eq(reg_word("status"))]
                 with m.If(st_error):
-                    stop(self.error)
+                    m.next = "REFUSED"
                 with m.Elif(st_busy & ~st_pending):
-                    has_constants = word("const_words") != 0
-                    m.d.sync += [pixels_phase.eq(~has_constants), kick.eq(1),
-                                 reader_finished.eq(0), writer_finished.eq(0)]
+                    m.d.sync += writer_finished.eq(0)
                     m.d.comb += self.writer_start.eq(1)
                     m.next = "STREAM"
                 abortable()
 
+            with m.State("REFUSED"):
+                # The reader started on a run the engine refused: cleared, and its
+                # reads in flight drained, as an abort's, but the engine left as it
+                # is (its status keeps the refusal for the host to read).
+                m.d.comb += [self.clear.eq(1), self.fetch_data.ready.eq(1), self.fetching.eq(1)]
+                with m.If(self.drained):
+                    stop(self.error)
+
             with m.State("STREAM"):
                 m.d.comb += prefetch.eq(reader_finished)
-                # The pixels start once the constants are issued (or done), the
-                # reader's fields the pixels' from the cycle of its start on.
-                with m.If(~pixels_phase & ~kick & (self.reader_issued | self.reader_done)):
-                    m.d.sync += [pixels_phase.eq(1), kick.eq(1)]
-                with m.If(pixels_phase & ~kick & self.reader_done):
-                    m.d.sync += reader_finished.eq(1)
                 with m.If(self.writer_done):
                     m.d.sync += writer_finished.eq(1)
                 with m.If(reader_finished & writer_finished):
@@ -456,6 +473,16 @@ class Sequencer(wiring.Component):
                 with m.If(self.drained & ~self.writes_pending):
                     stop()
 
+        # The reader's sections of an engine run, from DECODE on: the pixels start
+        # once the constants are issued (or done), the reader's fields the pixels'
+        # from the cycle of that start on. An abort or a refusal clears the reader.
+        with m.If(reading & ~kick):
+            with m.If(~pixels_phase & (self.reader_issued | self.reader_done)):
+                m.d.sync += [pixels_phase.eq(1), kick.eq(1)]
+            with m.If(pixels_phase & self.reader_done):
+                m.d.sync += [reader_finished.eq(1), reading.eq(0)]
+        with m.If(self.clear):
+            m.d.sync += [reading.eq(0), kick.eq(0)]
         with m.If(fsm.ongoing("ABORT") | fsm.ongoing("DRAIN")):
             m.d.comb += self.owns.eq(1)
         return m
