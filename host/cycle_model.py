@@ -368,9 +368,10 @@ def sequenced_run_cycles(config, desc, latency, *, wide=False, writer_wide=False
     constants' two cycles behind (the reader's next section, started the
     cycle after the constants' reads are all issued), which the words the
     reader holds by the run's start absorb. It holds while the memory's
-    bandwidth never holds a read back and the reader keeps ``latency + 12``
-    reads in flight (the program engine's ``outstanding``: 64, for the
-    simulated board's and a Zynq-7000 HP port's 40 cycles).
+    bandwidth never holds a read back and the reader keeps enough reads in
+    flight to stream a beat a cycle from there (the program engine's
+    ``outstanding`` of 64, at the simulated board's latency of 40 cycles, a
+    Zynq-7000 HP port's; tested at latencies 1, 7 and 40).
 
     Parameters
     ----------
