@@ -228,6 +228,19 @@ def run_reader(config, image, runs, *, latency=3, stall=0.3, backpressure=0.3, s
                 pending.append((cycle + latency, value))
             cycle += 1
 
+    async def cycle(ctx, offered, beats, extra):
+        """One cycle of the stream's side: random back-pressure, ``start`` low after
+        it, the stream rules checked, a beat taken kept in ``beats``. Returns the beat
+        still offered (or None), ``done`` and ``extra``'s value."""
+        ctx.set(dut.o_stream.ready, int(rng.random() >= backpressure))
+        _, _, valid, ready, payload, done, value = await ctx.tick().sample(
+            dut.o_stream.valid, dut.o_stream.ready, dut.o_stream.payload, dut.done, extra)
+        ctx.set(dut.start, 0)
+        assert offered is None or (valid and payload == offered), "o_stream withdrawn"
+        if valid and ready:
+            beats.append(int(payload))
+        return (payload if valid and not ready else None), done, value
+
     async def chain(ctx):
         for _, prepare in runs:
             if prepare is not None:
@@ -238,15 +251,7 @@ def run_reader(config, image, runs, *, latency=3, stall=0.3, backpressure=0.3, s
         ctx.set(dut.start, 1)
         starting = True  # the cycle sampled is one of a start (issued is the last run's)
         while True:
-            ctx.set(dut.o_stream.ready, int(rng.random() >= backpressure))
-            _, _, valid, ready, payload, done, issued = await ctx.tick().sample(
-                dut.o_stream.valid, dut.o_stream.ready, dut.o_stream.payload, dut.done,
-                dut.issued)
-            ctx.set(dut.start, 0)
-            assert offered is None or (valid and payload == offered), "o_stream withdrawn"
-            offered = payload if valid and not ready else None
-            if valid and ready:
-                beats.append(int(payload))
+            offered, done, issued = await cycle(ctx, offered, beats, dut.issued)
             if done:
                 assert started == len(runs) and offered is None, "done before the last run"
                 break
@@ -274,16 +279,8 @@ def run_reader(config, image, runs, *, latency=3, stall=0.3, backpressure=0.3, s
             ctx.set(dut.start, 1)
             beats, cycles, offered = [], 0, None
             while True:
-                ctx.set(dut.o_stream.ready, int(rng.random() >= backpressure))
-                _, _, valid, ready, payload, done, busy = await ctx.tick().sample(
-                    dut.o_stream.valid, dut.o_stream.ready, dut.o_stream.payload, dut.done,
-                    dut.busy)
-                ctx.set(dut.start, 0)
-                assert offered is None or (valid and payload == offered), "o_stream withdrawn"
-                offered = payload if valid and not ready else None
+                offered, done, busy = await cycle(ctx, offered, beats, dut.busy)
                 assert busy == (cycles > 0), "busy is not high from start to done"
-                if valid and ready:
-                    beats.append(int(payload))
                 if done:
                     assert offered is None
                     break
