@@ -451,6 +451,9 @@ OVER = [
     ("weight_base out of range", dict(weight_base=CONTRACT.weights.words), ["weight_base"]),
     # A depthwise run pairs output tile t with input tile t: 1 input tile, 2 output.
     ("depthwise with other tile counts", dict(depthwise=1), ["depthwise"]),
+    # A parameter buffer of one run's tiles: param_base is a constant 0 (resident
+    # parameters: test_param_base_at_over_and_out_of_range).
+    ("param_base without resident parameters", dict(param_base=1), ["param_base"]),
 ]
 
 
@@ -480,6 +483,10 @@ def test_descriptor_over_a_limit_is_refused(driver, what, changes, fields):
         driver.run_layer(bad, base.data, 64, timeout=TIMEOUT, name="bad")
     assert board.cycles == start
 
+    if "param_base" in changes:
+        # A constant 0 on this engine: the engine never sees another value.
+        assert driver.regs["desc_param_base"].access == "const"
+        return
     if "window below" in what and not driver.config.deep_pipeline:
         pytest.skip("the compact arrangement leaves this rule to the driver")
     if ("weight" in what or "depthwise" in what) and not driver.config.deep_pipeline:
