@@ -164,7 +164,7 @@ class EngineConfig:
                 f"and deep_pipeline 1, not spare_bank {self.spare_bank} and "
                 f"deep_pipeline {self.deep_pipeline}")
         # A run's output tiles must fit the parameter buffer (0: exactly them).
-        tiles = -(-self.max_out_channels // self.pout)
+        tiles = self.out_tiles
         _check_int("param_words", self.param_words, 0, 4096)
         if 0 < self.param_words < tiles:
             raise ConfigError(
@@ -202,6 +202,13 @@ class EngineConfig:
         (:attr:`~fpgacnn.core.contract.EngineContract.paired_beats`) and the memory
         port (the pixel writer's wide mode)."""
         return bool(self.pixel_pairs) and 2 * self.pout == self.stream_bytes
+
+    @property
+    def out_tiles(self):
+        """Output tiles of ``max_out_channels``: ``ceil(max_out_channels / pout)``, the
+        most a run has (the contract's ``max_co_tiles``) and the parameter buffer's
+        words unless ``param_words`` says more."""
+        return -(-self.max_out_channels // self.pout)
 
     @property
     def window_macs(self):

@@ -256,7 +256,7 @@ class EngineContract:
         self.config = c = config
         k, pin, pout = c.kmax, c.pin, c.pout
         ci_tiles = math.ceil(c.max_channels / pin)
-        co_tiles = math.ceil(c.max_out_channels / pout)
+        co_tiles = c.out_tiles
         # Column x of a row in bank x mod column_banks (kmax, or kmax + 1 with
         # the spare bank): kmax consecutive columns never share a bank.
         bank_words = math.ceil(c.max_width / c.column_banks) * ci_tiles

@@ -34,7 +34,8 @@ class DescriptorCheck(wiring.Component):
       widest_pooled_row(co_tiles)``) read tables indexed by ``co_tiles``,
       generated from those contract functions (``max_co_tiles`` entries);
       a 2x2 pool needs ``out_h, out_w >= 2``; with resident parameters
-      ``param_base + co_tiles <= words`` of the parameter buffer (an adder). A row of the line buffer
+      ``param_base + co_tiles <= words`` of the parameter buffer (an
+      adder). A row of the line buffer
       (``in_w <= widest_row(ci_tiles) = column_banks * (words // ci_tiles)``) would
       need a table indexed by ``ci_tiles``, too big for small parts (256
       entries on the iCEBreaker's engine), so it is computed after each

@@ -153,9 +153,9 @@ class StreamLoader(wiring.Component):
         # Resident parameters (a parameter buffer deeper than one run's tiles):
         # the run's records from `param_base`, by a counter restarted there as
         # the weights' is; elsewhere from word 0, at the output tile.
-        pwords = engine_contract(cfg).params.words
-        if engine_contract(cfg).resident_params:
-            param_addr = Signal(range(pwords), name="param_w_addr")
+        resident_params = engine_contract(cfg).resident_params
+        if resident_params:
+            param_addr = Signal(range(engine_contract(cfg).params.words), name="param_w_addr")
             param_base = desc.param_base[:len(param_addr)]
         else:
             param_addr = co
@@ -205,7 +205,7 @@ class StreamLoader(wiring.Component):
         with m.FSM(name="section"):
             with m.State("IDLE"):
                 with m.If(self.start):
-                    if param_addr is not co:
+                    if resident_params:
                         m.d.sync += param_addr.eq(param_base)
                     m.d.sync += [beat_no.eq(0), co.eq(0), ci.eq(0), word_addr.eq(weight_base),
                                  *set_last(co_last, desc.co_tiles == 1),
@@ -225,7 +225,7 @@ class StreamLoader(wiring.Component):
                     with m.If(beat_no == pbeats - 1):
                         m.d.sync += [beat_no.eq(0), co.eq(co + 1),
                                      *set_last(co_last, co + 2 == desc.co_tiles)]
-                        if param_addr is not co:
+                        if resident_params:
                             m.d.sync += param_addr.eq(param_addr + 1)
                         with m.If(co_last):
                             m.d.sync += [co.eq(0), *set_last(co_last, desc.co_tiles == 1)]
