@@ -216,3 +216,36 @@ def test_another_program_in_between_makes_the_next_inference_load_again(
                           (a, x1, "resident")):
         assert_array_equal(acc.run_int8(x), ReferenceBackend().run_int8(acc.model, x))
         assert acc.report["weights"] == state
+
+
+def test_a_parameter_load_in_between_makes_the_next_inference_load_again(program_boards):
+    """Never stale parameters: a layer run that loads parameters alone (no weights)
+    over a resident program's words makes that program's next inference load its
+    weights and parameters again, bit-exact, through the DMA and the sequencer."""
+    from fpgacnn.host import packing
+    from fpgacnn.host.engine_driver import EngineDriver
+    config, board = DEEP_PARAMS_ENGINE, program_boards(DEEP_PARAMS_ENGINE)
+    model = conv_stack(6)
+    rng = np.random.default_rng(17)
+    x = rng.integers(-128, 128, (1, *model.input.shape), dtype=np.int8)
+    want = ReferenceBackend().run_int8(model, x)
+    # A 4-tile layer whose parameters go to words 0..3 without its weights.
+    xs = rng.integers(-128, 128, (1, 4, 4, 4)).astype(np.int8)
+    w = rng.integers(-127, 128, (16, 4, 3, 3)).astype(np.int8)
+    desc, data = packing.pack_layer(config, xs, w, np.zeros(16, np.int32), 0,
+                                    np.full(16, 1 << 14), np.full(16, 20), 0)
+    c = engine_contract(config)
+    params = desc["co_tiles"] * c.param_beats * config.stream_bytes
+    stray = dict(desc, load_weights=0, load_params=1)
+    stray_data = np.concatenate((data[:params], data[len(data) - c.input_nbytes(
+        dict(stray, load_params=0)):]))
+    for sequencer in (False, None):
+        acc = Accelerator(model, config=config, board=board, sequencer=sequencer)
+        for state in ("loaded, now resident", "resident", "stray", "loaded, now resident",
+                      "resident"):
+            if state == "stray":
+                EngineDriver(board).run_layer(stray, stray_data, c.output_nbytes(stray),
+                                              timeout=0.05)
+                continue
+            assert_array_equal(acc.run_int8(x), want)
+            assert acc.report["weights"] == state
