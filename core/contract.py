@@ -236,7 +236,8 @@ class EngineContract:
         :attr:`line_buffer.words` words of ``pin`` bytes), the weight buffer
         (a word per (output tile, input tile)), the parameter buffer (a word
         of ``pout`` records per output tile: one run's, or ``param_words``) and
-        the max-pool's row memory (a word of ``pout`` running maxima per (pooled column, output tile)).
+        the max-pool's row memory (a word of ``pout`` running maxima per
+        (pooled column, output tile)).
     line_buffer_memory_words : int
         Words of each memory a line-buffer bank is built from: ``writer_words``
         memories a bank, one per word address modulo ``writer_words``.
@@ -551,8 +552,8 @@ def descriptor_violations(config, desc):
     -------
     list of (str, str)
         ``(field, reason)`` pairs: the out-of-range fields in descriptor order, else
-        the broken capacities (line buffer, weights, parameters, rows, pool); empty when the run
-        fits. ``field`` names the descriptor field that is out of range, or
+        the broken capacities (line buffer, weights, parameters, rows, pool); empty
+        when the run fits. ``field`` names the descriptor field that is out of range, or
         the first field of a capacity the run exceeds.
     """
     c = engine_contract(config)
