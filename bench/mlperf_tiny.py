@@ -654,7 +654,9 @@ def report(args, argv, engine_list, results, wall):
            f"{wall:.0f} s wall.", "",
            "Cycles are the compiled runs' predicted cycles, engine only: host steps, "
            "transfers and the host's packing are not counted. Where a model's weights fit the "
-           "engine's weight buffer together they stay resident (docs/engine.md), and the "
+           "engine's weight buffer together they stay resident, and on an engine with a "
+           "parameter buffer deeper than a run's (`param_words`) their parameters where they "
+           "fit (docs/engine.md, \"Resident weights\"), and the "
            "figures are the steady state, every inference after the first "
            "(`EngineRun.warm_predicted_cycles`); the first, which loads the weights, is its "
            "own column. "

@@ -62,6 +62,14 @@
    engine takes ``kmax`` at ``max_width`` 128: by the cycle model ResNet-8
    46,273 cycles against 55,879 with one spare bank at 256, MobileNetV1
    65,501 against 88,241 (docs/engine.md, "Pixel pairs").
+4c. ``param_words`` (Xilinx parts): the deepest parameter buffer that takes
+   no more block RAMs than one run's output tiles do (a power of two, at
+   most :data:`_PARAM_WORDS_CAP`): a RAMB36 is 512 words deep at 72 bits, so
+   the PYNQ-Z2's 4 blocks hold 512 words where one run needs 64. Each channel
+   group of a resident program then keeps its parameters there too
+   (``param_base``), and a warm run streams only its pixels (docs/engine.md,
+   "Resident weights"). Elsewhere one run's: the ECP5 and iCE40 builds stand
+   as measured.
 5. ``deep_pipeline``: 1 (registers for 100 MHz and more), 0 on iCE40
    parts, whose logic cells are few and whose clock is slow anyway.
 
@@ -93,6 +101,10 @@ _START = {"max_channels": 8, "max_out_channels": 8, "max_width": 16}
 #: padding, MobileNet-VWW's 96); rows of fewer channels take more pixels.
 _PAIR_MIN_WIDTH = 128
 _CAP = {"max_channels": 512, "max_out_channels": 512, "max_width": 512}
+#: The deepest parameter buffer rule 4c tries: every MLPerf Tiny model's
+#: parameters at pout 4 but MobileNetV1's 685 words fit 512, which a RAMB36
+#: holds at 72 bits; deeper ones cost blocks on every Xilinx part.
+_PARAM_WORDS_CAP = 512
 _GROW_ORDER = ("max_channels", "max_out_channels", "max_width")
 #: Parts with fewer LUTs (the iCE40s) take 32-bit streams and one word a cycle:
 #: their logic is full and their clock slow.
@@ -278,6 +290,33 @@ def _spare_banks(config, board, budget, blocks, reasons):
     return config, blocks
 
 
+def _param_words(config, board, blocks, reasons):
+    """Rule 4c: the deepest parameter buffer (a power of two up to
+    :data:`_PARAM_WORDS_CAP`) in the block RAMs one run's output tiles take.
+    Returns ``(config, blocks)``."""
+    tiles = engine_contract(config).params.words
+    best = None
+    depth = 1 << tiles.bit_length()  # the next power of two above one run's tiles
+    while depth <= _PARAM_WORDS_CAP:
+        trial = dataclasses.replace(config, param_words=depth)
+        trial_blocks = bram_blocks_needed(trial, board)
+        if trial_blocks["param_buffer"] > blocks["param_buffer"]:
+            break
+        best = trial, trial_blocks
+        depth *= 2
+    if best is None:
+        reasons.append(f"param_words=0: a parameter buffer deeper than one run's {tiles} "
+                       f"output tiles would take more block RAMs")
+        return config, blocks
+    config, trial_blocks = best
+    reasons.append(
+        f"param_words={config.param_words}: a parameter buffer of {config.param_words} words "
+        f"in the {blocks['param_buffer']} block RAMs one run's {tiles} output tiles take, so "
+        f"that a resident program's parameters stay there too (param_base) and its warm runs "
+        f"stream no constants")
+    return config, trial_blocks
+
+
 def size_engine(board):
     """Choose the default engine for ``board``.
 
@@ -371,6 +410,8 @@ def size_engine(board):
     config = _config(pin, pout, sizes, board)
     if config.pixel_pairs:
         config, blocks = _spare_banks(config, board, budget, blocks, reasons)
+    if _xilinx(r) and config.deep_pipeline:
+        config, blocks = _param_words(config, board, blocks, reasons)
     if board.family == "ice40":
         # Few logic cells and a clock in the tens of MHz: the compact
         # arrangement, a few hundred flip-flops fewer (docs/engine.md).

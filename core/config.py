@@ -98,6 +98,16 @@ class EngineConfig:
         words in a FIFO of their own until the first pixel's are out
         (docs/engine.md, "Pixel pairs"). Needs ``spare_bank >= 1`` and the
         deep arrangement (``deep_pipeline = 1``).
+    param_words : int
+        Words of the parameter buffer (a word holds one output tile's ``pout``
+        parameter records). 0 (default): one run's, ``ceil(max_out_channels /
+        pout)``. More (at least that) lets the parameters of several runs stay
+        in the buffer, each run's from its descriptor's ``param_base``, so that
+        a program whose weights are resident streams no parameters either
+        (docs/engine.md, "Resident weights"). Only an engine with resident
+        weights (``deep_pipeline = 1``) uses more words than one run's; on
+        Xilinx parts a buffer of up to 512 words takes no more block RAMs
+        than one of 64 (a RAMB36 is 512 deep at 72 bits).
 
     Raises
     ------
@@ -120,6 +130,7 @@ class EngineConfig:
     writer_words: int = 1
     spare_bank: int = 0
     pixel_pairs: int = 0
+    param_words: int = 0
 
     def __post_init__(self):
         _check_int("pin", self.pin, 1, 64)
@@ -152,6 +163,19 @@ class EngineConfig:
                 "pixel_pairs 1 needs spare_bank >= 1 (the two windows of a pair in one read) "
                 f"and deep_pipeline 1, not spare_bank {self.spare_bank} and "
                 f"deep_pipeline {self.deep_pipeline}")
+        # A run's output tiles must fit the parameter buffer (0: exactly them).
+        tiles = self.out_tiles
+        _check_int("param_words", self.param_words, 0, 4096)
+        if 0 < self.param_words < tiles:
+            raise ConfigError(
+                f"param_words must be 0 (one run's {tiles} output tiles) or at least "
+                f"max_out_channels / pout = {tiles}, not {self.param_words}")
+        if self.param_words > tiles and not self.deep_pipeline:
+            # The compact arrangement keeps no resident weights: its param_base
+            # is a constant 0, and the words past one run's would be unused.
+            raise ConfigError(
+                f"param_words {self.param_words} (more than one run's {tiles}) needs "
+                f"deep_pipeline 1, whose runs keep their parameters resident")
         if self.writer_words == 2 and b != 2 * self.pin:
             raise ConfigError(
                 f"writer_words 2 needs a beat of two input words: stream_width "
@@ -178,6 +202,13 @@ class EngineConfig:
         (:attr:`~fpgacnn.core.contract.EngineContract.paired_beats`) and the memory
         port (the pixel writer's wide mode)."""
         return bool(self.pixel_pairs) and 2 * self.pout == self.stream_bytes
+
+    @property
+    def out_tiles(self):
+        """Output tiles of ``max_out_channels``: ``ceil(max_out_channels / pout)``, the
+        most a run has (the contract's ``max_co_tiles``) and the parameter buffer's
+        words unless ``param_words`` says more."""
+        return -(-self.max_out_channels // self.pout)
 
     @property
     def window_macs(self):

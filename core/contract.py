@@ -235,8 +235,9 @@ class EngineContract:
         The engine's buffers: line-buffer banks (``row_slots * column_banks`` banks of
         :attr:`line_buffer.words` words of ``pin`` bytes), the weight buffer
         (a word per (output tile, input tile)), the parameter buffer (a word
-        of ``pout`` records per output tile) and the max-pool's row memory
-        (a word of ``pout`` running maxima per (pooled column, output tile)).
+        of ``pout`` records per output tile: one run's, or ``param_words``) and
+        the max-pool's row memory (a word of ``pout`` running maxima per
+        (pooled column, output tile)).
     line_buffer_memory_words : int
         Words of each memory a line-buffer bank is built from: ``writer_words``
         memories a bank, one per word address modulo ``writer_words``.
@@ -256,7 +257,7 @@ class EngineContract:
         self.config = c = config
         k, pin, pout = c.kmax, c.pin, c.pout
         ci_tiles = math.ceil(c.max_channels / pin)
-        co_tiles = math.ceil(c.max_out_channels / pout)
+        co_tiles = c.out_tiles
         # Column x of a row in bank x mod column_banks (kmax, or kmax + 1 with
         # the spare bank): kmax consecutive columns never share a bank.
         bank_words = math.ceil(c.max_width / c.column_banks) * ci_tiles
@@ -270,8 +271,10 @@ class EngineContract:
         self.line_buffer_memory_words = math.ceil(bank_words / c.writer_words)
         self.weights = Buffer("weight buffer", co_tiles * ci_tiles, pout * k * k * pin, 1,
                               "one (output tile, input tile) of weights")
-        self.params = Buffer("parameter buffer", co_tiles, pout * PARAM_RECORD_BYTES, 1,
-                             f"{pout} parameter records")
+        # One run's output tiles, or more (param_words): several runs' parameters
+        # resident, each from its param_base.
+        self.params = Buffer("parameter buffer", c.param_words or co_tiles,
+                             pout * PARAM_RECORD_BYTES, 1, f"{pout} parameter records")
         self.pool_row = Buffer("max-pool row memory", math.ceil(c.max_width / 2) * co_tiles,
                                pout, 1, "one pooled column of one output tile")
         self.max_cols = c.column_banks * bank_words + k - 1
@@ -295,6 +298,7 @@ class EngineContract:
             ci_tiles=(1, self.max_ci_tiles), co_tiles=(1, self.max_co_tiles),
             stride=(1, c.kmax), pad_top=(0, c.kmax - 1), pad_left=(0, c.kmax - 1),
             weight_base=(0, self.weights.words - 1),
+            param_base=(0, self.params.words - 1),
         )
         for name, supported in self.supported_fields.items():
             if not supported:
@@ -314,7 +318,8 @@ class EngineContract:
         with a default): where False, the field's register is a constant and its
         range only its default."""
         return {"load_params": self.resident_weights, "weight_base": self.resident_weights,
-                "depthwise": self.depthwise_runs, "pixel_pairs": bool(self.config.pixel_pairs)}
+                "depthwise": self.depthwise_runs, "pixel_pairs": bool(self.config.pixel_pairs),
+                "param_base": self.resident_params}
 
     @property
     def pair_stride(self):
@@ -354,6 +359,14 @@ class EngineContract:
         and its two registers read 0."""
         return bool(self.config.deep_pipeline)
 
+    @property
+    def resident_params(self):
+        """Whether a run's parameters may stay in the parameter buffer for later runs
+        (``param_base``): resident weights and a parameter buffer deeper than one
+        run's output tiles (``param_words``). Elsewhere the buffer holds one run's
+        parameters, from word 0, and ``param_base`` is a constant 0."""
+        return self.resident_weights and self.params.words > self.max_co_tiles
+
     def range_reason(self, name):
         """What bounds the descriptor field ``name`` on this engine (``""`` for the field width)."""
         c = self.config
@@ -364,14 +377,21 @@ class EngineContract:
             "ci_tiles": f"input channels / pin {c.pin}: a line-buffer bank of "
                         f"{self.line_buffer.words} words, a weight buffer of "
                         f"{self.weights.words} words, a {c.acc_width}-bit accumulator",
-            "co_tiles": f"output channels / pout {c.pout}: the parameter buffer holds "
-                        f"{self.params.words} tiles",
+            "co_tiles": (f"output channels / pout {c.pout}: max_out_channels "
+                         f"{c.max_out_channels}" if self.resident_params else
+                         f"output channels / pout {c.pout}: the parameter buffer holds "
+                         f"{self.params.words} tiles"),
             "stride": f"the window is kmax = {c.kmax}",
             "weight_base": (f"a word of the weight buffer of {self.weights.words}"
                             if self.resident_weights else
                             "the compact arrangement keeps no resident weights"),
             "load_params": ("" if self.resident_weights else
                             "the compact arrangement keeps no resident weights"),
+            "param_base": (f"a word of the parameter buffer of {self.params.words}"
+                           if self.resident_params else
+                           "the parameter buffer holds one run's tiles (param_words)"
+                           if self.resident_weights else
+                           "the compact arrangement keeps no resident weights"),
             "depthwise": ("" if self.depthwise_runs else
                           "depthwise runs need the deep arrangement and pin == pout"),
             "pixel_pairs": ("" if c.pixel_pairs else
@@ -396,8 +416,8 @@ class EngineContract:
         return 2 * (self.pool_row.words // co_tiles)
 
     def max_co_tiles_for(self, ci_tiles):
-        """Most output tiles of one run at ``ci_tiles`` input tiles (weights and parameters)."""
-        return min(self.params.words, self.weights.words // max(ci_tiles, 1))
+        """Most output tiles of one run at ``ci_tiles`` input tiles (the range and the weights)."""
+        return min(self.max_co_tiles, self.weights.words // max(ci_tiles, 1))
 
     def max_ci_tiles_for(self, co_tiles):
         """Most input tiles of one run at ``co_tiles`` output tiles (range and weight buffer).
@@ -532,8 +552,8 @@ def descriptor_violations(config, desc):
     -------
     list of (str, str)
         ``(field, reason)`` pairs: the out-of-range fields in descriptor order, else
-        the broken capacities (line buffer, weights, rows, pool); empty when the run
-        fits. ``field`` names the descriptor field that is out of range, or
+        the broken capacities (line buffer, weights, parameters, rows, pool); empty
+        when the run fits. ``field`` names the descriptor field that is out of range, or
         the first field of a capacity the run exceeds.
     """
     c = engine_contract(config)
@@ -562,6 +582,11 @@ def descriptor_violations(config, desc):
         else:
             out.append(("co_tiles", f"{what} weight words exceed the weight buffer's "
                                     f"{c.weights.words}"))
+    pbase = int(desc["param_base"])
+    if pbase + co > c.params.words:
+        # (co_tiles alone always fits: its range is at most the buffer's words)
+        out.append(("param_base", f"{co} output tiles' parameter words from word {pbase} "
+                                  f"exceed the parameter buffer's {c.params.words}"))
     if desc["depthwise"] and ci != co:
         out.append(("depthwise", f"a depthwise run pairs each output tile with its input "
                                  f"tile: ci_tiles {ci} must equal co_tiles {co}"))

@@ -52,6 +52,10 @@ DESCRIPTOR_FIELDS = (
     # Register map 2.4: pixel pairs (docs/engine.md, "Pixel pairs").
     DescriptorField("pixel_pairs", 1, False, "two adjacent output pixels a window issue "
                     "(a stride of at most the engine's pair_stride, no pool)", default=0),
+    # Register map 2.5: resident parameters (docs/engine.md, "Resident weights").
+    DescriptorField("param_base", 16, False, "parameter-buffer word of the run's first output "
+                    "tile's records: where load_weights / load_params write them and where "
+                    "the run reads them", default=0),
 )
 
 

@@ -14,7 +14,8 @@ Layout (each block starts on a 64-byte boundary)::
             error, pending, error_fields: one bit per descriptor field)
     desc    one ``desc_*`` register per descriptor field                         (rw)
     perf    busy / stall-on-input / stall-on-output cycle counters               (ro)
-    id_more ``cfg_*`` registers of the parameters added since 2.3 (pixel_pairs) (const)
+    id_more ``cfg_*`` registers of the parameters added since 2.3 (pixel_pairs,
+            param_words)                                                         (const)
 
 ``status.done`` is sticky: set when a layer run finishes, cleared by the next
 ``start`` (and by a reset). ``status.error`` is sticky too: set when a
@@ -54,7 +55,7 @@ __all__ = [
 MAGIC = int.from_bytes(b"FCNN", "little")
 #: Register-map and stream-format version (major, minor). A driver refuses a
 #: different major version; minor versions only add registers.
-VERSION = (2, 4)
+VERSION = (2, 5)
 #: AXI4-Lite data width in bits.
 DATA_WIDTH = 32
 #: AXI4-Lite byte-address width: a 4 KiB window, the smallest address
@@ -510,10 +511,11 @@ def build_regmap(config):
          "engine contract; none when the registers were written while busy"),
     ], doc="engine status")
 
-    # 20 registers: a 128-byte block (the engine tells a descriptor write by
+    # 21 registers: a 128-byte block (the engine tells a descriptor write by
     # its block). A field this engine has no use for is a constant (no
     # flip-flops): resident weights and depthwise runs on the compact
-    # arrangement, depthwise runs where pin != pout.
+    # arrangement, depthwise runs where pin != pout, param_base where the
+    # parameter buffer holds one run's tiles.
     b.begin_group("desc", align=128)
     supported = engine_contract(config).supported_fields
     for f in DESCRIPTOR_FIELDS:

@@ -399,7 +399,7 @@ class Accelerator:
         y8, run = run_sequenced(
             sequenced, program, self.driver, self.sequencer, x8, warm=warm,
             timeout_of=self._timeout, progress=self.progress, copy=x8 is not None)
-        if program.resident and not warm:  # warm: the board's record says so already
+        if program.resident:  # (a record the host ran may have loaded parameters)
             set_weights_owner(self.board, program)
         seconds = time.perf_counter() - start
         host = seconds - run.board_seconds  # all of run_int8 but the board's time

@@ -33,7 +33,9 @@ engine keeps resident weights: the deep arrangement), each channel group gets
 a place of its own there (``weight_base``): the first inference loads the
 weights, and every later one runs each run's warm descriptor, which streams
 only the parameters and the pixels (:attr:`Program.resident`, docs/engine.md
-"Resident weights").
+"Resident weights"). On an engine whose parameter buffer is deeper than one
+run's tiles (``param_words``), each group's parameters get a place there too
+(``param_base``) where they fit, and its warm runs stream only the pixels.
 
 Every run is compiled once, for the program's batch, into an
 :class:`EngineRun` that carries what running it needs: its descriptor, its
@@ -239,8 +241,9 @@ class EngineRun:
     pack_pixels: object = field(repr=False)  # a PixelPacking: gather(x) -> the pixel section
     unpack: object = field(repr=False)       # output bytes -> int8 NCHW of the run's channels
     #: Resident programs (:attr:`Program.resident`): the run once every weight of
-    #: the program is in the engine (no weights; the parameters when the previous
-    #: run's were another group's), and its predicted cycles. None otherwise.
+    #: the program is in the engine (no weights; the parameters unless they are
+    #: resident too, ``param_base``, or the run before it in their words was the
+    #: same group's), and its predicted cycles. None otherwise.
     warm_descriptor: MappingProxyType = None
     warm_predicted_cycles: int = None
     params_nbytes: int = 0                   # the parameter section's bytes (of ``weights``)
@@ -358,7 +361,10 @@ class Program:
     ``resident``: every run's weights have a place of their own in the
     engine's weight buffer (``weight_base``), so once the program has run,
     the weights stay and later runs use ``EngineRun.warm_descriptor``;
-    ``weight_words`` of the buffer are taken.
+    ``weight_words`` of the buffer are taken. ``param_words``: the words of
+    the parameter buffer taken by the channel groups whose parameters stay
+    there too (``param_base``; an engine with ``param_words``), whose warm
+    runs stream no constants at all.
     """
 
     model: object
@@ -367,6 +373,7 @@ class Program:
     batch: int = 1
     resident: bool = False
     weight_words: int = 0
+    param_words: int = 0
 
 
 class _Plan(NamedTuple):
@@ -458,17 +465,50 @@ def compile_model(model, config, *, batch=1, resident=None):
     return _make_resident(program, resident, cycles)
 
 
+def _place_params(contract, groups):
+    """Places in the parameter buffer for the channel groups ``groups`` (``(key,
+    co_tiles)`` in the order they first run) of a resident program: ``(bases,
+    shared)``, ``bases`` the ``param_base`` of each group whose parameters stay,
+    ``shared`` the base the others' are streamed to, run by run.
+
+    Every group gets a place of its own when their output tiles fit the buffer
+    together. Otherwise the buffer's last ``s`` words are shared by the streamed
+    groups (``s`` their most output tiles) and the words before them go to the
+    groups in the order they first run, each that still fits (first fit), for
+    the ``s`` that keeps the most words resident: a model whose parameters do
+    not all fit (MobileNetV1 on the PYNQ-Z2's engine) keeps most of them. On an
+    engine without :attr:`~fpgacnn.core.contract.EngineContract.resident_params`
+    nothing stays, and every run's parameters go to word 0, as before."""
+    if not contract.resident_params:
+        return {}, 0
+    words = contract.params.words
+    best = ({}, 0, -1)  # bases, shared, resident words
+    for shared_words in sorted({co for _, co in groups} | {0}):
+        bases, used = {}, 0
+        for key, co in groups:
+            if used + co <= words - shared_words:
+                bases[key], used = used, used + co
+        # every group left out must fit the shared words
+        if all(co <= shared_words for key, co in groups if key not in bases) \
+                and used > best[2]:
+            best = bases, words - shared_words, used
+    return best[0], best[1]
+
+
 def _make_resident(program, resident, cycles):
     """``program`` with a place in the weight buffer for each channel group's
-    weights (in the order they first run) and each run's warm descriptor, or
-    as it is when it should not or cannot be resident."""
+    weights (in the order they first run), a place in the parameter buffer for
+    each group's parameters where the engine keeps them (:func:`_place_params`),
+    and each run's warm descriptor, or as it is when it should not or cannot be
+    resident."""
     contract = engine_contract(program.config)
-    bases, words = {}, 0
+    bases, words, groups = {}, 0, []
     for step in program.steps:
         for run in getattr(step, "runs", ()):
             if id(run.weights) not in bases:
                 bases[id(run.weights)] = words
                 words += contract.weight_words(run.descriptor)
+                groups.append((id(run.weights), int(run.descriptor["co_tiles"])))
     fits = contract.resident_weights and words <= contract.weights.words
     if resident is None:
         resident = fits
@@ -479,14 +519,21 @@ def _make_resident(program, resident, cycles):
                if not contract.resident_weights else
                f"its weights take {words} words of the weight buffer's {contract.weights.words}")
         raise MappingError(f"model {program.model.name!r} cannot keep its weights resident: {why}")
-    previous = None
+    param_bases, shared = _place_params(contract, groups)
+    # The group whose parameters the shared words hold: a streamed run loads its
+    # own unless they are still there (the run before it in the shared words
+    # was the same group's: a column strip's, or one between resident groups).
+    in_shared = None
     for step in program.steps:
         runs = []
         for run in getattr(step, "runs", ()):
-            base = bases[id(run.weights)]
-            cold = dict(run.descriptor, weight_base=base)
-            warm = dict(cold, load_weights=0, load_params=int(id(run.weights) != previous))
-            previous = id(run.weights)
+            key = id(run.weights)
+            cold = dict(run.descriptor, weight_base=bases[key],
+                        param_base=param_bases.get(key, shared))
+            load_params = key not in param_bases and key != in_shared
+            if key not in param_bases:
+                in_shared = key
+            warm = dict(cold, load_weights=0, load_params=int(load_params))
             for desc in (cold, warm):
                 key = tuple(sorted(desc.items()))
                 if key not in cycles:
@@ -500,6 +547,7 @@ def _make_resident(program, resident, cycles):
         if runs:
             step.runs = runs
     program.resident, program.weight_words = True, words
+    program.param_words = sum(co for key, co in groups if key in param_bases)
     return program
 
 

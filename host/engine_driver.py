@@ -179,9 +179,10 @@ class EngineDriver:
             if violations:
                 raise MappingError(f"layer {name!r} does not fit the engine: "
                                    + "; ".join(_naming(field, why) for field, why in violations))
-        if descriptor["load_weights"]:
-            # The weight buffer changes: no program's weights are resident any more
-            # (an Accelerator marks its own after its program has run).
+        if descriptor["load_weights"] or descriptor["load_params"]:
+            # The weight or the parameter buffer changes: no program's weights (and
+            # parameters, param_base) are resident any more (an Accelerator marks
+            # its own after its program has run, its own parameter loads included).
             set_weights_owner(self.board, None)
         for f in DESCRIPTOR_FIELDS:
             value = int(descriptor[f.name])

@@ -312,17 +312,17 @@ def pack_layer(config, x, w, bias, x_zp, mult, shift, y_zp, *, clamp=(-128, 127)
 
 
 def layer_descriptor(geo, *, x_zp, y_zp, clamp, load_weights, load_params=False,
-                     weight_base=0):
+                     weight_base=0, param_base=0):
     """The descriptor of a layer run: :func:`map_layer`'s geometry and the layer's constants.
 
-    ``weight_base`` and ``load_params`` are the resident-weights fields
-    (docs/engine.md). The values are not checked here (:func:`pack_layer`
+    ``weight_base``, ``param_base`` and ``load_params`` are the resident-weights
+    fields (docs/engine.md). The values are not checked here (:func:`pack_layer`
     and the driver check them).
     """
     desc = {key: geo[key] for key in _GEOMETRY_FIELDS}
     desc.update(x_zp=int(x_zp), y_zp=int(y_zp), clamp_lo=int(clamp[0]), clamp_hi=int(clamp[1]),
                 load_weights=int(bool(load_weights)), load_params=int(bool(load_params)),
-                weight_base=int(weight_base))
+                weight_base=int(weight_base), param_base=int(param_base))
     return desc
 
 

@@ -89,8 +89,9 @@ FORMAT_MAGIC = int.from_bytes(b"FCNP", "little")
 #: ``pixel_pairs``, and a record's descriptor the field ``pixel_pairs``; 4.1: a vector
 #: record's ``fusable`` (an Add the engine records before it may do); 5.0: a record's
 #: layout ``remap`` is the 1x1 remap's block (2..kmax, 0 for none), not 0/1, and the
-#: tensor table holds pixel-row views (``<tensor>/rows<w>``).
-FORMAT_VERSION = (5, 0)
+#: tensor table holds pixel-row views (``<tensor>/rows<w>``); 6.0: the header's engine
+#: parameters gain ``param_words``, and a record's descriptor the field ``param_base``.
+FORMAT_VERSION = (6, 0)
 #: Alignment in bytes of every region and of every tensor image (a memory burst); an
 #: engine whose words (``pin`` or ``pout`` bytes) do not divide it aligns to the
 #: least common multiple (:func:`alignment`), so that every address is a whole word.
@@ -379,6 +380,7 @@ class Header(_Words):
     writer_words: int
     spare_bank: int
     pixel_pairs: int
+    param_words: int
     batch: int
     resident: int
     records_offset: int

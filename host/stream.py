@@ -154,7 +154,7 @@ def run_stream(acc, batches, *, int8=False):
             t0 = clock()
             done, flight = flight, None  # stopped, whatever the checks say
             stop_sequenced(done, program, acc.driver, seq)
-            if program.resident and not done.warm:  # warm: the board's record says so
+            if program.resident:  # (a record the host ran may have loaded parameters)
                 set_weights_owner(board, program)
             if staged is not None:
                 flight = _start(acc, program, staged)

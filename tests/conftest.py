@@ -23,6 +23,15 @@ SMALL_ENGINE = EngineConfig(pin=4, pout=4, kmax=3, stream_width=32, max_width=16
                             max_channels=16, max_out_channels=16)
 
 
+#: SMALL_ENGINE with a parameter buffer of 6 words, more than its 4 output tiles
+#: (``param_words``): resident parameters (``param_base``) on the small engine. Six,
+#: so that a small program's parameters fit and a slightly bigger one's do not
+#: (tests/test_resident_weights.py), and a run's 4 tiles can end at the buffer's
+#: end from a base other than 0 (tests/test_descriptor_refusal.py).
+DEEP_PARAMS_ENGINE = EngineConfig(pin=4, pout=4, kmax=3, stream_width=32, max_width=16,
+                                  max_channels=16, max_out_channels=16, param_words=6)
+
+
 def pynq_z2_engine():
     """The PYNQ-Z2's sized engine (:func:`fpgacnn.boards.engine_sizing.size_engine`)."""
     from fpgacnn.boards.board import load_board

@@ -97,7 +97,8 @@ TARGETS = {
     "pool_strip": "one pooled strip (two output columns) vs the line-buffer bank",
     "pool_row": "pooled row (output columns x output tiles) vs the max-pool row memory",
     "weights": "output tiles x input tiles vs the weight buffer",
-    "params": "output channels vs the parameter buffer",
+    "params": "output channels vs one run's output tiles (co_tiles's range: one run's words "
+              "of the parameter buffer)",
     "out_channels": "output channels vs one output tile (pout)",
     "rows": "input / output rows vs the descriptor's 16-bit row fields",
     "batch": "convolution batch vs the descriptor's 16-bit batch field",
@@ -710,7 +711,7 @@ def _pool_row(d, side):
 def _weights(d, side):
     c = d.c
     candidates = [t for t in range(1, c.max_ci_tiles + 1)
-                  if c.weights.words // t < c.params.words and
+                  if c.weights.words // t < c.max_co_tiles and
                   (side != "under" or c.max_co_tiles_for(t) >= 2)]
     if not candidates:
         candidates = [t for t in range(1, c.max_ci_tiles + 1)
@@ -724,9 +725,9 @@ def _weights(d, side):
 
 def _params(d, side):
     c = d.c
-    cap = c.params.words * d.config.pout
+    cap = c.max_co_tiles * d.config.pout
     cout = _side_value(d, side, cap)
-    t = 1 if d.chance(0.7) else d.int(1, max(1, c.weights.words // c.params.words))
+    t = 1 if d.chance(0.7) else d.int(1, max(1, c.weights.words // c.max_co_tiles))
     return _nonremap_conv(d, cin=d.cin_in_tiles(t), cout=cout), None
 
 
@@ -857,7 +858,7 @@ def _gemm(d, side):
     t = {"under": max(1, m - 1), "at": m, "over": m + 1}[side]
     per = pin * k * k if k > 1 else pin
     cin = d.cin_in_tiles(t, per) if t > 1 else d.int(1, per)
-    cout = d.int(1, 3 * c.params.words * pout) if d.chance(0.4) else d.int(1, 2 * pout)
+    cout = d.int(1, 3 * c.max_co_tiles * pout) if d.chance(0.4) else d.int(1, 2 * pout)
     return d.gemm(cin=cin, cout=cout), "refused" if side == "over" else None
 
 

@@ -26,6 +26,7 @@ from fpgacnn.core.config import EngineConfig
 from fpgacnn.core.contract import descriptor_violations, engine_contract
 from fpgacnn.core.descriptor import DESCRIPTOR_FIELDS, complete_descriptor
 from fpgacnn.core.errors import BackendError, MappingError
+from fpgacnn.core.regmap import build_regmap
 from fpgacnn.hdl.datapath.descriptor_check import DescriptorCheck, _above
 from fpgacnn.host import packing
 from fpgacnn.host.accelerator import open_board
@@ -33,7 +34,7 @@ from fpgacnn.host.engine_driver import EngineDriver
 from fpgacnn.host.integer_ops import conv2d, maxpool2d
 
 from arrangement_helpers import ARRANGEMENTS, arranged
-from conftest import SMALL_ENGINE
+from conftest import DEEP_PARAMS_ENGINE, SMALL_ENGINE
 
 #: Unit-test configurations: the simulated board's engine, the iCEBreaker's
 #: (pin 1: 256 input tiles, the division's longest case), and a 2x2 engine
@@ -54,6 +55,10 @@ UNIT_CONFIGS = {
     "k2-pixel-pairs": EngineConfig(pin=4, pout=4, kmax=2, stream_width=64, max_width=12,
                                    max_channels=16, max_out_channels=12, acc_width=24,
                                    spare_bank=1, pixel_pairs=1),
+    # resident parameters: a parameter buffer of 6 words for 3 output tiles
+    "k2-param-words": EngineConfig(pin=8, pout=4, kmax=2, stream_width=64, max_width=12,
+                                   max_channels=16, max_out_channels=12, acc_width=24,
+                                   param_words=6),
     # pairs at strides 1 and 2 (two spare banks), not 3
     "k3-pair-stride-2": EngineConfig(pin=4, pout=4, kmax=3, stream_width=64, max_width=12,
                                      max_channels=16, max_out_channels=12, acc_width=24,
@@ -148,6 +153,19 @@ def test_check_agrees_with_descriptor_violations(key):
             assert ({name for name, _ in descriptor_violations(config, d)} ==
                     ({"pixel_pairs"} if bad else set()))
             descs.append(d)
+    if c.resident_params:
+        # Every output-tile count from bases at, one under and one over the
+        # buffer's end, and out of range.
+        fits = dict(descs[-1], ci_tiles=1, in_w=4, in_h=4, out_w=2, out_h=2, pad_top=0,
+                    pad_left=0, batch=1, weight_base=0, pool=0, stride=1, depthwise=0,
+                    pixel_pairs=0)
+        for co in range(1, c.max_co_tiles + 1):
+            for base in (c.params.words - co - 1, c.params.words - co, c.params.words - co + 1,
+                         c.params.words, (1 << 16) - 1):
+                d = dict(fits, co_tiles=co, param_base=base)
+                want = {"param_base"} if base + co > c.params.words else set()
+                assert {name for name, _ in descriptor_violations(config, d)} == want, d
+                descs.append(d)
     mismatches = []
 
     async def bench(ctx):
@@ -433,6 +451,9 @@ OVER = [
     ("weight_base out of range", dict(weight_base=CONTRACT.weights.words), ["weight_base"]),
     # A depthwise run pairs output tile t with input tile t: 1 input tile, 2 output.
     ("depthwise with other tile counts", dict(depthwise=1), ["depthwise"]),
+    # A parameter buffer of one run's tiles: param_base is a constant 0 (resident
+    # parameters: test_param_base_at_over_and_out_of_range).
+    ("param_base without resident parameters", dict(param_base=1), ["param_base"]),
 ]
 
 
@@ -462,6 +483,10 @@ def test_descriptor_over_a_limit_is_refused(driver, what, changes, fields):
         driver.run_layer(bad, base.data, 64, timeout=TIMEOUT, name="bad")
     assert board.cycles == start
 
+    if "param_base" in changes:
+        # A constant 0 on this engine: the engine never sees another value.
+        assert driver.regs["desc_param_base"].access == "const"
+        return
     if "window below" in what and not driver.config.deep_pipeline:
         pytest.skip("the compact arrangement leaves this rule to the driver")
     if ("weight" in what or "depthwise" in what) and not driver.config.deep_pipeline:
@@ -584,3 +609,52 @@ def test_soft_reset_clears_the_error(driver):
     driver.soft_reset()
     assert _status(driver) == IDLE
     run(driver, base)
+
+
+# -- resident parameters: param_base at, over and out of its range, on the RTL ----
+
+@pytest.fixture(scope="module")
+def deep_params_driver(program_boards):
+    """The driver of DEEP_PARAMS_ENGINE's board (6 parameter words, 4 output tiles a run)."""
+    return EngineDriver(program_boards(DEEP_PARAMS_ENGINE))
+
+
+def test_param_base_at_over_and_out_of_range(deep_params_driver):
+    """A run's 4 output tiles' records at the buffer's last words (param_base 2 of
+    6) load there and are read from there, bit-exact; a base one word further
+    (their end past the buffer) and one out of range (6) are refused by the
+    driver and by the engine, on field param_base; the next valid run is
+    bit-exact. On an engine whose buffer holds one run's tiles param_base is a
+    constant 0."""
+    driver = deep_params_driver
+    c = engine_contract(DEEP_PARAMS_ENGINE)
+    assert c.resident_params and c.ranges["param_base"] == (0, 5)
+    assert driver.regs["desc_param_base"].access == "rw"
+    assert build_regmap(SMALL_ENGINE)["desc_param_base"].access == "const"
+    layer = make_layer(DEEP_PARAMS_ENGINE, cin=8, h=4, w=5, cout=16, seed=21)
+    co = layer.desc["co_tiles"]
+    assert co == c.max_co_tiles == 4
+    at = dict(layer.desc, param_base=c.params.words - co)
+    assert descriptor_violations(DEEP_PARAMS_ENGINE, at) == []
+    run(driver, dataclasses.replace(layer, desc=at))
+    assert _status(driver) == IDLE_DONE
+    for base in (c.params.words - co + 1, c.params.words):
+        bad = dict(layer.desc, param_base=base)
+        assert [f for f, _ in descriptor_violations(DEEP_PARAMS_ENGINE, bad)] == ["param_base"]
+        with pytest.raises(MappingError, match=r"^layer 'bad' does not fit the engine: param_base"):
+            driver.run_layer(bad, layer.data, 64, timeout=TIMEOUT, name="bad")
+        lo, hi = c.ranges["param_base"]
+        reason = r": .+" if base <= hi else ""
+        with pytest.raises(BackendError, match=rf"^layer 'bad': the engine refused the descriptor "
+                                               rf"\(status\.error\): param_base = {base} "
+                                               rf"\(range {lo}\.\.{hi}\){reason}$"):
+            driver.run_layer(bad, layer.data, 64, timeout=TIMEOUT, name="bad", check=False)
+        status = _status(driver)
+        assert {**status, "error_fields": 0} == REFUSED
+        assert _flagged(status["error_fields"]) == {"param_base"}
+    # The records at word 2 stay: the same layer without them (no constants at
+    # all, the weights resident too) from there, bit-exact.
+    warm = dict(at, load_weights=0, load_params=0)
+    pixels = layer.data[len(layer.data) - c.input_nbytes(warm):]
+    run(driver, dataclasses.replace(layer, desc=warm, data=pixels))
+    assert _status(driver) == IDLE_DONE

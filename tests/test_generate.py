@@ -89,6 +89,17 @@ def test_example_config_is_the_default():
     ("[engine]\nspare_bank = 1\npixel_pairs = 1\ndeep_pipeline = 0\n",
      r"^fpgacnn: error: pixel_pairs 1 needs spare_bank >= 1 \(the two windows of a pair in one "
      r"read\) and deep_pipeline 1, not spare_bank 1 and deep_pipeline 0$"),
+    # the default engine: 64 output channels in 8 tiles of pout 8
+    ("[engine]\nparam_words = 7\n",
+     r"^fpgacnn: error: param_words must be 0 \(one run's 8 output tiles\) or at least "
+     r"max_out_channels / pout = 8, not 7$"),
+    ("[engine]\nparam_words = -1\n",
+     r"^fpgacnn: error: param_words must be between 0 and 4096, not -1$"),
+    ("[engine]\nparam_words = 4097\n",
+     r"^fpgacnn: error: param_words must be between 0 and 4096, not 4097$"),
+    ("[engine]\nparam_words = 9\ndeep_pipeline = 0\n",
+     r"^fpgacnn: error: param_words 9 \(more than one run's 8\) needs deep_pipeline 1, whose "
+     r"runs keep their parameters resident$"),
     ("[engine]\npin = 4\nstream_width = 32\nwriter_words = 2\n",
      r"^fpgacnn: error: writer_words 2 needs a beat of two input words: stream_width 32 is 4 "
      r"bytes, pin is 4$"),

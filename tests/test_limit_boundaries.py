@@ -38,6 +38,7 @@ from fpgacnn.host.accelerator import Accelerator, open_board
 from fpgacnn.host.compiler import EngineStep, compile_model
 from fpgacnn.host.reference import ReferenceBackend
 
+from conftest import DEEP_PARAMS_ENGINE
 from engine_model_helpers import emulate_engine
 from limit_layers import (COMPILE_CONFIGS, CONFIGS, CONV_TARGETS, GROUPED_TARGETS,
                           REFUSAL_PATTERNS, SIDES, TARGETS, build_model, case_input,
@@ -416,3 +417,63 @@ def test_limit_sweep_on_rtl(key, boards):
 def test_compile_sweep(key):
     cases = limit_cases(key, 2 * SWEEP_LAYERS, SEED + 2)
     _report(_failures(cases, check_compiled), len(cases))
+
+
+# -- the program's parameter words against the parameter buffer ---------------
+
+def _param_words_layer(cout, seed):
+    """A 3x3 Conv 4 -> ``cout`` channels with a Relu, 5x5: ``ceil(cout / pout)`` output
+    tiles in channel groups of at most ``max_co_tiles``."""
+    from fpgacnn.host.layers import Conv
+    from fpgacnn.host.model import QuantizedModel, TensorSpec
+    rng = np.random.default_rng(seed)
+    cin, hw = 4, 5
+    w = rng.integers(-127, 128, (cout, cin, 3, 3)).astype(np.int8)
+    w_scale = rng.uniform(0.5, 1.5, cout) / 127
+    x_scale, x_zp, y_zp = 0.05, 3, int(rng.integers(-20, 20))
+    y_scale = 70 * np.sqrt(9 * cin) * x_scale * w_scale.mean() / 8
+    conv = Conv("conv", ["x"], "y", (cin, hw, hw), w, rng.integers(-300, 300, cout), x_scale,
+                x_zp, w_scale, y_scale, y_zp, pads=(1, 1, 1, 1), lo=y_zp)
+    return QuantizedModel(f"params{cout}", [conv],
+                          TensorSpec("x", (cin, hw, hw), np.int8, x_scale, x_zp),
+                          TensorSpec("y", conv.output_shape, np.int8, y_scale, y_zp), "x", "y")
+
+
+@pytest.mark.parametrize("side", SIDES)
+def test_program_parameter_words_at_the_parameter_buffer(side, program_boards):
+    """Resident parameters (DEEP_PARAMS_ENGINE: 6 words, 4 output tiles a run): a
+    program whose channel groups' parameter words are one under, at and one over the
+    buffer. Under and at, every group keeps its words and no warm run streams
+    constants; over, the groups share the buffer's last words and stream their
+    parameters (none fits beside the words the larger group needs): every
+    descriptor within the contract, and on the RTL bit-exact on the first inference
+    and two warm ones, through the DMA and the program sequencer, every run's
+    cycles the model's."""
+    config = DEEP_PARAMS_ENGINE
+    c = engine_contract(config)
+    tiles = c.params.words + {"under": -1, "at": 0, "over": 1}[side]
+    model = _param_words_layer(tiles * config.pout, seed=tiles)
+    program = compile_model(model, config)
+    assert program.resident
+    runs = program.steps[0].runs
+    assert sum(r.descriptor["co_tiles"] for r in runs) == tiles and len(runs) == 2
+    for run in runs:
+        for desc in (run.descriptor, run.warm_descriptor):
+            assert descriptor_violations(config, desc) == []
+    loads = [r.warm_descriptor["load_params"] for r in runs]
+    if side == "over":
+        assert program.param_words == 0 and all(loads)
+        assert {r.descriptor["param_base"] for r in runs} == {c.params.words - c.max_co_tiles}
+    else:
+        assert program.param_words == tiles and not any(loads)
+    board = program_boards(config)
+    x = np.random.default_rng(tiles).integers(-128, 128, (1, *model.input.shape), dtype=np.int8)
+    want = ReferenceBackend().run_int8(model, x)
+    for sequencer in (False, None):
+        acc = Accelerator(model, config=config, board=board, sequencer=sequencer)
+        for state in ("loaded, now resident", "resident", "resident"):
+            assert_array_equal(acc.run_int8(x), want)
+            assert acc.report["weights"] == state
+            if sequencer is False:
+                for layer in acc.report["layers"]:
+                    assert layer["cycles"] == layer["predicted_cycles"], (side, state)

@@ -79,12 +79,15 @@ def test_version_2_moves_only_the_counters(regs):
     # block (0x38), which moves nothing; 2.3 cfg_spare_bank, the ID block's
     # last free word (0x3C); 2.4 desc_pixel_pairs after depthwise, and
     # cfg_pixel_pairs in a block of its own after the counters (0x140), so
-    # that the control block stays where it was.
-    assert VERSION == (2, 4)
+    # that the control block stays where it was; 2.5 desc_param_base after
+    # pixel_pairs and cfg_param_words after cfg_pixel_pairs.
+    assert VERSION == (2, 5)
     assert regs.address("cfg_writer_words") == 0x38
     assert regs.address("cfg_spare_bank") == 0x3C
     assert regs.address("desc_pixel_pairs") == 0xCC
     assert regs.address("cfg_pixel_pairs") == 0x140
+    assert regs.address("desc_param_base") == 0xD0
+    assert regs.address("cfg_param_words") == 0x144
     assert [(r, regs.address(r)) for r in ("control", "status", "desc_in_h", "desc_load_weights",
                                            "desc_load_params", "desc_weight_base",
                                            "desc_depthwise", "perf_busy_cycles")] \
@@ -107,6 +110,24 @@ def test_compact_engines_have_no_resident_weight_registers():
         assert regs[name].access == "const" and regs.decode(name, regs[name].value)["value"] == 0
     assert engine_contract(compact).ranges["weight_base"] == (0, 0)
     assert engine_contract(compact).ranges["load_params"] == (0, 0)
+
+
+def test_param_base_is_a_register_only_with_a_deeper_parameter_buffer():
+    """param_base is a constant 0 (range 0..0) where the parameter buffer holds one
+    run's output tiles (param_words 0, the default); with more words and resident
+    weights it is a register ranging over the buffer's words."""
+    import dataclasses
+    from fpgacnn.core.config import EngineConfig
+    from fpgacnn.core.contract import engine_contract
+    from fpgacnn.core.regmap import build_regmap
+    base = EngineConfig(pin=4, pout=4, kmax=3, stream_width=32, max_width=16, max_channels=16,
+                        max_out_channels=16)
+    for config, access, rng in ((base, "const", (0, 0)),
+                                (dataclasses.replace(base, param_words=4), "const", (0, 0)),
+                                (dataclasses.replace(base, param_words=20), "rw", (0, 19))):
+        assert build_regmap(config)["desc_param_base"].access == access
+        assert engine_contract(config).ranges["param_base"] == rng
+        assert build_regmap(config)["cfg_param_words"].value == config.param_words
 
 
 def test_signed_fields_round_trip(regs):

@@ -24,7 +24,7 @@ from fpgacnn.host.layers import Conv
 from fpgacnn.host.model import QuantizedModel, TensorSpec
 from fpgacnn.host.reference import ReferenceBackend
 
-from conftest import SMALL_ENGINE, pynq_z2_engine
+from conftest import DEEP_PARAMS_ENGINE, SMALL_ENGINE, pynq_z2_engine
 from random_models import random_cnn
 
 
@@ -68,6 +68,65 @@ def test_program_places_each_channel_group_once():
     assert spans[-1][1] == program.weight_words <= engine_contract(SMALL_ENGINE).weights.words
 
 
+def _param_spans(program):
+    """``{group: (param_base, end)}`` of a resident program's runs, checking that each
+    group's runs agree and that cold and warm descriptors have the same base."""
+    spans = {}
+    for step in program.steps:
+        for run in step.runs:
+            d, w = run.descriptor, run.warm_descriptor
+            assert w["param_base"] == d["param_base"]
+            span = (d["param_base"], d["param_base"] + d["co_tiles"])
+            assert spans.setdefault(id(run.weights), span) == span
+    return spans
+
+
+def test_parameters_stay_where_they_fit_together():
+    """With a parameter buffer deeper than one run's tiles, each channel group's
+    records get words of their own (in the order the groups first run) and no warm
+    run streams constants; its cycles are the cycle model's, fewer than with the
+    parameters streamed."""
+    program = compile_model(conv_stack(0), DEEP_PARAMS_ENGINE)
+    streamed = compile_model(conv_stack(0), SMALL_ENGINE)
+    spans = list(_param_spans(program).values())
+    assert spans == sorted(spans) and all(a[1] <= b[0] for a, b in zip(spans, spans[1:]))
+    assert spans[0][0] == 0 and spans[-1][1] == program.param_words == 5
+    assert streamed.param_words == 0
+    for run, before in zip((r for s in program.steps for r in s.runs),
+                           (r for s in streamed.steps for r in s.runs)):
+        w = run.warm_descriptor
+        assert w["load_weights"] == w["load_params"] == 0
+        assert run.warm_predicted_cycles == layer_cycles(DEEP_PARAMS_ENGINE, dict(w)).cycles
+        assert run.warm_predicted_cycles < before.warm_predicted_cycles
+        assert run.stream(np.zeros((1, *run.in_shape[1:]), np.int8), warm=True).size \
+            == run.pack_pixels(np.zeros(run.in_shape, np.int8)).size
+
+
+def test_parameters_that_do_not_all_fit_keep_those_that_do():
+    """7 words of parameters for 6: the groups that fit keep words of their own, the
+    others share the buffer's last words and stream theirs when the run before them
+    there was another group's."""
+    model = conv_stack(5, channels=(3, 8, 8, 8, 4))
+    program = compile_model(model, DEEP_PARAMS_ENGINE)
+    assert program.resident
+    spans = _param_spans(program)
+    runs = [r for s in program.steps for r in s.runs]
+    resident = [r for r in runs if not r.warm_descriptor["load_params"]]
+    assert program.param_words == sum(r.descriptor["co_tiles"] for r in resident) == 4
+    shared = {spans[id(r.weights)] for r in runs if r.warm_descriptor["load_params"]}
+    assert shared == {(4, 6)} or all(s[0] == 4 for s in shared)
+    own = sorted(spans[id(r.weights)] for r in resident)
+    assert all(a[1] <= b[0] for a, b in zip(own, own[1:])) and own[-1][1] <= 4
+
+
+def test_one_run_of_parameters_keeps_param_base_0():
+    """A parameter buffer of one run's tiles: param_base is a constant 0, and warm runs
+    stream their parameters as before."""
+    program = compile_model(conv_stack(0), SMALL_ENGINE)
+    assert not engine_contract(SMALL_ENGINE).resident_params
+    assert {r.descriptor["param_base"] for s in program.steps for r in s.runs} == {0}
+
+
 def test_weights_that_do_not_fit_stream_as_before():
     """More weight words than the buffer: not resident by default, refused when asked."""
     model = conv_stack(1, channels=(16, 16, 16, 16, 16, 16))
@@ -101,16 +160,28 @@ def _engine_cycles(acc):
 PYNQ_Z2 = pynq_z2_engine()
 
 
-@pytest.mark.parametrize("case", ["convs", "random_cnn_5", "random_cnn_7"])
+@pytest.mark.parametrize("case", ["convs", "random_cnn_5", "random_cnn_7", "convs/params",
+                                  "convs/some-params"])
 def test_second_inference_runs_with_resident_weights_on_rtl(case, small_engine_board,
-                                                            pynq_z2_board):
+                                                            pynq_z2_board, program_boards):
+    """``/params``: on DEEP_PARAMS_ENGINE, the parameters resident too (all of them,
+    or ``some``); the PYNQ-Z2's engine keeps every random CNN's parameters."""
     if case == "convs":
         model, config, board = conv_stack(2), SMALL_ENGINE, small_engine_board
+    elif case.startswith("convs/"):
+        model = conv_stack(2) if case == "convs/params" else conv_stack(5, (3, 8, 8, 8, 4))
+        config, board = DEEP_PARAMS_ENGINE, program_boards(DEEP_PARAMS_ENGINE)
     else:
         model, config, board = random_cnn(int(case[-1])), PYNQ_Z2, pynq_z2_board
     acc = Accelerator(model, config=config, board=board, sequencer=False)
     assert acc.sequencer is None
     assert acc.program(2).resident
+    warm_loads = [r.warm_descriptor["load_params"] for s in acc.program(2).steps
+                  for r in getattr(s, "runs", ())]
+    if case in ("convs/params", "random_cnn_5", "random_cnn_7"):
+        assert acc.program(2).param_words > 0 and not any(warm_loads)
+    elif case == "convs/some-params":
+        assert acc.program(2).param_words > 0 and any(warm_loads) and not all(warm_loads)
     rng = np.random.default_rng(7)
     cold_cycles = None
     for i in range(3):
@@ -126,12 +197,17 @@ def test_second_inference_runs_with_resident_weights_on_rtl(case, small_engine_b
             assert _engine_cycles(acc) < cold_cycles
 
 
-def test_another_program_in_between_makes_the_next_inference_load_again(small_engine_board):
-    """Never stale weights: a second model's runs overwrite the buffer, and the
-    first model's next inference loads its weights again, bit-exact."""
+@pytest.mark.parametrize("engine", ["small", "deep-params"])
+def test_another_program_in_between_makes_the_next_inference_load_again(
+        engine, small_engine_board, program_boards):
+    """Never stale weights or parameters: a second model's runs overwrite the
+    buffers, and the first model's next inference loads them again, bit-exact
+    (with resident parameters, through the program sequencer too)."""
+    config, board = ((SMALL_ENGINE, small_engine_board) if engine == "small" else
+                     (DEEP_PARAMS_ENGINE, program_boards(DEEP_PARAMS_ENGINE)))
     first, second = conv_stack(3), conv_stack(4, channels=(3, 16, 4))
-    a = Accelerator(first, config=SMALL_ENGINE, board=small_engine_board)
-    b = Accelerator(second, config=SMALL_ENGINE, board=small_engine_board)
+    a = Accelerator(first, config=config, board=board)
+    b = Accelerator(second, config=config, board=board)
     rng = np.random.default_rng(11)
     x1 = rng.integers(-128, 128, (1, *first.input.shape), dtype=np.int8)
     x2 = rng.integers(-128, 128, (1, *second.input.shape), dtype=np.int8)
@@ -140,3 +216,36 @@ def test_another_program_in_between_makes_the_next_inference_load_again(small_en
                           (a, x1, "resident")):
         assert_array_equal(acc.run_int8(x), ReferenceBackend().run_int8(acc.model, x))
         assert acc.report["weights"] == state
+
+
+def test_a_parameter_load_in_between_makes_the_next_inference_load_again(program_boards):
+    """Never stale parameters: a layer run that loads parameters alone (no weights)
+    over a resident program's words makes that program's next inference load its
+    weights and parameters again, bit-exact, through the DMA and the sequencer."""
+    from fpgacnn.host import packing
+    from fpgacnn.host.engine_driver import EngineDriver
+    config, board = DEEP_PARAMS_ENGINE, program_boards(DEEP_PARAMS_ENGINE)
+    model = conv_stack(6)
+    rng = np.random.default_rng(17)
+    x = rng.integers(-128, 128, (1, *model.input.shape), dtype=np.int8)
+    want = ReferenceBackend().run_int8(model, x)
+    # A 4-tile layer whose parameters go to words 0..3 without its weights.
+    xs = rng.integers(-128, 128, (1, 4, 4, 4)).astype(np.int8)
+    w = rng.integers(-127, 128, (16, 4, 3, 3)).astype(np.int8)
+    desc, data = packing.pack_layer(config, xs, w, np.zeros(16, np.int32), 0,
+                                    np.full(16, 1 << 14), np.full(16, 20), 0)
+    c = engine_contract(config)
+    params = desc["co_tiles"] * c.param_beats * config.stream_bytes
+    stray = dict(desc, load_weights=0, load_params=1)
+    stray_data = np.concatenate((data[:params], data[len(data) - c.input_nbytes(
+        dict(stray, load_params=0)):]))
+    for sequencer in (False, None):
+        acc = Accelerator(model, config=config, board=board, sequencer=sequencer)
+        for state in ("loaded, now resident", "resident", "stray", "loaded, now resident",
+                      "resident"):
+            if state == "stray":
+                EngineDriver(board).run_layer(stray, stray_data, c.output_nbytes(stray),
+                                              timeout=0.05)
+                continue
+            assert_array_equal(acc.run_int8(x), want)
+            assert acc.report["weights"] == state

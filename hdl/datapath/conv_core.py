@@ -214,7 +214,13 @@ class ConvCore(wiring.Component):
         # Read as the result comes out, or a cycle before when the read
         # takes two (the data is registered behind the block RAMs).
         mac_tag = data.View(self._tag, mac.o_next_tag if read_latency == 2 else mac.o_tag)
-        m.d.comb += loader.param_addr.eq(mac_tag.co)
+        if engine_contract(cfg).resident_params:
+            # The run's records from its param_base: one adder of a register (the
+            # tag) and the held descriptor, in front of the block RAM's address.
+            pbits = len(loader.param_addr)
+            m.d.comb += loader.param_addr.eq(mac_tag.co + desc.param_base[:pbits])
+        else:
+            m.d.comb += loader.param_addr.eq(mac_tag.co)
         params = loader.param_data
         acc_valid = Signal()
         acc_tag = Signal(self._tag.size)

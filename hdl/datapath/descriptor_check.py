@@ -33,7 +33,9 @@ class DescriptorCheck(wiring.Component):
       registered product) and a pooled row in the max-pool's row memory (``out_w <=
       widest_pooled_row(co_tiles)``) read tables indexed by ``co_tiles``,
       generated from those contract functions (``max_co_tiles`` entries);
-      a 2x2 pool needs ``out_h, out_w >= 2``. A row of the line buffer
+      a 2x2 pool needs ``out_h, out_w >= 2``; with resident parameters
+      ``param_base + co_tiles <= words`` of the parameter buffer (an
+      adder). A row of the line buffer
       (``in_w <= widest_row(ci_tiles) = column_banks * (words // ci_tiles)``) would
       need a table indexed by ``ci_tiles``, too big for small parts (256
       entries on the iCEBreaker's engine), so it is computed after each
@@ -268,6 +270,14 @@ class DescriptorCheck(wiring.Component):
             over_capacity["weight_base"] = over & based
         else:
             over_capacity["co_tiles"] = _carry(m, ci, ci_room, "weights_over_buffer")
+        if c.resident_params:
+            # param_base + co_tiles <= words (both in range: one adder); co_tiles
+            # alone always fits, so the contract names param_base.
+            pwords = c.params.words
+            pbase = desc.param_base[:(pwords - 1).bit_length()]
+            pend = Signal(range(pwords + c.max_co_tiles + 1), name="params_end")
+            m.d.comb += pend.eq(pbase + desc.co_tiles[:co_bits + 1])
+            over_capacity["param_base"] = _above(pend, pwords)
         if self.checks_rows:
             over_capacity["out_h"] = below
         if c.config.pixel_pairs:

@@ -45,7 +45,8 @@ class StreamLoader(wiring.Component):
     start : In(1)
         Pulse: expect a new layer run's stream (parameters and weights first
         when ``desc.load_weights``, the weights from word ``desc.weight_base``;
-        the parameters alone when ``desc.load_params``).
+        the parameters alone when ``desc.load_params``; the parameters from
+        word ``desc.param_base`` where the contract has ``resident_params``).
     i_stream : In(stream.Signature(unsigned(stream_width)))
     o_pixels : Out(stream.Signature(pixel_group_shape(config)))
         The pixel words of the whole batch, NHWC order: one word a transfer,
@@ -149,6 +150,15 @@ class StreamLoader(wiring.Component):
         resident = engine_contract(cfg).resident_weights
         weight_base = desc.weight_base[:len(word_addr)] if resident else 0
         load_params = desc.load_params if resident else 0
+        # Resident parameters (a parameter buffer deeper than one run's tiles):
+        # the run's records from `param_base`, by a counter restarted there as
+        # the weights' is; elsewhere from word 0, at the output tile.
+        resident_params = engine_contract(cfg).resident_params
+        if resident_params:
+            param_addr = Signal(range(engine_contract(cfg).params.words), name="param_w_addr")
+            param_base = desc.param_base[:len(param_addr)]
+        else:
+            param_addr = co
         # A depthwise run's weights: one word per output tile.
         dw = desc.depthwise if engine_contract(cfg).depthwise_runs else 0
         # The last output and input tile: with deep_pipeline flags registered
@@ -195,6 +205,8 @@ class StreamLoader(wiring.Component):
         with m.FSM(name="section"):
             with m.State("IDLE"):
                 with m.If(self.start):
+                    if resident_params:
+                        m.d.sync += param_addr.eq(param_base)
                     m.d.sync += [beat_no.eq(0), co.eq(0), ci.eq(0), word_addr.eq(weight_base),
                                  *set_last(co_last, desc.co_tiles == 1),
                                  *set_last(ci_last, (desc.ci_tiles == 1) | dw),
@@ -208,11 +220,13 @@ class StreamLoader(wiring.Component):
 
             with m.State("PARAMS"):
                 m.d.comb += [self.i_stream.ready.eq(1), self.wants.eq(1),
-                             params.w_addr.eq(co), params.w_en.eq(take << beat_no)]
+                             params.w_addr.eq(param_addr), params.w_en.eq(take << beat_no)]
                 with m.If(take):
                     with m.If(beat_no == pbeats - 1):
                         m.d.sync += [beat_no.eq(0), co.eq(co + 1),
                                      *set_last(co_last, co + 2 == desc.co_tiles)]
+                        if resident_params:
+                            m.d.sync += param_addr.eq(param_addr + 1)
                         with m.If(co_last):
                             m.d.sync += [co.eq(0), *set_last(co_last, desc.co_tiles == 1)]
                             with m.If(desc.load_weights):
