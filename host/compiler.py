@@ -535,9 +535,9 @@ def _make_resident(program, resident, cycles):
                 in_shared = key
             warm = dict(cold, load_weights=0, load_params=int(load_params))
             for desc in (cold, warm):
-                key = tuple(sorted(desc.items()))
-                if key not in cycles:
-                    cycles[key] = layer_cycles(program.config, desc).cycles
+                memo = tuple(sorted(desc.items()))
+                if memo not in cycles:
+                    cycles[memo] = layer_cycles(program.config, desc).cycles
             runs.append(dataclasses.replace(
                 run, descriptor=MappingProxyType(cold), warm_descriptor=MappingProxyType(warm),
                 predicted_cycles=cycles[tuple(sorted(cold.items()))],
