@@ -385,6 +385,23 @@ def test_a_descriptor_the_engine_refuses_stops_the_program_naming_the_layer(boar
     _runs_the_next_program(board, acc.config, seed=3)
 
 
+def test_a_refused_run_whose_reader_reads_outside_the_program_stops_cleanly(board):
+    """The reader starts on a record as it is decoded, before the engine judges the
+    descriptor: a refused record whose reader fields point far outside the program
+    has its reads drained, the host's error names the layer (the memory's fault,
+    which the reads made first, or the refusal), and the board runs the next
+    program."""
+    model, acc, sequenced = _sequenced_model(board, 5)
+    i = _first_sequenced(sequenced)
+    regs = build_regmap(ENGINES[board.config_name])
+    _poke(sequenced, i, "desc_stride", regs.encode("desc_stride", 0))
+    _poke(sequenced, i, "reader_base", 0x0FFF_0000)
+    name = re.escape(repr(acc.program(1).steps[sequenced.image.records[i].step].name))
+    with pytest.raises(BackendError, match=rf"^layer {name}: "):
+        acc.run_int8(_input(model, 1, 1))
+    _runs_the_next_program(board, acc.config, seed=5)
+
+
 def test_a_run_that_never_ends_is_aborted_and_the_board_recovers(board):
     model, acc, sequenced = _sequenced_model(board, 0)
     i = _first_sequenced(sequenced)
