@@ -101,7 +101,7 @@ def _produced(oy, out_w, out_h, co, pool):
     return [ox * co + c for ox in range(1, 2 * (out_w // 2), 2) for c in range(co)]
 
 
-def layer_cycles(config, desc, *, macs=None, feed_delay=0, sink_bytes=None):
+def layer_cycles(config, desc, *, macs=None, sink_bytes=None):
     """Cycle count of the layer run ``desc`` (a descriptor dict, as from ``pack_layer``).
 
     Parameters
@@ -112,11 +112,6 @@ def layer_cycles(config, desc, *, macs=None, feed_delay=0, sink_bytes=None):
     macs : int, optional
         The layer's real MACs (for the utilization); default: the MACs the
         array issues, ``out_h*out_w*co_tiles*ci_tiles*window_macs*batch``.
-    feed_delay : int
-        Cycles the input stream starts later than the run's start and gaps
-        it leaves (0: valid from the start, as from the DMA). The line
-        buffer's setup after ``start`` still runs from ``start``, so a short
-        delay hides behind it on a run with no constants.
     sink_bytes : int, optional
         Bytes a cycle the output stream's sink takes at most: a beat (the
         DMA's, the default), or the program engine's pixel writer's unit of
@@ -152,7 +147,9 @@ def layer_cycles(config, desc, *, macs=None, feed_delay=0, sink_bytes=None):
         load = co * contract.param_beats + co * wins * contract.weight_beats
     elif desc.get("load_params", 0):  # the weights are resident
         load = co * contract.param_beats
-    t0 = lat.start + load + int(feed_delay)
+    # The input streams from the run's start, a beat a cycle (the DMA's, and the
+    # program engine's reader, which the sequencer starts first: sequenced_run_cycles).
+    t0 = lat.start + load
 
     per_word_in = max(1, pin // beat)            # cycles per line-buffer word
     held = lat.pixel_slice_words                 # words between loader and writer (a cycle)
@@ -355,7 +352,7 @@ def conv_cycles(config, x_shape, w_shape, *, stride=1, pads=(0, 0, 0, 0), pool=F
     return layer_cycles(config, desc, macs=geo["macs"])
 
 
-def sequenced_run_cycles(config, desc, latency, *, wide=False, writer_wide=False):
+def sequenced_run_cycles(config, desc, *, wide=False, writer_wide=False):
     """Busy cycles of a run that the program sequencer makes from board memory.
 
     The run as :func:`layer_cycles` predicts it from the DMA: the sequencer
@@ -378,9 +375,6 @@ def sequenced_run_cycles(config, desc, latency, *, wide=False, writer_wide=False
     config : EngineConfig
     desc : mapping
         The run's descriptor.
-    latency : int
-        The memory's read latency in cycles (checked against the reads in
-        flight, not counted).
     wide : bool
         The run's sections stream a beat a cycle (the reader's ``wide``
         words, or narrow ones it pairs into beats:
@@ -406,11 +400,13 @@ def sequenced_run_cycles(config, desc, latency, *, wide=False, writer_wide=False
 #: Of 184 fused runs on the k3 and pairs test engines (residual blocks of 4 to 16
 #: channels at 4 to 16 pixels square, random CNNs, batches 1 and 3, latencies 1 and
 #: 40), every one whose reads were at most 0.86 of its cycles took exactly them;
-#: the fewest reads of one that did not were 0.865.
+#: the fewest reads of one that did not were 0.865 (commit 411ffc6, when a run's
+#: cycles still held the reader's latency; since 4fd6436 they do not, and
+#: tests/test_sequencer_rtl.py holds every run this share models to its cycles).
 FUSED_PORT_SHARE = (3, 4)
 
 
-def fused_run_cycles(config, desc, latency, *, reads, wide=False, writer_wide=False):
+def fused_run_cycles(config, desc, *, reads, wide=False, writer_wide=False):
     """Busy cycles of a sequenced run with a fused Add (:mod:`fpgacnn.core.fused_add_fields`),
     or None where the read port bounds it.
 
@@ -424,18 +420,19 @@ def fused_run_cycles(config, desc, latency, *, reads, wide=False, writer_wide=Fa
     held back once the Add's pending writes fill while the reader streams)
     and is not modelled: it takes at least :func:`sequenced_run_cycles` and at
     most one cycle more for each of b's reads. The Add's last writes
-    come ``latency`` plus :data:`~fpgacnn.hdl.program.fused_add.FUSED_ADD_STAGES`
-    and a few cycles after the engine's busy cycles end; the sequencer waits
-    for them (its own cycles).
+    come the memory's latency plus
+    :data:`~fpgacnn.hdl.program.fused_add.FUSED_ADD_STAGES` and a few cycles
+    after the engine's busy cycles end; the sequencer waits for them (its own
+    cycles).
 
     Parameters
     ----------
-    config, desc, latency, wide, writer_wide
+    config, desc, wide, writer_wide
         As :func:`sequenced_run_cycles`.
     reads : int
         The run's memory reads, at most.
     """
-    cycles = sequenced_run_cycles(config, desc, latency, wide=wide, writer_wide=writer_wide)
+    cycles = sequenced_run_cycles(config, desc, wide=wide, writer_wide=writer_wide)
     share_num, share_den = FUSED_PORT_SHARE
     return cycles if reads * share_den <= cycles * share_num else None
 

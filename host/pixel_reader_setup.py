@@ -193,7 +193,7 @@ def beat_a_cycle(config, fields):
     side by side from an R-aligned address in every row and image (a thin
     pointwise layer's 2x2 blocks: MobileNetV1's 8- and 16-channel layers).
     Where it does, a run from board memory takes the cycles the DMA's would
-    with the reader's latency (:func:`~fpgacnn.host.cycle_model.sequenced_run_cycles`).
+    (:func:`~fpgacnn.host.cycle_model.sequenced_run_cycles`).
     A last row's padding pixels are taken as read, so a section they alone
     would pair is not claimed.
 
@@ -217,10 +217,10 @@ def beat_a_cycle(config, fields):
     # An address's parity is the same in every row and image, or not.
     varies = (fields["images"] > 1 and fields["image_stride"] % 2) or \
         (fields["rows"] > 1 and fields["row_stride"] % 2)
+    line = [(col, kx) for col in range(cols) for kx in range(blocks)]
     for ky in range(blocks):
-        line = [(col, kx) for col in range(cols) for kx in range(blocks)]
+        left = fields["channels"] - ky * fields["ky_channels"]  # from this line's first word
         for (col, kx), (col2, kx2) in zip(line[::2], line[1::2]):
-            left = fields["channels"] - ky * fields["ky_channels"]
             if left - kx * pin > 0 and left - kx2 * pin > 0:
                 address = (fields["base"] + col * fields["pixel_stride"]
                            + ky * fields["ky_stride"] + kx * fields["block_stride"])

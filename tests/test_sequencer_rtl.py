@@ -6,9 +6,9 @@ from board memory, the host running only the records the sequencer stops
 at. Every output is bit-exact with the reference backend, cold and warm, at
 several memory latencies and bandwidths (a narrow memory is the program's
 back-pressure: it stalls the reader and the writer); with the memory never
-short of bandwidth, every run the sequencer makes takes exactly the cycle
-model's prediction plus the reader's latency once per section
-(:func:`fpgacnn.host.cycle_model.sequenced_run_cycles`; with a fused Add,
+short of bandwidth, every wide run the sequencer makes takes exactly the
+DMA's cycles, the engine started on the reader's
+first beat (:func:`fpgacnn.host.cycle_model.sequenced_run_cycles`; with a fused Add,
 :func:`~fpgacnn.host.cycle_model.fused_run_cycles`). A descriptor the
 engine refuses, a run that never ends and a read outside the program each
 stop the network with one line naming the layer or the address, and the
@@ -140,8 +140,9 @@ def _cycles_as_modelled(acc, latency, vector):
     engine started on the reader's first beat (``sequenced_run_cycles``; until
     2026-12-07 the reader's latency per section it streamed was the run's; a
     batch's output-bound runs on the k2 engine took a cycle more an image past the
-    second while the pixel writer spent a cycle on each image's beat padding). With ``vector`` (a memory whose channels
-    take a read and a write every cycle), each vector run took exactly its
+    second while the pixel writer spent a cycle on each image's beat padding),
+    every wide one. With ``vector`` (a memory whose channels take a read and a
+    write every cycle), each vector run took exactly its
     model's cycles. Returns how many engine runs it held to the model, and how
     many of them sent their output a beat a cycle (pixel-pair runs of beat
     entries), which the writer's wide mode must take at that pace."""
@@ -169,16 +170,19 @@ def _cycles_as_modelled(acc, latency, vector):
         assert predicted == layer_cycles(sequenced.config, desc).cycles
         wide = bool(sequenced.table_word(i, "reader_wide", warm=warm))
         if sequenced.config.pin < sequenced.config.stream_bytes and not wide:
-            # A narrow run on an engine of two words a beat (k2's): the reader gives
-            # one word a cycle, which sequenced_run_cycles does not model yet.
+            # A narrow run on an engine of two words a beat (k2's): not held to the
+            # model here, even where the reader pairs its words (beat_a_cycle: the
+            # zoo's are, on the PYNQ-Z2's engine): one of k2's, a remapped Gemm chunk
+            # of three pixels with a narrow writer, takes a cycle more than the
+            # model, on its output side (three stall-out cycles), not its reader's.
             continue
         writer_wide = bool(sequenced.table_word(i, "writer_wide", warm=warm))
-        model = sequenced_run_cycles(sequenced.config, desc, latency, wide=wide,
+        model = sequenced_run_cycles(sequenced.config, desc, wide=wide,
                                      writer_wide=writer_wide)
         if i in fused:
             # With its Add: the run's cycles while the read port has a cycle for each
             # read; port-bound (not modelled), at most a cycle more for each of b's.
-            modelled_fused = fused_run_cycles(sequenced.config, desc, latency,
+            modelled_fused = fused_run_cycles(sequenced.config, desc,
                                               reads=sequenced.run_reads(i, warm=warm),
                                               wide=wide, writer_wide=writer_wide)
             if modelled_fused is None:
