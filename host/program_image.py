@@ -23,7 +23,9 @@ from the image's start, so the image can be placed anywhere.
 
 **Activation layout.** A tensor of ``(C, H, W)`` per image (a flat ``(C,)``
 tensor is ``(C, 1, 1)``) is stored per image as NHWC, each pixel
-``cp = ceil(C / L) * L`` bytes with ``L = lcm(pin, pout)``; an image takes
+``cp = ceil(C / L) * L`` bytes with ``L = lcm(pin, pout)`` (the network's
+input and its folds, which the host writes, ``ceil(C / pin) * pin`` where
+only engine runs read them: :mod:`fpgacnn.core.arena`); an image takes
 ``image_stride`` bytes (rounded up to :func:`alignment`), the batch's images
 follow each other. The padding channels are never read as data: a run's
 padding lanes meet zero weights.
@@ -67,7 +69,7 @@ import math
 
 import numpy as np
 
-from ..core.arena import pixel_bytes
+from ..core.arena import input_pixel_bytes, pixel_bytes
 from ..core.config import EngineConfig
 from ..core.descriptor import DESCRIPTOR_FIELDS, complete_descriptor
 from ..core.errors import InputError, MappingError
@@ -865,11 +867,18 @@ def build_image(program, *, memory_bytes=None):
     for view, (t, rows, width) in _row_views(program).items():
         views_of.setdefault(t, []).append((view, rows, width))
 
+    # The host writes the input and its folds: where only engine runs read them,
+    # whole input words are their pixels (core.arena.input_pixel_bytes).
+    engine_read = {name for name in folds.values()}
+    if all(isinstance(s, EngineStep) for s in program.steps
+           if model.input_tensor in s.inputs):
+        engine_read.add(model.input_tensor)
+
     def place(t, who):
         shape = shapes[t]
         flat = len(shape) == 1
         c, h, w = (shape[0], 1, 1) if flat else shape
-        cp = pixel_bytes(config, c)
+        cp = (input_pixel_bytes if t in engine_read else pixel_bytes)(config, c)
         stride = _align(h * w * cp, align)
         off = arena.take(program.batch * stride)
         places[t] = TensorPlace(arena_offset + off, c, h, w, cp, stride, program.batch,
