@@ -200,7 +200,9 @@ class QuantizedModel:
             raise InputError(f"cannot quantize an input of shape {x.shape} into one of "
                              f"{out.shape}")
         if x.dtype.kind == "f":
-            q = self._quantized_float(x)
+            q = self._quantized_float(x, out)
+            if q is out:
+                return out
         elif self.input.dtype == np.uint8:
             q = x.astype(np.int16) - 128
         else:
@@ -212,9 +214,12 @@ class QuantizedModel:
         np.copyto(out, q, casting="unsafe")
         return out
 
-    def _quantized_float(self, x):
+    def _quantized_float(self, x, out=None):
         """``clip(rint(x / scale) + zp)`` of a float ``x`` in float32 (whole numbers
-        in -128..127), or InputError for a NaN or an infinity in it.
+        in -128..127), or InputError for a NaN or an infinity in it; where no code
+        falls outside int8 and ``out`` is given, the sum written straight into
+        ``out`` (cast on the way: the add and the copy in one call), and ``out``
+        returned.
 
         Every numpy call counts here: after any wait of a few milliseconds
         (the engine's run, on the simulated board) each runs several times
@@ -242,11 +247,15 @@ class QuantizedModel:
             with np.errstate(over="ignore"):
                 q = np.divide(x.astype(np.float32, copy=False), scale)
         np.rint(q, out=q)
-        np.add(q, zp, out=q)
         # The float32 quotient is within a millionth of the exact one, rint
         # moves it by half at most: a margin of one keeps every code in range.
-        if not (lo / float(scale) + zp >= -127 and hi / float(scale) + zp <= 126):
-            np.clip(q, -128, 127, out=q)
+        if lo / float(scale) + zp >= -127 and hi / float(scale) + zp <= 126:
+            if out is not None:
+                # Whole numbers in int8's range: the cast is exact.
+                return np.add(q, zp, out=out, casting="unsafe")
+            return np.add(q, zp, out=q)
+        np.add(q, zp, out=q)
+        np.clip(q, -128, 127, out=q)
         return q
 
     def dequantize_output(self, y):
