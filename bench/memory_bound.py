@@ -27,7 +27,9 @@ today's depthwise rate ``D = peak / pout``: a window's ``pin`` channels of
 each pixel meet their own output lane only). ``U`` is a share of ``D``
 (``--unit-shares``, default 1 and 1/2: the design's unit of ``pin``
 channels x taps x two pixels, on the PYNQ-Z2's engine 72 products a cycle,
-and one of half that).
+and one of half that). The projected columns take the same blocks with
+the pointwise and the layers in no block at their compiled cycles: what the
+block would give on today's engine, its array mapped as now.
 
 Weights and parameters are not counted (resident in the engine on the
 PYNQ-Z2's engine for every model but ResNet-18's stem), nor are the tensors'
@@ -95,25 +97,31 @@ def _bounds_and_blocks(program, bytes_per_cycle):
     return rows
 
 
-def fused_floor(rows, peak, bytes_per_cycle, unit):
+def fused_floor(rows, peak, bytes_per_cycle, unit, *, compiled=False):
     """A model's floor with its fusable depthwise + pointwise pairs as blocks
     (:func:`_bounds_and_blocks`' rows): the depthwise on a unit of ``unit``
     products a cycle beside the array, or, with ``unit`` a pair ``("array",
     rate)``, on the array itself at ``rate`` products a cycle before the
-    pointwise."""
+    pointwise.
+
+    With ``compiled``, a projection instead of a floor: the pointwise and every
+    layer in no block take their compiled cycles (today's mapping on the
+    array, its lane padding and fills), only the depthwise's MACs and the
+    block's memory traffic at their floors."""
     floor, n = 0.0, 0
     while n < len(rows):
-        (name, macs, in_bytes, out_bytes, _, cf, mf), fusable = rows[n]
+        (name, macs, in_bytes, out_bytes, cycles, cf, mf), fusable = rows[n]
         if not fusable:
-            floor += max(cf, mf)
+            floor += cycles if compiled else max(cf, mf)
             n += 1
             continue
         pw = rows[n + 1][0]
+        pointwise = pw[4] if compiled else pw[1] / peak
         memory = max(in_bytes, pw[3]) / bytes_per_cycle
         if isinstance(unit, tuple):
-            floor += max(macs / unit[1] + pw[1] / peak, memory)
+            floor += max(macs / unit[1] + pointwise, memory)
         else:
-            floor += max(pw[1] / peak, macs / unit, memory)
+            floor += max(pointwise, macs / unit, memory)
         n += 2
     return floor
 
@@ -166,13 +174,18 @@ def main(argv=None):
              "(docs/engine.md \"The fused depthwise + pointwise block\", a design, not built): "
              "the depthwise on the array before the pointwise (at its depthwise rate "
              "D = peak / pout), or on a unit of its own beside it at U products a cycle, a "
-             "share of D (the module docstring).", "",
+             "share of D (the module docstring). Projected: the same blocks with the pointwise "
+             "and every other layer at their compiled cycles (today's mapping on the array: the "
+             "1x1 remap's lane padding, fills), the depthwise's MACs and the block's memory at "
+             "their floors: what the fused block alone would give.", "",
              "| engine | model | MACs | compiled cycles | utilization | memory-bound layers "
              "| floor (cycles) | ceiling | floor at 2x peak | its ceiling (of 2x peak) "
              "| fused ceiling: depthwise on the array | "
+             + " | ".join(f"beside it, U = {u:g} D" for u in args.unit_shares)
+             + " | projected, fused: depthwise on the array | "
              + " | ".join(f"beside it, U = {u:g} D" for u in args.unit_shares) + " |",
              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
-             + "---:|" * len(args.unit_shares)]
+             + "---:|" * (2 * len(args.unit_shares) + 1)]
     details = []
     for board_name in args.boards:
         board = load_board(board_name)
@@ -191,8 +204,9 @@ def main(argv=None):
             # Today's depthwise rate: a window's pin channels of each pixel meet their own
             # output lane only, 1/pout of the array.
             rate = peak / config.pout
-            fused = [fused_floor(blocks, peak, bandwidth, u)
-                     for u in [("array", rate)] + [share * rate for share in args.unit_shares]]
+            units = [("array", rate)] + [share * rate for share in args.unit_shares]
+            fused = [fused_floor(blocks, peak, bandwidth, u, compiled=compiled)
+                     for compiled in (False, True) for u in units]
             lines.append(f"| {board_name} (pin {config.pin} x pout {config.pout}, B {bandwidth}) "
                          f"| {name} | {macs:,} | {cycles:,.0f} | {macs / (peak * cycles):.1%} "
                          f"| {memory_bound} / {len(rows)} | {floor:,.0f} | {ceil1:.1%} "

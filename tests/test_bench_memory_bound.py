@@ -82,3 +82,13 @@ def test_fused_blocks_are_the_depthwise_layers_and_the_pointwise_after_them(benc
     pw = [blocks[i + 1][0] for i, (_, fusable) in enumerate(blocks) if fusable]
     want = sum(max(d[1] / rate + p[1] / peak, max(d[2], p[3]) / b) for d, p in zip(dw, pw))
     assert on_array == pytest.approx(want + sum(others))
+    # Projected (compiled=True): the pointwise and the layers in no block at their
+    # compiled cycles; between the fused floor and the compiled program.
+    compiled_others = [r[4] for (r, fusable), pw_ in zip(blocks, after_one)
+                       if not (fusable or pw_)]
+    for unit in (("array", rate), rate, rate / 2):
+        projected = bench.fused_floor(blocks, peak, b, unit, compiled=True)
+        assert bench.fused_floor(blocks, peak, b, unit) <= projected <= sum(r[4] for r in rows)
+        if not isinstance(unit, tuple):
+            want = sum(max(p[4], d[1] / unit, max(d[2], p[3]) / b) for d, p in zip(dw, pw))
+            assert projected == pytest.approx(want + sum(compiled_others))
