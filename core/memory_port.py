@@ -127,7 +127,8 @@ def writer_has_wide(config):
 def writer_unit(config, wide=False):
     """Bytes of the pixel writer's unit: ``min(pout, stream_bytes)``, or with ``wide``
     (where :func:`writer_has_wide`) the beat. It writes one a cycle, so it takes the
-    output stream at this many bytes a cycle (the cycle model's ``sink_bytes``)."""
+    output stream at this many bytes a cycle (the cycle model's sink, ``layer_cycles``'
+    ``writer``)."""
     require_config(config)
     if wide and not writer_has_wide(config):
         raise ValueError(f"the pixel writer of this engine has no wide mode (pout "

@@ -42,7 +42,9 @@ from dataclasses import dataclass
 from amaranth.hdl import unsigned
 from amaranth.lib import data
 
-__all__ = ["WriterField", "WRITER_FIELDS", "writer_layout"]
+from .memory_port import writer_unit
+
+__all__ = ["WriterField", "WRITER_FIELDS", "writer_layout", "writer_beat_cycles"]
 
 
 @dataclass(frozen=True)
@@ -79,3 +81,46 @@ WRITER_FIELDS = (
 def writer_layout():
     """The fields as a :class:`amaranth.lib.data.StructLayout`."""
     return data.StructLayout({f.name: unsigned(f.width) for f in WRITER_FIELDS})
+
+
+def writer_beat_cycles(config, fields, beat):
+    """Cycles the pixel writer spends on beat ``beat`` of an image of its stream.
+
+    A unit of the counter nest leaves a cycle, written or dropped (a lane past
+    ``kept_units``); the image's dropped tail leaves a whole beat a cycle, and
+    the part of it in the beat of the image's last written unit leaves with
+    that unit (:class:`~fpgacnn.hdl.program.pixel_writer.PixelWriter`'s
+    Latency). So a beat of written units takes a cycle a unit, the beat of the
+    image's last written unit a cycle for each of its units up to that one,
+    and a beat wholly in the tail one cycle. The cycle model reads it: the
+    writer takes the next beat in the cycle the last unit of this one leaves,
+    so where it takes less than a beat a cycle the beat before a run's last
+    one can hold the last one back (:func:`fpgacnn.host.cycle_model.layer_cycles`).
+
+    Parameters
+    ----------
+    config : EngineConfig
+    fields : mapping
+        The writer's fields (:data:`WRITER_FIELDS`).
+    beat : int
+        The beat's index in its image, from 0.
+
+    Returns
+    -------
+    int
+        Cycles, with the stream never paused and every write taken at once.
+
+    Raises
+    ------
+    ValueError
+        When ``beat`` is not a beat of the image.
+    """
+    per_beat = config.stream_bytes // writer_unit(config, wide=bool(fields["wide"]))
+    written = fields["rows"] * fields["cols"] * fields["units"]
+    beats = (written + fields["drop_units"]) // per_beat
+    if not 0 <= beat < beats:
+        raise ValueError(f"beat {beat} is not one of the image's {beats}")
+    first = beat * per_beat
+    if first + per_beat <= written:
+        return per_beat
+    return written - first if first < written else 1

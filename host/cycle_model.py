@@ -16,7 +16,10 @@ The model follows the engine's schedule at the granularity of rows:
   (``pout/B`` beats per output word) is slower than the array; with pixel
   pairs two pixels a window, ``ceil(out_w/2)`` positions a row, followed word
   by word through the two output FIFOs (docs/engine.md, "Pixel pairs");
-- the last results then drain through the pipeline and the output packer.
+- the last results then drain through the pipeline and the output packer,
+  and the sink takes the last beat: a DMA a beat a cycle, or the program
+  engine's pixel writer (``writer``), whose unit a cycle can keep an
+  image's last beat waiting for the beat before.
 
 It assumes the input stream is always valid and the output stream always
 ready (back-pressure only adds cycles). RTL cycle counts are exact and are the
@@ -31,10 +34,12 @@ Examples
 ('compute', True)
 """
 
+from collections import deque
 from dataclasses import dataclass, field
 
 from ..core.contract import engine_contract
 from ..core.memory_port import writer_unit
+from ..core.pixel_writer_fields import writer_beat_cycles
 from ..core.vector_fields import VECTOR_RUN_OVERHEAD, vector_accesses
 from .packing import map_layer
 
@@ -101,7 +106,7 @@ def _produced(oy, out_w, out_h, co, pool):
     return [ox * co + c for ox in range(1, 2 * (out_w // 2), 2) for c in range(co)]
 
 
-def layer_cycles(config, desc, *, macs=None, sink_bytes=None):
+def layer_cycles(config, desc, *, macs=None, writer=None):
     """Cycle count of the layer run ``desc`` (a descriptor dict, as from ``pack_layer``).
 
     Parameters
@@ -112,12 +117,18 @@ def layer_cycles(config, desc, *, macs=None, sink_bytes=None):
     macs : int, optional
         The layer's real MACs (for the utilization); default: the MACs the
         array issues, ``out_h*out_w*co_tiles*ci_tiles*window_macs*batch``.
-    sink_bytes : int, optional
-        Bytes a cycle the output stream's sink takes at most: a beat (the
-        DMA's, the default), or the program engine's pixel writer's unit of
-        the run's mode (:func:`~fpgacnn.core.memory_port.writer_unit`: a
-        beat in a wide run). It matters where the packer sends more than that
-        a cycle (a beat of two words, pixel pairs).
+    writer : mapping, optional
+        The output stream's sink: None for a DMA, which takes a beat a cycle
+        (the default), or the fields of the program engine's pixel writer
+        (:data:`~fpgacnn.core.pixel_writer_fields.WRITER_FIELDS`), which
+        takes a unit of its mode a cycle
+        (:func:`~fpgacnn.core.memory_port.writer_unit`: a beat in a wide
+        run) and the next beat only once the last unit of the one before
+        has left (:func:`~fpgacnn.core.pixel_writer_fields.writer_beat_cycles`).
+        It matters where the packer sends more than a unit a cycle (a beat
+        of two words, pixel pairs), and where a run's last beat holds fewer
+        words than the writer's cycles on the beat before (an image's words
+        end early in its last beat, which the packer sends at once).
 
     Returns
     -------
@@ -164,8 +175,14 @@ def layer_cycles(config, desc, *, macs=None, sink_bytes=None):
     # Output words an output FIFO entry holds (two, a beat, in some pair runs) and
     # the cycles the packer takes for one.
     entry_words = contract.output_entry_words(desc)
-    sink = beat if sink_bytes is None else min(beat, int(sink_bytes))
+    sink = beat if writer is None else writer_unit(config, wide=bool(writer["wide"]))
     per_entry_out = max(1, entry_words * pout // sink)
+    # Entries a beat holds where several fit one (an image's last beat may hold fewer),
+    # and the pops of the stream's last entries, enough for the run's last beat and
+    # the one before it (_last_beat_taken).
+    entry_bytes = entry_words * pout
+    beat_entries = beat // entry_bytes if entry_bytes <= beat else None
+    recent = deque(maxlen=(beat_entries or 1) + 1)
     issue = positions * co * wins                # cycles to issue one output row
     latency, drain = lat.pipeline(pool), lat.drain
     depth = lat.output_fifo_depth
@@ -207,14 +224,18 @@ def layer_cycles(config, desc, *, macs=None, sink_bytes=None):
         groups = _produced(oy, out_w, out_h, co, pool)
         if pairs:
             last_pop, end = _pair_row(start, out_w, co, wins, latency, depth, entry_words,
-                                      per_entry_out, pair_pops, last_pop)
+                                      per_entry_out, pair_pops, last_pop, recent)
             wait_out += end - start - issue
         elif per_word_out <= wins:
             # Pops keep up with results: the issue never waits for credits.
             end = start + issue
-            if groups:
-                last_group = start + groups[-1] * wins + wins - 1
-                last_pop = max(last_group + latency + 2, last_pop + len(groups) * per_word_out)
+            # Word i of the row pops two cycles after its write, or its pops' turn after
+            # the row before: the last few kept, the row's last the same as the others'.
+            before = last_pop
+            for i in range(max(0, len(groups) - recent.maxlen), len(groups)):
+                written = start + groups[i] * wins + wins - 1 + latency
+                last_pop = max(written + 2, before + (i + 1) * per_word_out)
+                recent.append(last_pop)
         else:
             # Output-bound rows: follow each word; a group issues once its credit is back.
             t = start
@@ -227,6 +248,7 @@ def layer_cycles(config, desc, *, macs=None, sink_bytes=None):
                 written = t + wins - 1 + latency
                 last_pop = max(written + 2, last_pop + per_word_out)
                 pops.append(last_pop)
+                recent.append(last_pop)
             end = max(t + (out_w * co - g_at) * wins, start + issue)
             wait_out += end - start - issue
         r_start.append(start)
@@ -235,8 +257,12 @@ def layer_cycles(config, desc, *, macs=None, sink_bytes=None):
 
     last_issue = r_end[-1] - 1
     # the last entry's beats leave the packer a beat a cycle, whatever the sink's pace
-    done = max(last_pop + 1 + max(1, entry_words * pout // beat), last_issue + drain + 1,
-               w_end[-1])
+    out_end = last_pop + 1 + max(1, entry_bytes // beat)
+    if writer is not None and beat_entries is not None:
+        image_words = sum(len(_produced(oy, out_w, out_h, co, pool)) for oy in range(out_h))
+        out_end = max(out_end, _last_beat_taken(config, writer, contract, desc, recent,
+                                                image_words // entry_words, beat_entries) + 1)
+    done = max(out_end, last_issue + drain + 1, w_end[-1])
     compute = orows * issue
     tail = done - r_end[-1]
     fill = r_start[0] - t0
@@ -273,7 +299,7 @@ def layer_cycles(config, desc, *, macs=None, sink_bytes=None):
 
 
 def _pair_row(start, out_w, co, wins, latency, depth, entry_words, per_entry_out, pops,
-              last_pop):
+              last_pop, recent):
     """One output row of a pixel-pair run, entry by entry: returns ``(last_pop, end)``.
 
     Group ``(p, c)`` (pixels ``2p`` and ``2p + 1``, output tile ``c``) issues
@@ -285,9 +311,9 @@ def _pair_row(start, out_w, co, wins, latency, depth, entry_words, per_entry_out
     pixel ``2p``'s entries from the first FIFO, then pixel ``2p + 1``'s from
     the second, one every ``per_entry_out`` cycles, each two cycles after its
     write at the earliest. ``pops`` (the two FIFOs' pop cycles, from earlier
-    rows on) grows. A group's places are those of entries at least a pixel's
-    earlier (``depth`` is more), so the pops of the pairs before decide every
-    group of a pair.
+    rows on) grows, and ``recent`` takes the pops in stream order. A group's
+    places are those of entries at least a pixel's earlier (``depth`` is
+    more), so the pops of the pairs before decide every group of a pair.
     """
     t = start - wins
     for p in range(-(-out_w // 2)):
@@ -307,7 +333,30 @@ def _pair_row(start, out_w, co, wins, latency, depth, entry_words, per_entry_out
                 for w in written:
                     last_pop = max(w + 2, last_pop + per_entry_out)
                     fifo.append(last_pop)
+                    recent.append(last_pop)
     return last_pop, t + wins
+
+
+def _last_beat_taken(config, writer, contract, desc, recent, image_entries, beat_entries):
+    """The cycle in which the pixel writer takes the run's last beat.
+
+    The packer sends a beat the cycle after the pop of its last entry
+    (``recent``: the last pops, in stream order), so the last beat of an
+    image, which ends early with the image's last entry, can come before the
+    writer is done with the beat before it: it takes it in the cycle that
+    beat's last unit leaves (:func:`~fpgacnn.core.pixel_writer_fields.
+    writer_beat_cycles` cycles after it took that beat). The beat before is
+    taken the cycle it is sent: a beat of ``beat_entries`` entries is popped
+    in at least as many cycles as the writer spends on the one before it,
+    and an image of one beat (in a batch) in at least as many as the writer
+    spends on the image before.
+    """
+    beats = contract.output_image_beats(*contract.pooled_shape(desc), int(desc["co_tiles"]))
+    in_last = image_entries - (beats - 1) * beat_entries  # entries of the run's last beat
+    if beats == 1 and int(desc["batch"]) == 1:
+        return recent[-1] + 1
+    before = writer_beat_cycles(config, writer, beats - 2 if beats > 1 else beats - 1)
+    return max(recent[-1] + 1, recent[-1 - in_last] + 1 + before)
 
 
 def _pair_row_cycles(offset, words):
@@ -352,7 +401,7 @@ def conv_cycles(config, x_shape, w_shape, *, stride=1, pads=(0, 0, 0, 0), pool=F
     return layer_cycles(config, desc, macs=geo["macs"])
 
 
-def sequenced_run_cycles(config, desc, *, wide=False, writer_wide=False):
+def sequenced_run_cycles(config, desc, *, writer, wide=False):
     """Busy cycles of a run that the program sequencer makes from board memory.
 
     The run as :func:`layer_cycles` predicts it from the DMA: the sequencer
@@ -368,13 +417,21 @@ def sequenced_run_cycles(config, desc, *, wide=False, writer_wide=False):
     bandwidth never holds a read back and the reader keeps enough reads in
     flight to stream a beat a cycle from there (the program engine's
     ``outstanding`` of 64, at the simulated board's latency of 40 cycles, a
-    Zynq-7000 HP port's; tested at latencies 1, 7 and 40).
+    Zynq-7000 HP port's; tested at latencies 1, 7 and 40). Its output goes
+    to the pixel writer, a unit of its mode a cycle, where the DMA takes a
+    beat: the run ends when the writer takes its last beat, which on a narrow
+    writer can wait for the beat before it (``layer_cycles``' ``writer``).
 
     Parameters
     ----------
     config : EngineConfig
     desc : mapping
         The run's descriptor.
+    writer : mapping
+        The run's pixel-writer fields
+        (:data:`~fpgacnn.core.pixel_writer_fields.WRITER_FIELDS`, in the
+        record's mode: the run table's,
+        :meth:`~fpgacnn.host.sequencer_table.SequencerProgram.table_writer_fields`).
     wide : bool
         The run's sections stream a beat a cycle (the reader's ``wide``
         words, or narrow ones it pairs into beats:
@@ -391,8 +448,7 @@ def sequenced_run_cycles(config, desc, *, wide=False, writer_wide=False):
     if config.pin < config.stream_bytes and not wide:
         raise ValueError(f"the sequenced-run model needs pin ({config.pin}) >= the beat's "
                          f"{config.stream_bytes} bytes, or a wide run")
-    # the pixel writer takes a unit (of its mode) a cycle
-    return layer_cycles(config, desc, sink_bytes=writer_unit(config, wide=writer_wide)).cycles
+    return layer_cycles(config, desc, writer=writer).cycles
 
 
 #: The share of a fused run's cycles its memory reads may take for the run to keep
@@ -406,7 +462,7 @@ def sequenced_run_cycles(config, desc, *, wide=False, writer_wide=False):
 FUSED_PORT_SHARE = (3, 4)
 
 
-def fused_run_cycles(config, desc, *, reads, wide=False, writer_wide=False):
+def fused_run_cycles(config, desc, *, reads, writer, wide=False):
     """Busy cycles of a sequenced run with a fused Add (:mod:`fpgacnn.core.fused_add_fields`),
     or None where the read port bounds it.
 
@@ -427,12 +483,12 @@ def fused_run_cycles(config, desc, *, reads, wide=False, writer_wide=False):
 
     Parameters
     ----------
-    config, desc, wide, writer_wide
+    config, desc, writer, wide
         As :func:`sequenced_run_cycles`.
     reads : int
         The run's memory reads, at most.
     """
-    cycles = sequenced_run_cycles(config, desc, wide=wide, writer_wide=writer_wide)
+    cycles = sequenced_run_cycles(config, desc, writer=writer, wide=wide)
     share_num, share_den = FUSED_PORT_SHARE
     return cycles if reads * share_den <= cycles * share_num else None
 

@@ -381,12 +381,18 @@ class SequencerProgram:
         32-bit words), read from board memory."""
         return self._table_fields(index, "reader", READER_FIELDS, warm)
 
+    def table_writer_fields(self, index, *, warm=False):
+        """The pixel writer's fields of engine record ``index`` as its run table has
+        them (:data:`~fpgacnn.core.pixel_writer_fields.WRITER_FIELDS`, as unsigned
+        32-bit words), read from board memory."""
+        return self._table_fields(index, "writer", WRITER_FIELDS, warm)
+
     def run_reads(self, index, *, warm=False):
         """The memory reads of engine record ``index`` as its run table has it, at most
         (:func:`~fpgacnn.host.fused_add.run_reads`: its input's, its constants', and
         with a fused Add b's), read from board memory."""
         reader = self.table_reader_fields(index, warm=warm)
-        writer = self._table_fields(index, "writer", WRITER_FIELDS, warm)
+        writer = self.table_writer_fields(index, warm=warm)
         const = self.table_word(index, "const_words", warm=warm)
         k = words_per_read(self.config)
         b = writer if self.table_word(index, "add_enable", warm=warm) else None

@@ -22,7 +22,7 @@ from amaranth.sim import Simulator
 
 from fpgacnn.core.config import EngineConfig
 from fpgacnn.core.memory_port import writer_has_wide, writer_unit
-from fpgacnn.core.pixel_writer_fields import writer_layout
+from fpgacnn.core.pixel_writer_fields import writer_beat_cycles, writer_layout
 from fpgacnn.hdl.program.pixel_writer import PixelWriter
 from fpgacnn.host.compiler import compile_model
 from fpgacnn.host.program_image import EngineRecord, HostRecord, ProgramImage, build_image
@@ -173,6 +173,15 @@ def _writer_cycles(config, fields):
     return fields["images"] * (written + tail_beats) + 1
 
 
+def _beat_by_beat(config, fields):
+    """The same from the cycles the model reads, beat by beat (``writer_beat_cycles``)."""
+    per_beat = config.stream_bytes // writer_unit(config, wide=bool(fields["wide"]))
+    beats = (fields["rows"] * fields["cols"] * fields["units"] + fields["drop_units"]) \
+        // per_beat
+    return fields["images"] * sum(writer_beat_cycles(config, fields, b)
+                                  for b in range(beats)) + 1
+
+
 @pytest.mark.parametrize("engine", ["k3", "k2", "wide-out", "pairs", "pairs-16"])
 def test_one_unit_a_cycle_and_the_tail_a_beat_without_stalls(engine):
     """Every record of a random CNN at batches 1 and 3 (tails within a beat, over
@@ -191,7 +200,8 @@ def test_one_unit_a_cycle_and_the_tail_a_beat_without_stalls(engine):
                 raw = np.arange(record.out_nbytes, dtype=np.uint8)
                 memory = image.data.copy()
                 cycles = write_stream(config, mode, raw, memory, seed=0, pause=0, stall=0)
-                assert cycles == _writer_cycles(config, mode), (batch, record.step, mode)
+                assert cycles == _writer_cycles(config, mode) == _beat_by_beat(config, mode), \
+                    (batch, record.step, mode)
                 modes.add(mode["wide"])
                 if not mode["wide"]:
                     tails.add(fields["drop_units"] > 0)
@@ -216,7 +226,7 @@ def test_a_tail_over_several_beats_leaves_a_beat_a_cycle(engine, drop):
     raw = rng.integers(0, 256, 2 * per_image * u).astype(np.uint8)
     memory = np.zeros(100 * config.stream_bytes, np.uint8)
     cycles = write_stream(config, fields, raw, memory, seed=1, pause=0, stall=0)
-    assert cycles == _writer_cycles(config, fields)
+    assert cycles == _writer_cycles(config, fields) == _beat_by_beat(config, fields)
     want = np.zeros_like(memory)
     for i in range(2):
         for c in range(3):
@@ -290,3 +300,17 @@ def test_wide_fields_only_where_whole_beats():
         with pytest.raises(ValueError, match=r"^the pixel writer of this engine has no wide "
                                              r"mode \(pout \d+, a \d+-byte beat, pixel pairs \d\)$"):
             writer_unit(ENGINES[engine], wide=True)
+
+
+def test_beat_cycles_only_of_an_image_s_beats():
+    """``writer_beat_cycles`` counts the beats of one image (four here: three written
+    units and a tail of five, in k2's beats of two units): a cycle a unit up to the
+    last written one, a cycle a whole beat of the tail; it refuses any other beat."""
+    config = ENGINES["k2"]
+    fields = {"base": 0, "image_stride": 8, "row_stride": 0, "pixel_stride": 1,
+              "images": 2, "rows": 1, "cols": 3, "units": 1, "kept_units": 1,
+              "last_lanes": 1, "drop_units": 5, "wide": 0}
+    assert [writer_beat_cycles(config, fields, b) for b in range(4)] == [2, 1, 1, 1]
+    for beat in (-1, 4):
+        with pytest.raises(ValueError, match=rf"^beat {beat} is not one of the image's 4$"):
+            writer_beat_cycles(config, fields, beat)

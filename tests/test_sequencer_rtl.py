@@ -6,9 +6,10 @@ from board memory, the host running only the records the sequencer stops
 at. Every output is bit-exact with the reference backend, cold and warm, at
 several memory latencies and bandwidths (a narrow memory is the program's
 back-pressure: it stalls the reader and the writer); with the memory never
-short of bandwidth, every wide run the sequencer makes takes exactly the
-DMA's cycles, the engine started on the reader's
-first beat (:func:`fpgacnn.host.cycle_model.sequenced_run_cycles`; with a fused Add,
+short of bandwidth, every run the sequencer makes whose reader gives the
+engine a beat a cycle takes exactly the DMA's cycles, the engine started on
+the reader's first beat and the last beat taken by the pixel writer
+(:func:`fpgacnn.host.cycle_model.sequenced_run_cycles`; with a fused Add,
 :func:`~fpgacnn.host.cycle_model.fused_run_cycles`). A descriptor the
 engine refuses, a run that never ends and a read outside the program each
 stop the network with one line naming the layer or the address, and the
@@ -32,6 +33,7 @@ from fpgacnn.core.sequencer import (COUNTER_WORDS, MAX_RECORDS, RECORD_INDEX_BIT
 from fpgacnn.host.accelerator import Accelerator, open_board
 from fpgacnn.host.compiler import compile_model
 from fpgacnn.host.cycle_model import fused_run_cycles, layer_cycles, sequenced_run_cycles
+from fpgacnn.host.pixel_reader_setup import beat_a_cycle
 from fpgacnn.host.program_image import EngineRecord, VectorRecord, build_image
 from fpgacnn.host.reference import ReferenceBackend
 from fpgacnn.host.sequencer_runner import SequencerDriver
@@ -94,7 +96,7 @@ def test_networks_run_from_memory_bit_exact(board, batch, memory):
     if bandwidth == "hp":
         bandwidth = DESIGN.memory_bytes_per_cycle("zynqmp", config)
     board.set_memory_timing(latency=latency, bytes_per_cycle=bandwidth)
-    sequenced_somewhere = modelled = beats = fused_modelled = 0
+    sequenced_somewhere = modelled = beats = fused_modelled = held = 0
     try:
         for i, (name, model) in enumerate(_models()):
             x8 = _input(model, batch, seed=100 * batch + i)
@@ -116,12 +118,13 @@ def test_networks_run_from_memory_bit_exact(board, batch, memory):
                 assert_array_equal(acc.run_int8(x8), want, err_msg=f"{name} (warm)")
                 assert acc.report["weights"] == "resident"
             if bandwidth >= config.stream_bytes:  # each channel a beat a cycle
-                runs, paced, fused = _cycles_as_modelled(
+                runs, paced, fused, held_back = _cycles_as_modelled(
                     acc, latency, vector=bandwidth >= max(read_bytes(config),
                                                           write_bytes(config)))
                 modelled += runs
                 beats += paced
                 fused_modelled += fused
+                held += held_back
     finally:
         board.set_memory_timing()
     assert sequenced_somewhere > 0
@@ -133,26 +136,37 @@ def test_networks_run_from_memory_bit_exact(board, batch, memory):
     # and out) some in the model's cycles.
     assert (fused_modelled > 0 or bandwidth < config.stream_bytes
             or board.config_name not in ("k3", "pairs"))
+    # A run whose last beat waited for the narrow writer, in the model's cycles: on k2
+    # (four units a beat) random_cnn_3's Gemm chunk of three pixels at batch 3 (nine
+    # words, the last alone in its beat).
+    assert held > 0 or bandwidth < config.stream_bytes or (board.config_name, batch) != ("k2", 3)
 
 
 def _cycles_as_modelled(acc, latency, vector):
-    """Each run the sequencer made took exactly the model's cycles: the DMA's, the
-    engine started on the reader's first beat (``sequenced_run_cycles``; until
-    2026-12-07 the reader's latency per section it streamed was the run's; a
-    batch's output-bound runs on the k2 engine took a cycle more an image past the
-    second while the pixel writer spent a cycle on each image's beat padding),
-    every wide one. With ``vector`` (a memory whose channels take a read and a
-    write every cycle), each vector run took exactly its
-    model's cycles. Returns how many engine runs it held to the model, and how
-    many of them sent their output a beat a cycle (pixel-pair runs of beat
-    entries), which the writer's wide mode must take at that pace."""
+    """Each engine run the sequencer made whose reader gave the engine a beat a cycle
+    (:func:`~fpgacnn.host.pixel_reader_setup.beat_a_cycle`: every run on k3, whose
+    word is a beat; on k2 and the pairs engine the wide runs and the narrow ones whose
+    words all pair into beats) took exactly the model's cycles: the DMA's, the engine
+    started on the reader's first beat, its output taken by the pixel writer
+    (``sequenced_run_cycles``; until 2026-12-07 the reader's latency per section it
+    streamed was the run's; a batch's output-bound runs on the k2 engine took a cycle
+    more an image past the second while the pixel writer spent a cycle on each
+    image's beat padding; and the narrow runs on k2 and the pairs engine were left
+    out, one of k2's taking a cycle more than the model while its last beat, a lone
+    word, waited for the writer to finish the four units of the beat before: the
+    model's writer term since). With ``vector`` (a memory whose channels take a read
+    and a write every cycle), each vector run took exactly its model's cycles.
+    Returns how many engine runs it held to the model, how many of them sent their
+    output a beat a cycle (pixel-pair runs of beat entries), which the writer's wide
+    mode must take at that pace, how many had a fused Add, and how many ended later
+    than the DMA's run would, their last beat waiting for the writer."""
     sequenced = acc.sequenced(acc.report["batch"])
     warm = acc.report["weights"] == "resident"
     modelled = paced = 0
     contract = engine_contract(sequenced.config)
     skipped = {f.add for f in sequenced.fused[warm]}
     fused = {i for f in sequenced.fused[warm] for i in f.runs}
-    fused_modelled = 0
+    fused_modelled = held_back = 0
     for i, (record, on_engine) in enumerate(zip(sequenced.image.records,
                                                 sequenced.on_engine[warm])):
         if not on_engine:
@@ -168,23 +182,16 @@ def _cycles_as_modelled(acc, latency, vector):
         desc = record.warm_descriptor() if warm else record.descriptor
         predicted = record.warm_predicted_cycles if warm else record.predicted_cycles
         assert predicted == layer_cycles(sequenced.config, desc).cycles
-        wide = bool(sequenced.table_word(i, "reader_wide", warm=warm))
-        if sequenced.config.pin < sequenced.config.stream_bytes and not wide:
-            # A narrow run on an engine of two words a beat (k2's): not held to the
-            # model here, even where the reader pairs its words (beat_a_cycle: the
-            # zoo's are, on the PYNQ-Z2's engine): one of k2's, a remapped Gemm chunk
-            # of three pixels with a narrow writer, takes a cycle more than the
-            # model, on its output side (three stall-out cycles), not its reader's.
-            continue
-        writer_wide = bool(sequenced.table_word(i, "writer_wide", warm=warm))
-        model = sequenced_run_cycles(sequenced.config, desc, wide=wide,
-                                     writer_wide=writer_wide)
+        if not beat_a_cycle(sequenced.config, sequenced.table_reader_fields(i, warm=warm)):
+            continue  # the reader gives the engine less than a beat a cycle: not modelled
+        writer = sequenced.table_writer_fields(i, warm=warm)
+        model = sequenced_run_cycles(sequenced.config, desc, writer=writer, wide=True)
         if i in fused:
             # With its Add: the run's cycles while the read port has a cycle for each
             # read; port-bound (not modelled), at most a cycle more for each of b's.
             modelled_fused = fused_run_cycles(sequenced.config, desc,
                                               reads=sequenced.run_reads(i, warm=warm),
-                                              wide=wide, writer_wide=writer_wide)
+                                              writer=writer, wide=True)
             if modelled_fused is None:
                 writes = np.prod([sequenced.table_word(i, f"writer_{name}", warm=warm)
                                   for name in ("images", "rows", "cols", "kept_units")])
@@ -195,10 +202,11 @@ def _cycles_as_modelled(acc, latency, vector):
         assert busy == model, (i, record.step, busy, model, i in fused,
                                sequenced.run_reads(i, warm=warm), warm)
         modelled += 1
+        held_back += model > layer_cycles(sequenced.config, desc).cycles
         if contract.output_entry_words(desc) == 2:
-            assert writer_wide, (i, record.step)
+            assert writer["wide"], (i, record.step)
             paced += 1
-    return modelled, paced, fused_modelled
+    return modelled, paced, fused_modelled, held_back
 
 
 def test_most_records_of_a_network_run_on_the_sequencer(board):

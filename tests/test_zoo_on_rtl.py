@@ -179,15 +179,15 @@ def test_zoo_model_is_exact_through_the_sequencer(written, program_board, name):
     fused = {i for f in sequenced.fused[True] for i in f.runs}
     for i in wide:
         desc = sequenced.descriptor(i, warm=True)
-        writer_wide = bool(sequenced.table_word(i, "writer_wide", warm=True))
-        model = sequenced_run_cycles(CONFIG, desc, wide=True, writer_wide=writer_wide)
+        writer = sequenced.table_writer_fields(i, warm=True)
+        model = sequenced_run_cycles(CONFIG, desc, writer=writer, wide=True)
         if i in fused:  # with its Add, at the run's own cycles (the port has room)
             assert model == fused_run_cycles(
-                CONFIG, desc, reads=sequenced.run_reads(i, warm=True), wide=True,
-                writer_wide=writer_wide), (name, i)
+                CONFIG, desc, reads=sequenced.run_reads(i, warm=True), writer=writer,
+                wide=True), (name, i)
         assert sequenced.counter_words(i)[0] == model, (name, i)
         if engine_contract(CONFIG).output_entry_words(desc) == 2:
-            assert writer_wide, (name, i)
+            assert writer["wide"], (name, i)
             beat_entries += 1
     if name in ("resnet8", "mobilenet_v1_025", "ds_cnn"):
         assert beat_entries > 0

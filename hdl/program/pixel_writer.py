@@ -94,7 +94,10 @@ class PixelWriter(wiring.Component):
     high to the cycle in which ``done`` is (the first beat is taken in the
     cycle after ``start``), where an image's dropped tail counts one unit a
     whole beat it covers and nothing in the beat of the image's last written
-    unit.
+    unit; beat by beat,
+    :func:`~fpgacnn.core.pixel_writer_fields.writer_beat_cycles`, which the
+    cycle model reads (the next beat is taken in the cycle the last unit of
+    the one before leaves, so a short last beat of an image waits for it).
     """
 
     def __init__(self, config):
