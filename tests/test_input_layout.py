@@ -113,10 +113,10 @@ def test_the_first_run_reads_the_input_a_beat_a_cycle_on_the_rtl(program_boards)
                          if isinstance(r, EngineRecord))
             assert sequenced.table_word(first, "reader_wide", warm=True), model.name
             busy = sequenced.counter_words(first)[0]
-            writer_wide = bool(sequenced.table_word(first, "writer_wide", warm=True))
             desc = sequenced.image.records[first].warm_descriptor()
+            writer = sequenced.table_writer_fields(first, warm=True)
             assert busy == sequenced_run_cycles(WIDE_OUT, desc, wide=True,
-                                                writer_wide=writer_wide), model.name
+                                                writer=writer), model.name
             assert _cycles_as_modelled(acc, 40, vector=True)[0] > 0
     finally:
         board.set_memory_timing()
