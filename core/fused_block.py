@@ -1,0 +1,121 @@
+"""The fused depthwise + pointwise block's limits and sizes, as functions of the configuration.
+
+docs/engine.md, "The fused depthwise + pointwise block": a depthwise
+convolution's output goes from the :class:`~fpgacnn.hdl.datapath.depthwise_unit.DepthwiseUnit`
+into a double-buffered :class:`~fpgacnn.hdl.datapath.pair_buffer.PairBuffer`,
+which the main array reads as the 1x1 remap's window. Its sizes follow from
+the configuration here, once; the gateware, its tests and (steps 3 to 5 of
+the design) the contract, the descriptor check and the compiler read them
+from here. Nothing of the engine is built from them yet: no engine
+generated today has the block.
+"""
+
+import dataclasses
+import math
+
+from .config import require_config
+from .contract import PARAM_RECORD_FIELDS, products_latency
+from .errors import MappingError
+
+__all__ = ["PairBufferShape", "pair_buffer_shape", "pair_buffer_run", "depthwise_sum_width",
+           "depthwise_unit_latency", "BIAS_BITS"]
+
+#: Bits of a folded bias (the parameter record's ``bias`` field): the requantizing
+#: stage adds it to the depthwise unit's sums, as the array's requantizer does.
+BIAS_BITS = 8 * next(size for name, _, size, _ in PARAM_RECORD_FIELDS if name == "bias")
+
+
+@dataclasses.dataclass(frozen=True)
+class PairBufferShape:
+    """The pair buffer of an engine: two halves, each two output pixels of ``channels`` int8.
+
+    Attributes
+    ----------
+    pin : int
+        Channels of a word (the configuration's): the unit writes one of each
+        pixel a cycle, the array reads ``positions`` of each a cycle.
+    channels : int
+        Channels a pixel holds: ``max_channels``, the deepest input the line
+        buffer takes, so every depthwise layer the engine runs fits.
+    tiles : int
+        Words of ``pin`` channels a pixel holds: ``ceil(channels / pin)``.
+    positions : int
+        The 1x1 remap's positions, ``kmax * kmax``: a memory each, so that a
+        read gives a whole window.
+    group : int
+        Words a position holds in a half: ``ceil(tiles / positions)``, the
+        most windows the main array reads a half in for an output tile.
+    depth : int
+        Words of each position's memory: two halves of ``group`` words, each
+        half on a power of two (the half is the address's top bit, no adder).
+    """
+
+    pin: int
+    channels: int
+    tiles: int
+    positions: int
+    group: int
+    depth: int
+
+    @property
+    def bytes(self):
+        """Bytes the buffer holds: two halves, two pixels, ``positions * group`` words of ``pin``."""
+        return 2 * 2 * self.positions * self.group * self.pin
+
+
+def pair_buffer_shape(config):
+    """The :class:`PairBufferShape` of ``config``'s engine."""
+    require_config(config)
+    tiles = math.ceil(config.max_channels / config.pin)
+    positions = config.kmax * config.kmax
+    group = math.ceil(tiles / positions)
+    return PairBufferShape(pin=config.pin, channels=config.max_channels, tiles=tiles, positions=positions,
+                           group=group, depth=2 << (group - 1).bit_length())
+
+
+def pair_buffer_run(config, channels, *, name="layer"):
+    """The pair buffer's setting for a block of ``channels`` depthwise channels.
+
+    Returns
+    -------
+    tiles : int
+        Words a pixel of the block takes: ``ceil(channels / pin)`` (the
+        depthwise's input tiles, the words the unit writes a pixel pair).
+    group : int
+        Words of each remap position: ``ceil(tiles / kmax^2)``, the pointwise's
+        input tiles (:func:`fpgacnn.host.packing.remap_group` of the ``kmax``
+        block, in words).
+
+    Raises
+    ------
+    MappingError
+        ``channels`` is not between 1 and the pair buffer's ``max_channels``.
+    """
+    shape = pair_buffer_shape(config)
+    if isinstance(channels, bool) or not isinstance(channels, int) or channels < 1:
+        raise MappingError(f"{name}: a fused block needs a positive channel count, "
+                           f"not {channels!r}")
+    if channels > shape.channels:
+        raise MappingError(
+            f"{name}: {channels} depthwise channels exceed the pair buffer's {shape.channels} "
+            f"(max_channels) a pixel")
+    tiles = math.ceil(channels / config.pin)
+    return tiles, math.ceil(tiles / shape.positions)
+
+
+def depthwise_sum_width(config):
+    """Bits of one depthwise sum, exact: ``kmax^2`` int8 x int8 products (each within
+    16 bits, ``-128 * -128 = 2**14``), a bit for each level of their adder tree."""
+    require_config(config)
+    return 16 + (config.kmax * config.kmax - 1).bit_length()
+
+
+def depthwise_unit_latency(config):
+    """Cycles of the :class:`~fpgacnn.hdl.datapath.depthwise_unit.DepthwiseUnit` from a window
+    taken to its sums out, when not held up: the products (operand and product
+    registers, as the array's with ``deep_pipeline``, which ``pixel_pairs`` implies:
+    :func:`~fpgacnn.core.contract.products_latency`), one per level of the
+    ``kmax^2``-term adder tree, and the output register."""
+    require_config(config)
+    levels = (config.kmax * config.kmax - 1).bit_length()
+    return products_latency(True) + levels + 1

@@ -1,0 +1,206 @@
+"""The depthwise unit of the fused depthwise + pointwise block: ``pin`` channels of two pixels a cycle.
+
+docs/engine.md, "The fused depthwise + pointwise block": beside the main
+array, which runs the pointwise convolution, the unit takes the window pair
+the line buffer gives the array in a pixel-pair run (``kmax x kmax`` taps of
+``pin`` channels at output pixels ``ox`` and ``ox + 1``) and multiplies each
+channel's taps by that channel's own weights: ``2 * pin`` sums of ``kmax^2``
+products a cycle. The products are LUT logic, not DSP blocks: the XC7Z020's
+DSPs are spent on the array and the requantizers (the design's DSP budget).
+The requantization is not here: the vector unit's lanes do it
+(:func:`~fpgacnn.hdl.program.scaled_sum.scaled_sum` with ``mb = 0``), and
+its bias, as the array's requantizer adds the array's.
+"""
+
+from amaranth.hdl import EnableInserter, Module, Signal, signed, unsigned
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ...core.config import ConfigError, require_config
+from ...core.fused_block import depthwise_sum_width, depthwise_unit_latency
+from .adder_tree import AdderTree
+from .delay import delayed
+from .mac_array import _check_tag_width
+# (the iCE40 engines' LUT product: one definition of the Booth form, proven
+# against the generic product by tests/test_hdl_int8_products.py)
+from ..tech.int8_products import _lut_product
+
+__all__ = ["DepthwiseUnit", "depthwise_unit_input", "depthwise_unit_output"]
+
+
+def depthwise_unit_input(config, tag_width=0):
+    """The :class:`DepthwiseUnit`'s input payload: ``window``, ``window_next``
+    (``kmax*kmax*pin`` int8, tap ``(ky*kmax + kx)*pin + p``, the line buffer's
+    ``o_window`` and ``o_window_next``), ``weights`` (``pin`` channels of
+    ``kmax*kmax`` int8, tap ``ky*kmax + kx``) and, with ``tag_width``, ``tag``."""
+    k2 = config.kmax * config.kmax
+    fields = {
+        "window": data.ArrayLayout(signed(8), k2 * config.pin),
+        "window_next": data.ArrayLayout(signed(8), k2 * config.pin),
+        "weights": data.ArrayLayout(data.ArrayLayout(signed(8), k2), config.pin),
+    }
+    if tag_width:
+        fields["tag"] = unsigned(tag_width)
+    return data.StructLayout(fields)
+
+
+def depthwise_unit_output(config, tag_width=0):
+    """The :class:`DepthwiseUnit`'s output payload: ``acc[pixel][p]`` (pixel 0 the
+    window's, 1 ``window_next``'s; ``signed(acc_width)``) and, with ``tag_width``, ``tag``."""
+    fields = {"acc": data.ArrayLayout(
+        data.ArrayLayout(signed(config.acc_width), config.pin), 2)}
+    if tag_width:
+        fields["tag"] = unsigned(tag_width)
+    return data.StructLayout(fields)
+
+
+class _Pipeline(wiring.Component):
+    """The unit's datapath, always flowing; :class:`DepthwiseUnit` holds it with an enable."""
+
+    def __init__(self, config, tag_width):
+        self._config = config
+        self._tag_width = tag_width
+        super().__init__({
+            "i_valid": In(1), "i_payload": In(depthwise_unit_input(config, tag_width)),
+            "o_valid": Out(1), "o_payload": Out(depthwise_unit_output(config, tag_width)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self._config
+        pin, k2 = cfg.pin, cfg.kmax * cfg.kmax
+        i = self.i_payload
+        # Operand registers, as the array's Int8Products with deep_pipeline (which
+        # pixel_pairs implies): the routes from the line buffer's tap multiplexers
+        # get a cycle of their own.
+        q = Signal.like(i, name="operands", reset_less=True)
+        m.d.sync += q.eq(i)
+        i = q
+        trees = []
+        for pixel, window in enumerate((i.window, i.window_next)):
+            for p in range(pin):
+                tree = m.submodules[f"tree{pixel}_{p}"] = AdderTree(k2, 16)
+                trees.append(tree)
+                for t in range(k2):
+                    # Radix-4 Booth partial products and adders: no `*` for
+                    # any flow to map to a DSP block (yosys's synth_xilinx
+                    # makes each `*` a DSP48E1, whatever `use_dsp` attribute
+                    # its signal carries).
+                    product = Signal(signed(16), name=f"prod{pixel}_{p}_{t}", reset_less=True)
+                    m.d.sync += product.eq(_lut_product(window[t * pin + p], i.weights[p][t]))
+                    m.d.comb += tree.i_data[t].eq(product)
+        side = data.StructLayout({"valid": 1, **({"tag": unsigned(self._tag_width)}
+                                                 if self._tag_width else {})})
+        s = Signal(side, name="side_in")
+        m.d.comb += s.valid.eq(self.i_valid)
+        if self._tag_width:
+            m.d.comb += s.tag.eq(self.i_payload.tag)
+        latency = depthwise_unit_latency(cfg)
+        # everything but the output register
+        s = delayed(m, s, latency - 1, "side_d")
+        m.d.sync += self.o_valid.eq(s.valid)
+        if self._tag_width:
+            m.d.sync += self.o_payload.tag.eq(s.tag)
+        for n, tree in enumerate(trees):
+            m.d.sync += self.o_payload.acc[n // pin][n % pin].eq(tree.o_sum)
+        return m
+
+
+class DepthwiseUnit(wiring.Component):
+    """``pin`` depthwise channels of two adjacent output pixels a cycle, in LUT logic.
+
+    Each window pair taken is multiplied tap by tap by its channels' weights:
+    ``acc[j][p] = sum over ky, kx of window_j[(ky*kmax + kx)*pin + p] *
+    weights[p][ky*kmax + kx]``, ``j`` 0 for ``window`` and 1 for
+    ``window_next``. The windows are the line buffer's in a pixel-pair run
+    (raw ``x``, the padding reading ``x_zp``), so, as the array's ``o_acc``,
+    the sums leave out the folded bias ``b - x_zp*sum(w)`` (the parameter
+    record's), which the requantizing stage adds: ``acc + bias`` is
+    :func:`fpgacnn.host.integer_ops.conv_acc` of the depthwise layer. A
+    kernel smaller than ``kmax`` is embedded top-left in zeros, as the
+    array's.
+
+    The weights are a word of ``pin * kmax^2`` bytes, the channels' own taps
+    only: the engine's weight word of a depthwise run (``pout`` lanes of
+    ``kmax^2 * pin``, zero off the diagonal, ``pin == pout``) holds them as
+    its lane ``p``'s channel ``p``, ``1/pin`` of its bytes
+    (docs/engine.md, "The fused depthwise + pointwise block").
+
+    Parameters
+    ----------
+    config : EngineConfig
+        The engine the unit sits in: ``pin``, ``kmax``, ``acc_width`` and
+        ``deep_pipeline``; it must have ``pixel_pairs`` (the window pair).
+    tag_width : int
+        Width of a tag carried from input to output with its window (0: none).
+
+    Members
+    -------
+    i_stream : In(stream.Signature(depthwise_unit_input(config, tag_width)))
+        One window pair with its weights a transfer.
+    o_stream : Out(stream.Signature(depthwise_unit_output(config, tag_width)))
+        The ``2 * pin`` sums of each window pair, in the order taken.
+
+    Raises
+    ------
+    TypeError
+        ``config`` is not an :class:`EngineConfig`, or ``tag_width`` not an integer.
+    ValueError
+        ``tag_width`` is negative.
+    ConfigError
+        The engine has no ``pixel_pairs``, or its ``acc_width`` is narrower
+        than a sum (:func:`~fpgacnn.core.fused_block.depthwise_sum_width`).
+
+    Latency
+    -------
+    :attr:`latency` (:func:`~fpgacnn.core.fused_block.depthwise_unit_latency`,
+    7 for a 3x3 engine with ``deep_pipeline``) cycles from a transfer in to
+    its sums on ``o_stream``, one window pair a cycle while ``o_stream`` is
+    ready. The whole pipeline holds while a result waits (``i_stream.ready``
+    is ``~o_stream.valid | o_stream.ready``): the line buffer's read cannot
+    wait, so in the engine the window issue must be credited against the
+    pair buffer's space, as the convolution core credits its output FIFO.
+    """
+
+    def __init__(self, config, *, tag_width=0):
+        require_config(config)
+        _check_tag_width(tag_width)
+        if not config.pixel_pairs:
+            raise ConfigError("the depthwise unit takes the window pair of a pixel-pair "
+                              "engine: it needs pixel_pairs 1")
+        need = depthwise_sum_width(config)
+        if config.acc_width < need:
+            raise ConfigError(f"the depthwise unit's sums of {config.kmax}x{config.kmax} "
+                              f"products need acc_width >= {need}, not {config.acc_width}")
+        self._config = config
+        self._tag_width = tag_width
+        super().__init__({
+            "i_stream": In(stream.Signature(depthwise_unit_input(config, tag_width))),
+            "o_stream": Out(stream.Signature(depthwise_unit_output(config, tag_width))),
+        })
+
+    @property
+    def config(self):
+        return self._config
+
+    @property
+    def latency(self):
+        """Cycles from a transfer in to its result's ``o_stream.valid``, unstalled."""
+        return depthwise_unit_latency(self._config)
+
+    def elaborate(self, platform):
+        m = Module()
+        # One enable for every register: the pipeline moves while its last
+        # stage is empty or taken. Valid is a register, ready follows it.
+        advance = Signal()
+        m.d.comb += advance.eq(~self.o_stream.valid | self.o_stream.ready)
+        pipe = _Pipeline(self._config, self._tag_width)
+        m.submodules.pipeline = EnableInserter({"sync": advance})(pipe)
+        m.d.comb += [
+            self.i_stream.ready.eq(advance),
+            pipe.i_valid.eq(self.i_stream.valid),
+            pipe.i_payload.eq(self.i_stream.payload),
+            self.o_stream.valid.eq(pipe.o_valid),
+            self.o_stream.payload.eq(pipe.o_payload),
+        ]
+        return m

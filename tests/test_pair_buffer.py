@@ -1,0 +1,231 @@
+"""The fused block's PairBuffer in the Amaranth simulator: the 1x1 remap's windows, bit-exact.
+
+Step 2 of docs/engine.md's "The fused depthwise + pointwise block". A
+depthwise layer's int8 output (:func:`~fpgacnn.host.integer_ops.conv2d`) is
+written into the buffer a word of ``pin`` channels of two pixels a cycle;
+the reader takes each full half as the main array would, ``for co: for ci``
+windows, then releases it. Every window's taps of real channels are the
+remap's (:func:`fpgacnn.host.packing.pack_pixels`' layout), and the windows
+times the remapped pointwise weight words of
+:func:`~fpgacnn.host.packing.pack_weights` (the array's tap order), plus the
+folded bias, are :func:`~fpgacnn.host.integer_ops.conv_acc` of the pointwise
+layer on that output: stale taps past the channels meet weight 0. Random
+writer gaps and reader pauses, so the halves fill, wait and swap in every
+order; channel counts at, under and over ``max_channels``.
+"""
+
+import gc
+import math
+
+import numpy as np
+import pytest
+from numpy.testing import assert_array_equal
+
+from amaranth.sim import Simulator
+
+from fpgacnn.boards.board import load_board
+from fpgacnn.boards.engine_sizing import size_engine
+from fpgacnn.core.config import ConfigError, EngineConfig
+from fpgacnn.core.contract import PARAM_RECORD_FIELDS, engine_contract
+from fpgacnn.core.errors import MappingError
+from fpgacnn.core.fused_block import pair_buffer_run, pair_buffer_shape
+from fpgacnn.hdl.datapath.pair_buffer import PairBuffer
+from fpgacnn.host import integer_ops
+from fpgacnn.host.packing import pack_weights, remap_group
+
+from hdl_pack_helpers import pack, unpack
+
+BOARDS = ("pynq-z2", "kv260", "k2")
+
+
+#: A 2x2 engine of pin 2 beside them: another window, another remap.
+SMALL_K2 = EngineConfig(pin=2, pout=2, kmax=2, stream_width=32, max_width=16, max_channels=20,
+                        max_out_channels=16, spare_bank=2, pixel_pairs=1)
+
+
+def sized(board):
+    """The engine of ``board``, or :data:`SMALL_K2` for ``"k2"``."""
+    return SMALL_K2 if board == "k2" else size_engine(load_board(board)).config
+
+
+def pointwise_words(config, w, bias, x_zp):
+    """The remapped (``kmax`` block) pointwise run's folded biases and weight words
+    ``[co][ci][lane][tap]`` as :func:`pack_weights` streams them."""
+    cout, cin = w.shape[:2]
+    raw = pack_weights(config, w, bias, x_zp, np.full(cout, 1 << 23), np.full(cout, 30),
+                       remap=True)
+    con, b = engine_contract(config), config.stream_bytes
+    co_tiles = math.ceil(cout / config.pout)
+    ci_tiles = remap_group(config, cin) // config.pin
+    rec_bytes, word_bytes = con.param_beats * b, con.weight_beats * b
+    records = raw[:co_tiles * rec_bytes].reshape(co_tiles, rec_bytes)[:, :8 * config.pout]
+    _, offset, size, _ = next(f for f in PARAM_RECORD_FIELDS if f[0] == "bias")
+    folded = records.reshape(-1, 8)[:cout, offset:offset + size].copy().view("<i4").ravel()
+    taps = config.kmax ** 2 * config.pin
+    words = raw[co_tiles * rec_bytes:].reshape(co_tiles * ci_tiles, word_bytes)
+    words = words[:, :config.pout * taps].view(np.int8).astype(np.int64)
+    return folded.astype(np.int64), words.reshape(co_tiles, ci_tiles, config.pout, taps)
+
+
+def simulate(config, pairs, tiles, group, co_tiles, *, seed, gaps, pauses):
+    """Write ``pairs`` (each ``[tiles][2][pin]`` int8 words) and read every half ``co_tiles``
+    times over; return the windows read, ``[pair][co][ci] -> (window, window_next)``, and
+    the cycles the writer was held (both halves full) and the reader waited (none full)."""
+    dut = PairBuffer(config)
+    rng = np.random.default_rng(seed)
+    pin, taps = config.pin, config.kmax ** 2 * config.pin
+    reads = [(co, ci) for co in range(co_tiles) for ci in range(group)]
+    got = [[[None] * group for _ in range(co_tiles)] for _ in pairs]
+    words = [word for pair in pairs for word in pair]
+    held = {"writer": 0, "reader": 0}
+
+    async def testbench(ctx):
+        ctx.set(dut.tiles, tiles)
+        ctx.set(dut.group, group)
+        ctx.set(dut.start, 1)
+        await ctx.tick()
+        ctx.set(dut.start, 0)
+        w, valid = 0, False      # the writer: next word, and whether it is offered
+        half, r = 0, 0           # the reader: the half (pair) it is at, its next read
+        cycle = 0
+        while half < len(pairs):
+            if not valid and w < len(words) and rng.random() >= gaps:
+                ctx.set(dut.w_stream.payload.as_value(), pack(words[w], 8))
+                valid = True
+            ctx.set(dut.w_stream.valid, valid)
+            took = valid and ctx.get(dut.w_stream.ready)
+            held["writer"] += valid and not took
+            held["reader"] += not ctx.get(dut.r_ready)
+            read = release = False
+            if ctx.get(dut.r_ready) and r < len(reads) and rng.random() >= pauses:
+                read = True
+                ctx.set(dut.r_ci, reads[r][1])
+                release = r == len(reads) - 1 and rng.random() < 0.5
+            elif ctx.get(dut.r_ready) and r == len(reads) and rng.random() >= pauses:
+                release = True
+            ctx.set(dut.r_en, read)
+            ctx.set(dut.r_release, release)
+            await ctx.tick()
+            cycle += 1
+            if read:
+                assert ctx.get(dut.o_valid)
+                co, ci = reads[r]
+                got[half][co][ci] = (unpack(ctx.get(dut.o_window.as_value()), 8, taps),
+                                     unpack(ctx.get(dut.o_window_next.as_value()), 8, taps))
+                r += 1
+            else:
+                assert not ctx.get(dut.o_valid)
+            if release:
+                half, r = half + 1, 0
+            if took:
+                w, valid = w + 1, False
+            assert cycle < 20 * (len(words) + len(pairs) * len(reads)) + 100, "stuck"
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(testbench)
+    sim.run()
+    return got, held
+
+
+def check_block(config, channels, *, seed, cout=None, width=5, gaps=0.3, pauses=0.3):
+    """A depthwise output of ``channels`` at ``width`` pixels (a row; an odd width ends on a
+    single pixel) through the buffer; the windows against the remap and the pointwise."""
+    rng = np.random.default_rng(seed)
+    pin, k2 = config.pin, config.kmax ** 2
+    tiles, group = pair_buffer_run(config, channels)
+    assert group * pin == remap_group(config, channels)  # the packing's remap, in words
+    y = rng.integers(-128, 128, size=(1, channels, 1, width)).astype(np.int8)
+    y_zp = int(rng.integers(-128, 128))
+    cout = cout or int(rng.integers(1, 3 * config.pout))
+    w = rng.integers(-128, 128, size=(cout, channels, 1, 1)).astype(np.int8)
+    bias = rng.integers(-2**16, 2**16, size=cout).astype(np.int32)
+    folded, words = pointwise_words(config, w, bias, y_zp)
+    co_tiles = words.shape[0]
+    pairs = []
+    for ox in range(0, width, 2):
+        # spare channels of the last word and a missing second pixel: anything (the
+        # requantized sums of zero weights, past the row's end)
+        pair = rng.integers(-128, 128, size=(tiles, 2, pin))
+        for j in range(min(2, width - ox)):
+            flat = pair[:, j, :].reshape(-1)
+            flat[:channels] = y[0, :, 0, ox + j]
+            pair[:, j, :] = flat.reshape(tiles, pin)
+        pairs.append(pair)
+    got, held = simulate(config, pairs, tiles, group, co_tiles, seed=seed, gaps=gaps,
+                         pauses=pauses)
+
+    acc = integer_ops.conv_acc(y, w, bias, y_zp)[0, :, 0]
+    g = group * pin
+    for n, ox in enumerate(range(0, width, 2)):
+        for j in range(min(2, width - ox)):
+            pixel = y[0, :, 0, ox + j].astype(np.int64)
+            sums = np.zeros(co_tiles * config.pout, np.int64)
+            for co in range(co_tiles):
+                for ci in range(group):
+                    window = got[n][co][ci][j].reshape(k2, pin)
+                    # tap (t, p) is channel t*g + ci*pin + p of the pixel, where it has one
+                    chans = np.arange(k2)[:, None] * g + ci * pin + np.arange(pin)
+                    real = chans < channels
+                    assert_array_equal(window[real], pixel[chans[real]],
+                                       err_msg=f"pixel {ox + j}, output tile {co}, window {ci}")
+                    sums[co * config.pout:(co + 1) * config.pout] += words[co, ci] @ window.ravel()
+            assert_array_equal(sums[:cout] + folded, acc[:, ox + j], err_msg=f"pixel {ox + j}")
+    return held
+
+
+@pytest.mark.parametrize("board", BOARDS)
+def test_remap_windows_bit_exact(board):
+    """Channel counts of one word, of part of one, over a group, and at ``max_channels``
+    (every position's memory full); the pointwise on the windows exact."""
+    config = sized(board)
+    limit = pair_buffer_shape(config).channels
+    for n, channels in enumerate((config.pin - 1 or 1, 3 * config.pin + 1,
+                                  config.kmax ** 2 * config.pin + config.pin, limit)):
+        check_block(config, channels, seed=10 * n + len(board),
+                    width=5 if channels < limit else 3, cout=None if channels < limit else 5)
+
+
+def test_reader_and_writer_each_hold_the_other():
+    """A writer that never pauses against a slow reader (both halves full, the writer held),
+    and a reader that never pauses against a slow writer (the reader waits)."""
+    config = sized("pynq-z2")
+    # two words a pair against eight output tiles' reads a half
+    held = check_block(config, 2 * config.pin, seed=1, width=6, cout=8 * config.pout,
+                       gaps=0.0, pauses=0.8)
+    assert held["writer"] > 20, held
+    # eighteen words a pair against two reads a half
+    held = check_block(config, 2 * config.kmax ** 2 * config.pin - 3, seed=2, width=6,
+                       cout=config.pout, gaps=0.8, pauses=0.0)
+    assert held["reader"] > 20, held
+
+
+def test_shape_follows_the_configuration():
+    config = sized("pynq-z2")
+    shape = pair_buffer_shape(config)
+    assert (shape.channels, shape.tiles, shape.positions, shape.group, shape.depth) == \
+        (config.max_channels, 32, 9, 4, 8)
+    # two halves of two pixels of max_channels, rounded up to whole groups
+    assert shape.bytes == 2 * 2 * 9 * 4 * 4 >= 2 * 2 * config.max_channels
+
+
+def test_channels_over_the_buffer_refused():
+    config = sized("pynq-z2")
+    limit = config.max_channels
+    assert pair_buffer_run(config, limit) == (limit // config.pin,
+                                              math.ceil(limit / config.pin / config.kmax ** 2))
+    assert pair_buffer_run(config, 1) == (1, 1)
+    with pytest.raises(MappingError, match=rf"^dw3: {limit + 1} depthwise channels exceed the "
+                                           rf"pair buffer's {limit} \(max_channels\) a pixel$"):
+        pair_buffer_run(config, limit + 1, name="dw3")
+    with pytest.raises(MappingError, match=r"^layer: a fused block needs a positive channel "
+                                           r"count, not 0$"):
+        pair_buffer_run(config, 0)
+
+
+@pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
+def test_refused_configuration():
+    with pytest.raises(ConfigError, match=r"^the pair buffer holds pixel pairs for the array's "
+                                          r"window pair: it needs pixel_pairs 1$"):
+        PairBuffer(EngineConfig())
+    gc.collect()  # (the refused object's warning, inside the filter)
