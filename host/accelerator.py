@@ -23,7 +23,7 @@ import time
 
 from ..core.config import EngineConfig
 from ..core.errors import InputError
-from .compiler import compile_model
+from .compiler import compile_model, constants_residency
 from .engine_driver import EngineDriver, set_weights_owner, warm_start
 from .onnx_import import load_onnx
 from .program_image import build_image
@@ -119,6 +119,7 @@ def _open_serial_board(config, port, *, baud, waves, clock_hz, progress):
             progress(f"opening {port} at {baud or DEFAULT_BAUD:,} baud")
         return open_serial(str(port), baud or DEFAULT_BAUD, clock_hz=clock_hz)
     return SerialBoard(port, clock_hz=clock_hz, owns_port=False)  # the caller's port stays open
+
 
 
 class Accelerator:
@@ -323,11 +324,10 @@ class Accelerator:
         if program.resident:
             set_weights_owner(self.board, program)
         seconds, batch = time.perf_counter() - start, len(x8)
-        weights = "resident" if warm else "loaded, now resident" if program.resident else "streamed"
 
         def report():
             value = self._report(layer_reports, batch, seconds)
-            value["weights"] = weights
+            value.update(constants_residency(program, warm))
             return value
 
         self.report = None
@@ -403,12 +403,11 @@ class Accelerator:
             set_weights_owner(self.board, program)
         seconds = time.perf_counter() - start
         host = seconds - run.board_seconds  # all of run_int8 but the board's time
-        weights = "resident" if warm else "loaded, now resident" if program.resident else "streamed"
 
         def report():
             layer_reports, totals = run.reports(host)
             value = self._report(layer_reports, batch, seconds, sequencer=totals)
-            value["weights"] = weights
+            value.update(constants_residency(program, warm))
             return value
 
         self.report = None

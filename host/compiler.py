@@ -67,7 +67,7 @@ from .nhwc_flatten import nhwc_flatten
 
 __all__ = ["BatchImage", "BatchTranspose", "ChannelColumns", "ColumnSlice", "EngineRun",
            "EngineStep", "GemmAsConv", "HostStep", "PixelPacking", "Program", "RowsColumns",
-           "compile_model", "pack_run"]
+           "compile_model", "constants_residency", "pack_run"]
 
 
 @dataclass(frozen=True)
@@ -549,6 +549,47 @@ def _make_resident(program, resident, cycles):
     program.resident, program.weight_words = True, words
     program.param_words = sum(co for key, co in groups if key in param_bases)
     return program
+
+
+def constants_residency(program, warm):
+    """Where an inference's constants came from: the report's ``weights`` and
+    ``parameters``.
+
+    ``weights``: ``streamed`` (every run streams its channel group's weights),
+    ``loaded, now resident`` (this inference loaded them into the engine's
+    weight buffer, where they stay) or ``resident`` (none streamed). ``parameters``
+    the same for the parameter records, or, where only some channel groups'
+    fit the parameter buffer (MobileNetV1 on the PYNQ-Z2's engine), how many
+    of their words stay: ``"429 of 685 words resident, the rest streamed"``
+    (``loaded, 429 of 685 words now resident, ...`` on the first inference).
+
+    Parameters
+    ----------
+    program : fpgacnn.host.compiler.Program
+    warm : bool
+        The inference ran warm (the board's engine held the program's weights).
+
+    Returns
+    -------
+    dict
+    """
+    if not program.resident:
+        return {"weights": "streamed", "parameters": "streamed"}
+    weights = "resident" if warm else "loaded, now resident"
+    groups = {}
+    for step in program.steps:
+        for run in getattr(step, "runs", ()):
+            groups.setdefault(id(run.weights), int(run.descriptor["co_tiles"]))
+    total = sum(groups.values())
+    if program.param_words == 0:
+        parameters = "streamed"
+    elif program.param_words == total:
+        parameters = weights
+    else:
+        kept = f"{program.param_words} of {total} words"
+        parameters = (f"{kept} resident, the rest streamed" if warm
+                      else f"loaded, {kept} now resident, the rest streamed")
+    return {"weights": weights, "parameters": parameters}
 
 
 def _convolution_step(config, layer, pool, batch, cycles, *, reads_input, rows=True):

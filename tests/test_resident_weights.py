@@ -18,6 +18,7 @@ from fpgacnn.core.config import EngineConfig
 from fpgacnn.core.contract import engine_contract
 from fpgacnn.core.errors import MappingError
 from fpgacnn.host.accelerator import Accelerator
+from fpgacnn.host.compiler import constants_residency
 from fpgacnn.host.compiler import compile_model
 from fpgacnn.host.cycle_model import layer_cycles
 from fpgacnn.host.layers import Conv
@@ -119,6 +120,29 @@ def test_parameters_that_do_not_all_fit_keep_those_that_do():
     assert all(a[1] <= b[0] for a, b in zip(own, own[1:])) and own[-1][1] <= 4
 
 
+def test_the_report_says_where_the_constants_come_from():
+    """The report's ``weights`` and ``parameters``: every parameter word resident, some
+    of them (how many of how many), or none (an engine of one run's parameter words),
+    cold and warm; a program whose weights stream streams both."""
+    every = compile_model(conv_stack(0), DEEP_PARAMS_ENGINE)
+    some = compile_model(conv_stack(5, channels=(3, 8, 8, 8, 4)), DEEP_PARAMS_ENGINE)
+    none = compile_model(conv_stack(0), SMALL_ENGINE)
+    assert constants_residency(every, False) == {"weights": "loaded, now resident",
+                                                 "parameters": "loaded, now resident"}
+    assert constants_residency(every, True) == {"weights": "resident", "parameters": "resident"}
+    total = sum({id(r.weights): r.descriptor["co_tiles"] for s in some.steps
+                 for r in s.runs}.values())
+    assert (some.param_words, total) == (4, 7)
+    assert constants_residency(some, True) == {
+        "weights": "resident", "parameters": "4 of 7 words resident, the rest streamed"}
+    assert constants_residency(some, False)["parameters"] == \
+        "loaded, 4 of 7 words now resident, the rest streamed"
+    assert constants_residency(none, True) == {"weights": "resident", "parameters": "streamed"}
+    streamed = compile_model(conv_stack(0), SMALL_ENGINE, resident=False)
+    assert constants_residency(streamed, False) == {"weights": "streamed",
+                                                    "parameters": "streamed"}
+
+
 def test_one_run_of_parameters_keeps_param_base_0():
     """A parameter buffer of one run's tiles: param_base is a constant 0, and warm runs
     stream their parameters as before."""
@@ -188,6 +212,13 @@ def test_second_inference_runs_with_resident_weights_on_rtl(case, small_engine_b
         x = rng.integers(-128, 128, (2, *model.input.shape), dtype=np.int8)
         assert_array_equal(acc.run_int8(x), ReferenceBackend().run_int8(model, x))
         assert acc.report["weights"] == ("loaded, now resident" if i == 0 else "resident")
+        # (every parameter word resident, some of them, or none: the compact engine's)
+        parameters = {"convs": ("streamed", "streamed"),
+                      "convs/some-params": ("loaded, 4 of 7 words now resident, the rest "
+                                            "streamed", "4 of 7 words resident, the rest "
+                                            "streamed")}.get(case, ("loaded, now resident",
+                                                                    "resident"))
+        assert acc.report["parameters"] == parameters[min(i, 1)], case
         for layer in acc.report["layers"]:
             if layer["engine"]:
                 assert layer["cycles"] == layer["predicted_cycles"], layer["name"]

@@ -22,7 +22,7 @@ anything runs).
 
 from pathlib import Path
 
-from ..compiler import EngineStep, compile_model
+from ..compiler import EngineStep, compile_model, constants_residency
 from ..onnx_import import load_onnx
 from ..paths import check_input_file, check_output_file
 from ..pixel_reader_setup import reader_fields
@@ -115,7 +115,11 @@ def run(args):
           f"by the engine's pixel reader and writer (the others by the host)")
     print(f"image: {image.nbytes:,} bytes (records {h.records} x {4 * h.record_words} B, "
           f"constants {h.constants_nbytes:,} B, arena {h.arena_nbytes:,} B)")
-    state = "weights resident, every inference after the first" if warm else "weights streamed"
+    if warm:
+        parameters = constants_residency(program, True)["parameters"]
+        state = f"weights resident, parameters {parameters}, every inference after the first"
+    else:
+        state = "weights and parameters streamed"
     print(f"engine: {cycles_total:,} cycles per batch ({state}), "
           f"{cycles_total / (clock_mhz * 1e3):.3f} ms at {clock_mhz:g} MHz; host layers and "
           f"transfers not counted")
