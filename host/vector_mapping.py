@@ -139,8 +139,11 @@ def vector_fields(config, record, a, b, out):
     dict or None
         Field name -> value; addresses as ``pin``-byte words of the image.
         None when a value does not fit its field (more images than the
-        16-bit count, an address past the 32-bit word space): the record is
-        then the host's, never run with a value cut short.
+        16-bit count, an address past the 32-bit word space, a tap count
+        past ``VECTOR_TAP_BITS``), when a pool's output pixels are not as
+        many words apart as its input's, or when a window holds no tap of
+        the input: the record is then the host's, never run with a value
+        cut short.
     """
     pin = config.pin
     pool = record.kind == VECTOR_POOL

@@ -1,21 +1,24 @@
-"""The vector unit: residual Adds, global average pools and copies from memory (issue 16).
+"""The vector unit: residual Adds, pools and copies from memory (issue 16).
 
 The layers between a network's convolutions, run by the program engine
 beside the convolution engine, from the arena to the arena: what
-:data:`fpgacnn.core.vector_fields.VECTOR_FIELDS` describes (one counter nest:
-a residual Add, a global average pool, a copy), with the integer semantics
-of docs/semantics.md, bit for bit. The sequencer starts it for a record of
-op ``RECORD_VECTOR`` (:mod:`fpgacnn.core.sequencer`).
+:data:`fpgacnn.core.vector_fields.VECTOR_FIELDS` describes (one counter nest
+with a window: a residual Add, a max or average pool of any kernel, strides
+and pads, a global pool, a copy), with the integer semantics of
+docs/semantics.md, bit for bit. The sequencer starts it for a record of op
+``RECORD_VECTOR`` (:mod:`fpgacnn.core.sequencer`).
 
 Structure::
 
-    fields --> issue (counter nest: a reads, then b) --> o_addr --> memory
-                                                                      |
-    response FIFO (R bytes) <-----------------------------------------+ i_data
+    fields --> issue (counter nest: a's taps, skipping those outside the input,
+         |            then b) --> o_addr --> memory
+         +--> tags FIFO (first, last tap, b, ends)                     |
+    response FIFO (R bytes) <------------------------------------------+ i_data
          |
          v
-    lanes: acc += a - za (over the pixels)  --> acc * ma + (b - zb) * mb
-         --> round_shift (ties up or to even) --> + zy, clamp --> output FIFO
+    lanes: acc = a - za, then += a - za or max(acc, a - za) (over the taps)
+         --> acc * ma + (b - zb) * mb --> round_shift (ties up or to even)
+         --> + zy, clamp --> output FIFO (with the image's and run's ends)
          --> writes of gcd(word, W) bytes --> o_write --> memory
 
 A word is ``pin`` bytes, or in a ``wide`` run the read port's R bytes
@@ -25,15 +28,16 @@ narrower). The issue side reads one word per cycle while fewer than
 ``i_data.ready`` stays high); the lanes take one response per cycle while
 the output FIFO has room for what is in the pipeline. R lanes work in
 parallel (a narrow run uses the first ``pin`` and writes only theirs): an
-Add takes two reads per output word, a pool ``pixels`` reads, so a wide run
+Add takes two reads per output word, a pool one per tap inside the input
+(a tap outside takes its issue cycle without a read), so a wide run
 moves R / ``pin`` times the bytes in the same cycles of reads. Where R is
 ``pin`` there is no wide mode and the field is ignored.
 
 Latency: with a memory that answers ``L`` cycles after a request and never
 lacks bandwidth, a run takes the cycles of
 :func:`fpgacnn.host.cycle_model.vector_run_cycles` from ``start`` to
-``done``: its reads and writes overlapped (a word's writes R / W of them
-in a wide run), plus ``L`` and
+``done``: its taps (one a cycle) and writes overlapped (a word's writes R /
+W of them in a wide run), plus ``L`` and
 :data:`~fpgacnn.core.vector_fields.VECTOR_RUN_OVERHEAD` (the lanes'
 :data:`~fpgacnn.core.vector_fields.VECTOR_LANE_STAGES` among them), narrow
 or wide: the same pipeline.
@@ -77,6 +81,10 @@ class _LaneParams:
 
 class VectorUnit(wiring.Component):
     """Runs one vector record (module docstring) from memory to memory.
+
+    Adds no multiplier for the windows: a max pool's lanes compare 10-bit
+    values, the window's address steps are fields
+    (:data:`~fpgacnn.core.vector_fields.VECTOR_FIELDS`).
 
     Parameters
     ----------
