@@ -30,7 +30,7 @@ below it, on the same AXI4-Lite port)::
     seq_cycles    cycles from the last start to its stop            (ro)
 
 A record of op ``RECORD_VECTOR`` is a layer between the convolutions (a
-residual Add, a global average pool, a copy) that the vector unit runs from
+residual Add, a max or average pool, a copy) that the vector unit runs from
 memory to memory: its words after ``op`` are :data:`VECTOR_RECORD_FIELDS`
 (the unit's fields, :mod:`fpgacnn.core.vector_fields`), and its
 ``counters`` word is where an engine record's is.

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from ..core.contract import engine_contract
 from ..core.memory_port import writer_unit
 from ..core.pixel_writer_fields import writer_beat_cycles
-from ..core.vector_fields import VECTOR_RUN_OVERHEAD, vector_accesses
+from ..core.vector_fields import VECTOR_RUN_OVERHEAD, vector_accesses, window_taps
 from .packing import map_layer
 
 __all__ = ["CycleEstimate", "layer_cycles", "conv_cycles", "sequenced_run_cycles",
@@ -494,13 +494,18 @@ def fused_run_cycles(config, desc, *, reads, writer, wide=False):
 
 
 def vector_run_cycles(config, fields, latency=0):
-    """Busy cycles of a vector unit run (an Add, a global pool, a copy) from board memory.
+    """Busy cycles of a vector unit run (an Add, a pool, a copy) from board memory.
 
-    One read per cycle and one write per cycle, the writes overlapping the
-    reads: the run ends with the last word's writes after its last read, or,
-    when the writes are more than the reads, with the writes one after another
-    from the first word on; plus the memory's latency once and
-    :data:`~fpgacnn.core.vector_fields.VECTOR_RUN_OVERHEAD`. It holds while the
+    The unit issues one tap of its counter nest a cycle (a read, or a tap in
+    the padding, which it skips in the same cycle), ``kernel_rows *
+    kernel_cols`` taps an output word and an Add's ``b`` one more, and
+    writes an output word in ``P`` writes, one a cycle, overlapping the
+    reads. Output word ``j`` (of ``N``) is ready after the slot of its last
+    read, ``j * taps + last_j + 1``, and the writes take the words in order:
+    the run ends with ``max_j(ready_j + (N - j) * P)``, plus the memory's
+    latency once and :data:`~fpgacnn.core.vector_fields.VECTOR_RUN_OVERHEAD`.
+    Without padding after a window's last read (every Add, copy and global
+    pool) that is ``max(N * taps + P, taps + N * P)``. It holds while the
     memory takes every access at once (no bandwidth limit, no pauses).
 
     Parameters
@@ -511,8 +516,19 @@ def vector_run_cycles(config, fields, latency=0):
     latency : int
         The memory's read latency in cycles.
     """
-    reads, writes = vector_accesses(config, fields)
-    per_word_reads = fields["pixels"] + fields["has_b"]
-    per_word_writes = writes // (fields["images"] * fields["words"])
-    return max(reads + per_word_writes, per_word_reads + writes) + int(latency) \
-        + VECTOR_RUN_OVERHEAD
+    words, images = fields["words"], fields["images"]
+    out_rows, out_cols = fields["out_rows"], fields["out_cols"]
+    kernel_cols = fields["kernel_cols"]
+    taps = fields["kernel_rows"] * kernel_cols + fields["has_b"]
+    n = images * out_rows * out_cols * words
+    per_word = vector_accesses(config, fields)[1] // n  # writes of an output word
+    d = taps - per_word
+    # max over j = ((image * out_rows + oy) * out_cols + ox) * words + w of j * d + last_j,
+    # last_j = ry(oy) * kernel_cols + rx(ox) + has_b: each term's max on its own.
+    rows, cols = (window_taps(fields, axis) for axis in ("rows", "cols"))
+    best = max((images - 1) * out_rows * out_cols * words * d, 0) \
+        + max(oy * out_cols * words * d + last * kernel_cols
+              for oy, (_, last) in enumerate(rows)) \
+        + max(ox * words * d + last for ox, (_, last) in enumerate(cols)) \
+        + max((words - 1) * d, 0) + fields["has_b"]
+    return best + 1 + n * per_word + int(latency) + VECTOR_RUN_OVERHEAD

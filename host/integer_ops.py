@@ -12,7 +12,7 @@ import numpy as np
 from .requant import requant_params, requantize
 
 __all__ = ["pad_nchw", "conv_acc", "conv2d", "maxpool2d", "rescale", "average_params",
-           "avgpool2d", "global_avgpool", "global_maxpool", "gemm", "add", "add_params", "concat",
+           "avgpool2d", "avgpool_counts", "global_avgpool", "global_maxpool", "gemm", "add", "add_params", "concat",
            "resize_nearest", "sigmoid_table", "softmax"]
 
 
@@ -161,15 +161,25 @@ def avgpool2d(x, x_zero_point, scale, y_zero_point, kernel, stride=None, pads=(0
     full = (top, left, bottom + extra[0], right + extra[1])
     xs = pad_nchw(x.astype(np.int64) - int(x_zero_point), full, 0)
     acc = _windows(xs, kh, kw, stride).sum(axis=(4, 5))  # N, C, OH, OW
-    ones = np.ones((1, 1) + x.shape[2:], dtype=np.int64)
-    if count_include_pad:  # the taps inside the explicitly padded input
-        inside = pad_nchw(pad_nchw(ones, pads, 1), (0, 0) + tuple(extra), 0)
-    else:
-        inside = pad_nchw(ones, full, 0)
-    count = _windows(inside, kh, kw, stride).sum(axis=(4, 5))[0, 0]
+    count = avgpool_counts(x.shape[2:], kernel, stride, pads, count_include_pad, extra)
     mult, shift = average_params(scale, count)
     return requantize(acc, mult[None, None], shift[None, None], y_zero_point, lo, hi,
                       ties_to_even=True)
+
+
+def avgpool_counts(size, kernel, stride, pads, count_include_pad=False, extra=(0, 0)):
+    """The divisor of each window of :func:`avgpool2d` over an input of ``size = (H,
+    W)``: an ``(OH, OW)`` int64 array (the taps inside the explicitly padded input with
+    ``count_include_pad``, else inside the image; the ``ceil_mode`` overhang ``extra``
+    never)."""
+    kh, kw = kernel
+    top, left, bottom, right = pads
+    ones = np.ones((1, 1) + tuple(size), dtype=np.int64)
+    if count_include_pad:  # the taps inside the explicitly padded input
+        inside = pad_nchw(pad_nchw(ones, pads, 1), (0, 0) + tuple(extra), 0)
+    else:
+        inside = pad_nchw(ones, (top, left, bottom + extra[0], right + extra[1]), 0)
+    return _windows(inside, kh, kw, tuple(stride)).sum(axis=(4, 5))[0, 0]
 
 
 def global_avgpool(x, x_zero_point, scale, y_zero_point, lo=-128, hi=127):

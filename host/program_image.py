@@ -45,11 +45,11 @@ gathers and scatters the compiler makes (:mod:`fpgacnn.host.compiler`,
 functions, and the tests require the stream made from a record to equal the
 compiled run's stream byte for byte.
 
-**Host records** name a layer the engine does not run yet (a MaxPool other
-than the fused one, Concat, Softmax, ...); the host runs it from the arena
+**Host records** name a layer the engine does not run yet (an AveragePool
+whose windows divide by different counts, Concat, Softmax, ...); the host runs it from the arena
 with the reference semantics (:mod:`fpgacnn.host.program_runner`).
 **Vector records** are host records that the program engine's vector unit
-runs from the arena by itself (a residual Add, a global average pool, a
+runs from the arena by itself (a residual Add, a max or average pool, a
 copy: :mod:`fpgacnn.host.vector_mapping`): they name the operand and output
 tensors and carry the layer's integer parameters; a board without the unit
 runs them as host records.
@@ -92,8 +92,10 @@ FORMAT_MAGIC = int.from_bytes(b"FCNP", "little")
 #: record's ``fusable`` (an Add the engine records before it may do); 5.0: a record's
 #: layout ``remap`` is the 1x1 remap's block (2..kmax, 0 for none), not 0/1, and the
 #: tensor table holds pixel-row views (``<tensor>/rows<w>``); 6.0: the header's engine
-#: parameters gain ``param_words``, and a record's descriptor the field ``param_base``.
-FORMAT_VERSION = (6, 0)
+#: parameters gain ``param_words``, and a record's descriptor the field ``param_base``;
+#: 7.0: a vector record's ``pixels`` is its window (``kernel_rows kernel_cols
+#: stride_rows stride_cols pad_top pad_left``) and ``maximum`` (max pools).
+FORMAT_VERSION = (7, 0)
 #: Alignment in bytes of every region and of every tensor image (a memory burst); an
 #: engine whose words (``pin`` or ``pout`` bytes) do not divide it aligns to the
 #: least common multiple (:func:`alignment`), so that every address is a whole word.
@@ -272,7 +274,8 @@ class VectorRecord(HostRecord):
     (:data:`~fpgacnn.host.vector_mapping.VECTOR_ADD`, ``VECTOR_POOL``,
     ``VECTOR_COPY``), reading the tensors at ``a`` and ``b`` (-1: none) of the tensor
     table and writing ``out``, with the unit's integer parameters
-    (:mod:`fpgacnn.core.vector_fields`). ``fusable``: an Add whose operand is the
+    (:mod:`fpgacnn.core.vector_fields`; a pool's window, one tap for an Add or a
+    copy). ``fusable``: an Add whose operand is the
     output of the engine records just before it, which reads nothing else,
     and whose other operand was written before them (:func:`fusable_add`); its
     output is placed with that operand, so a program engine may do the Add on
@@ -284,7 +287,13 @@ class VectorRecord(HostRecord):
     a: int = -1
     b: int = -1
     out: int = -1
-    pixels: int = 1
+    kernel_rows: int = 1
+    kernel_cols: int = 1
+    stride_rows: int = 1
+    stride_cols: int = 1
+    pad_top: int = 0
+    pad_left: int = 0
+    maximum: int = 0
     has_b: int = 0
     ties_to_even: int = 0
     za: int = 0

@@ -33,7 +33,9 @@ from fpgacnn.core.vector_fields import (VECTOR_MAX_PIXELS, VECTOR_RUN_OVERHEAD, 
                                         vector_word_bytes)
 from fpgacnn.hdl.program.vector_unit import VectorUnit
 from fpgacnn.host.cycle_model import vector_run_cycles
-from fpgacnn.host.layers import Add, AveragePool, Flatten, GlobalAveragePool
+from fpgacnn.host.integer_ops import avgpool_counts
+from fpgacnn.host.layers import (Add, AveragePool, Flatten, GlobalAveragePool, GlobalMaxPool,
+                                 MaxPool)
 from fpgacnn.host.program_image import TensorPlace, alignment
 from fpgacnn.host.requant import round_shift
 from fpgacnn.host.vector_mapping import (VECTOR_COPY, VECTOR_POOL, vector_fields, vector_params,
@@ -166,14 +168,28 @@ def _nest(config, fields, memory):
     def word(address):
         return signed[address * n:(address + 1) * n]
 
+    at = f.out_base * n
     for image in range(f.images):
-        for w in range(f.words):
-            acc = sum(word(f.a_base + image * f.a_image_stride + p * f.pixel_words + w) - f.za
-                      for p in range(f.pixels))
-            b = (word(f.b_base + image * f.b_image_stride + w) - f.zb) * f.mb if f.has_b else 0
-            y = np.clip(round_shift(acc * f.ma + b, f.shift, f.ties_to_even) + f.zy, f.lo, f.hi)
-            at = (f.out_base + image * f.out_image_stride + w) * n
-            after[at:at + n] = y.astype(np.int8).view(np.uint8)
+        for oy in range(f.out_rows):
+            for ox in range(f.out_cols):
+                for w in range(f.words):
+                    taps = []
+                    for ky in range(f.kernel_rows):
+                        for kx in range(f.kernel_cols):
+                            iy = oy * f.stride_rows - f.pad_top + ky
+                            ix = ox * f.stride_cols - f.pad_left + kx
+                            if 0 <= iy < f.in_rows and 0 <= ix < f.in_cols:
+                                taps.append(word(f.a_base + image * f.a_image_stride
+                                                 + iy * f.row_words + ix * f.pixel_words
+                                                 + w) - f.za)
+                    acc = np.max(taps, axis=0) if f.maximum else sum(taps)
+                    b = (word(f.b_base + image * f.b_image_stride + w) - f.zb) * f.mb \
+                        if f.has_b else 0
+                    y = np.clip(round_shift(acc * f.ma + b, f.shift, f.ties_to_even) + f.zy,
+                                f.lo, f.hi)
+                    after[at:at + n] = y.astype(np.int8).view(np.uint8)
+                    at += n
+        at = (f.out_base + (image + 1) * f.out_image_stride) * n
     return after
 
 
@@ -301,16 +317,27 @@ def test_layers_the_unit_does_not_take():
     shape = (4, 3, 3)
     const = Add("bias", ["a"], "y", shape, 0.1, 0, 0.1, 0, 0.1, 0,
                 constant=np.ones(shape, np.int8))
-    windows = AveragePool("pool2", ["a"], "y", (4, 4, 4), kernel=(2, 2))
-    padded = AveragePool("padded", ["a"], "y", (4, 3, 3), kernel=(3, 3), pads=(1, 1, 1, 1))
+    # The count differs from window to window: the unit has one multiplier a run.
+    padded = AveragePool("padded", ["a"], "y", (4, 3, 3), kernel=(3, 3), stride=1,
+                         pads=(1, 1, 1, 1))
+    overhang = AveragePool("overhang", ["a"], "y", (4, 5, 5), kernel=(2, 2),
+                           count_include_pad=True, ceil_mode=True)
     flatten = Flatten("flatten", ["a"], "y", shape, 0.1, 0)  # NCHW order is not NHWC's
-    # One window, but its taps are not the first pixels in raster order.
-    inner = AveragePool("inner", ["a"], "y", (4, 5, 3), kernel=(4, 2))
-    tall = AveragePool("tall", ["a"], "y", (4, 3, 3), kernel=(2, 2))
-    for layer in (const, windows, padded, flatten, inner, tall):
+    for layer in (const, padded, overhang, flatten):
         assert vector_params(layer, {"a": layer.input_shape}) is None, layer.name
     one = Flatten("flatten1", ["a"], "y", (4, 1, 1), 0.1, 0)
     assert vector_params(one, {"a": (4, 1, 1)})["kind"] == VECTOR_COPY
+    # Windows anywhere, padding with count_include_pad, max pools of any window: taken.
+    for layer in (AveragePool("pool2", ["a"], "y", (4, 4, 4), kernel=(2, 2)),
+                  AveragePool("inner", ["a"], "y", (4, 5, 3), kernel=(4, 2)),
+                  AveragePool("counted", ["a"], "y", (4, 5, 5), kernel=(3, 3), stride=2,
+                              pads=(1, 1, 1, 1), count_include_pad=True),
+                  MaxPool("stem", ["a"], "y", (4, 9, 9), kernel=3, stride=2,
+                          pads=(1, 1, 1, 1)),
+                  MaxPool("ceil", ["a"], "y", (4, 6, 6), kernel=3, stride=2, ceil_mode=True),
+                  GlobalMaxPool("gmp", ["a"], "y", (4, 3, 3), 0.1, 0, 0.2, 3)):
+        assert vector_params(layer, {"a": layer.input_shape})["kind"] == VECTOR_POOL, \
+            layer.name
 
 
 def test_fields_past_their_widths_leave_the_record_to_the_host():
@@ -329,3 +356,66 @@ def test_fields_past_their_widths_leave_the_record_to_the_host():
     assert fields(2 ** 16, 192) is None
     assert fields(1, most * config.pin)["out_base"] == most
     assert fields(1, (most + 1) * config.pin) is None
+
+
+def _pools(rng, count):
+    """Random max and average pools: kernels 1 to 4 (square and not), strides 1 to 3,
+    pads 0 to ``k - 1`` on each side, odd and even sizes, several channel counts;
+    max pools with and without ``ceil_mode``, with the output quantized as the input
+    and not (``rescale``); average pools with and without ``count_include_pad``
+    where the windows' counts are one (the others are refused: asserted)."""
+    refused = 0
+    for i in range(count):
+        kh = 1 + i % 4
+        kw = kh if i % 3 == 0 else int(rng.integers(1, 5))
+        stride = tuple(int(v) for v in rng.integers(1, 4, 2))
+        pads = tuple(int(rng.integers(0, k)) for k in (kh, kw, kh, kw))
+        c = int(rng.choice([3, 5, 8, 12, 16]))
+        shape = (c, int(rng.integers(kh, 10)), int(rng.integers(kw, 10)))
+        zx, zy = (int(v) for v in rng.integers(-20, 20, 2))
+        if i % 2 == 0:
+            requant = i % 4 == 0
+            layer = MaxPool(f"max{i}", ["a"], "y", shape, (kh, kw), stride, pads,
+                            x_scale=0.05, x_zero_point=zx,
+                            y_scale=0.07 if requant else None,
+                            y_zero_point=zy if requant else None,
+                            lo=-100 if i % 3 == 0 else -128, ceil_mode=bool(rng.random() < 0.4))
+        else:
+            def average(include, ceil):
+                return AveragePool(f"avg{i}", ["a"], "y", shape, (kh, kw), stride, pads,
+                                   count_include_pad=include, x_scale=0.05, x_zero_point=zx,
+                                   y_scale=0.04, y_zero_point=zy, ceil_mode=ceil)
+            layer = average(bool(rng.random() < 0.5), bool(rng.random() < 0.3))
+            if vector_params(layer, {"a": shape}) is None:
+                refused += 1
+                counts = avgpool_counts(shape[1:], layer.kernel, layer.stride, layer.pads,
+                                        layer.count_include_pad, layer.extra)
+                assert counts.min() != counts.max(), layer.name
+                layer = average(True, False)  # every window divides by kh * kw
+        yield layer, {"a": shape}
+    assert refused > 0
+
+
+@pytest.mark.parametrize("engine", ["k3", "pynq-z2", "k2"])
+def test_unit_computes_pools_of_many_windows_bit_exact(engine):
+    """Max and average pools over many windows with strides and padding (the taps in
+    the padding skipped, a cycle each), bit-exact, nothing outside the output
+    touched, narrow and wide, batch 1 and 2, with random pauses; without them the
+    cycles of the model exactly."""
+    config = ENGINES[engine]
+    rng = np.random.default_rng(23 + len(engine))
+    for i, (layer, shapes) in enumerate(_pools(rng, 24)):
+        batch, latency, pause = ((1, 3, 0.0), (2, 1, 0.3), (2, 7, 0.0))[i % 3]
+        narrow, memory, out, want = _case(config, layer, shapes, batch, rng)
+        before = memory.copy()
+        for mode, fields in _runs(config, narrow):
+            what = f"{layer.name} {layer.input_shape} k{layer.kernel} s{layer.stride} " \
+                f"p{layer.pads} batch {batch} {mode}"
+            memory = before.copy()
+            cycles, counters = run_unit(config, fields, memory, latency=latency, pause=pause,
+                                        seed=i)
+            assert_array_equal(out.view(memory), want, err_msg=what)
+            assert_array_equal(memory, _nest(config, fields, before), err_msg=what)
+            assert counters[0] == cycles
+            if pause == 0.0:
+                assert cycles == vector_run_cycles(config, fields, latency), what

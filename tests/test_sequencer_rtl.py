@@ -343,9 +343,9 @@ def test_a_vector_run_that_never_ends_is_aborted(board):
     skipped = {f.add for f in sequenced.fused[False]}
     i = next(k for k, r in enumerate(sequenced.image.records)
              if isinstance(r, VectorRecord) and k not in skipped)
-    # 2**24 - 1 reads per output word, all of one word: longer than the timeout.
-    _poke(sequenced, i, "vector_pixels", 0)
-    _poke(sequenced, i, "vector_pixel_words", 0)
+    # A window of no rows and columns: its tap counters never reach the end.
+    _poke(sequenced, i, "vector_kernel_rows", 0)
+    _poke(sequenced, i, "vector_kernel_cols", 0)
     _aborted_at(board, model, acc, sequenced, i, seed=1)
 
 

@@ -13,7 +13,7 @@ the :class:`~fpgacnn.hdl.engine.ConvEngine` unchanged, behind the
              |   (host runs: idle)               |
     memory --+--> pixel reader --> (program) ----+--> pixel writer --> fused Add --> memory
              +--> b (a fused Add's other operand) -----------------------^
-             +--> vector unit (Add, global pool, copy) ------------> memory
+             +--> vector unit (Add, pools, copy) -----------------> memory
              +--> record fetch --> sequencer --> counters ---------> memory
 
 While the sequencer is idle the top is the ConvEngine as the host knows it
