@@ -52,8 +52,9 @@ of ``x_zp`` too); so are the words of the last row's pixels from
 """
 
 from .fields import Field, struct_layout
+from .memory_port import words_per_read
 
-__all__ = ["ReaderField", "READER_FIELDS", "reader_layout"]
+__all__ = ["ReaderField", "READER_FIELDS", "reader_layout", "reader_beat_commands"]
 
 #: One reader field (:class:`fpgacnn.core.fields.Field`).
 ReaderField = Field
@@ -100,3 +101,116 @@ READER_FIELDS = (
 def reader_layout():
     """The fields as a :class:`amaranth.lib.data.StructLayout`."""
     return struct_layout(READER_FIELDS)
+
+
+def reader_beat_commands(config, fields):
+    """Commands the pixel reader issues for each beat of the section ``fields`` say.
+
+    The reader issues one command a cycle and its output side pops one a
+    cycle (:class:`~fpgacnn.hdl.program.pixel_reader.PixelReader`'s Latency):
+    a narrow word (``pin`` bytes, half a beat or less), a wide word (a
+    beat), or, on an engine of two words a read, a pair of two words of a
+    line ``(row, ky)`` of the 1x1 remap's blocks from a beat's start, of
+    which at most one is read or both are one R-byte read (``both``). So a
+    beat takes as many cycles of the reader as it has commands: one for a
+    wide word or a pair, ``stream_bytes / pin`` for narrow words. This walks
+    the counter nest as the issue FSM does, its pair decisions included (a
+    pair only where the words issued since the section's start are even, the
+    two positions not the line's last one, and not both read unless they are
+    side by side in one pixel from an even word address); the cycle model
+    reads it for the runs it feeds slower than a beat a cycle
+    (:func:`fpgacnn.host.cycle_model.layer_cycles`' ``reader``).
+
+    Parameters
+    ----------
+    config : EngineConfig
+    fields : mapping
+        The reader's fields (:data:`READER_FIELDS`) of one section.
+
+    Returns
+    -------
+    list of int
+        Commands of each beat of the section, in stream order (every image's
+        beats, the images one after another; an image ends on a beat).
+
+    Raises
+    ------
+    ValueError
+        On an engine whose word is a beat or more (the reader gives a beat a
+        cycle there, or a word spans beats), or when the section's words do
+        not make whole beats.
+
+    Examples
+    --------
+    The 1x1 remap of a 32-channel row of two pixels into 3x3 blocks of one
+    4-byte word a position, in 8-byte beats (MobileNetV1's ``/features/3/pw``
+    on the PYNQ-Z2's engine): its lines ``ky = 0, 1`` of six read words
+    pair once each (two words of one pixel from an even address), the rest
+    go a word a command; the line ``ky = 2``, whose third positions are past
+    the channels, pairs throughout. Thirteen cycles for nine beats:
+
+    >>> from fpgacnn.core.config import EngineConfig
+    >>> cfg = EngineConfig(pin=4, pout=4, kmax=3, stream_width=64, writer_words=2)
+    >>> fields = dict(base=0, image_stride=0, row_stride=16, pixel_stride=8, images=1,
+    ...               rows=1, cols=2, words=1, channels=32, x_zp=0, zp_pixels=0,
+    ...               zero_words=0, blocks=3, block_stride=1, ky_stride=3, ky_channels=12,
+    ...               last_cols=2, wide=0)
+    >>> reader_beat_commands(cfg, fields)
+    [1, 2, 2, 2, 2, 1, 1, 1, 1]
+    """
+    pin, beat = config.pin, config.stream_bytes
+    if pin >= beat:
+        raise ValueError(f"pin ({pin}) is not narrower than the {beat}-byte beat")
+    per_beat = beat // pin
+    if fields["wide"]:  # a wide word is the read port's R bytes, the whole beat here
+        words = fields["rows"] * fields["cols"] * fields["blocks"] ** 2 * fields["words"]
+        return [1] * (fields["images"] * (words + fields["zp_pixels"] * fields["words"]
+                                          + fields["zero_words"]))
+    # Widths of the commands, in words, in the order issued.
+    sizes = []
+    pairs = words_per_read(config) == 2 and fields["words"] == 1 and fields["blocks"] > 1
+    blocks, cols, rows = fields["blocks"], fields["cols"], fields["rows"]
+    channels, ky_channels = fields["channels"], fields["ky_channels"]
+    line = [(col, kx) for col in range(cols) for kx in range(blocks)]
+    phase = 0  # narrow words issued, mod 2 (a pair keeps it)
+    for image in range(fields["images"]):
+        for row in range(rows):
+            last_row = row == rows - 1
+            for ky in range(blocks):
+                if not pairs:
+                    sizes += [1] * (len(line) * fields["words"])
+                    continue
+
+                def read(col, kx):
+                    # Channels left at the position, and not a last row's padding pixel.
+                    return (channels - ky * ky_channels - kx * pin > 0
+                            and not (last_row and col >= fields["last_cols"]))
+                i = 0
+                while i < len(line):
+                    col, kx = line[i]
+                    if phase == 0 and i + 1 < len(line):
+                        col2, kx2 = line[i + 1]
+                        address = (fields["base"] + image * fields["image_stride"]
+                                   + row * fields["row_stride"] + col * fields["pixel_stride"]
+                                   + ky * fields["ky_stride"] + kx * fields["block_stride"])
+                        one_read = (col2 == col and fields["block_stride"] == 1
+                                    and address % 2 == 0)
+                        if not (read(col, kx) and read(col2, kx2)) or one_read:
+                            sizes.append(2)
+                            i += 2
+                            continue
+                    sizes.append(1)
+                    phase ^= 1
+                    i += 1
+        synthesized = fields["zp_pixels"] * fields["words"] + fields["zero_words"]
+        sizes += [1] * synthesized
+        phase ^= synthesized & 1
+    commands, filled = [], 0
+    for size in sizes:
+        if filled == 0:
+            commands.append(0)
+        commands[-1] += 1
+        filled = (filled + size) % per_beat
+    if filled:
+        raise ValueError("the section's words do not make whole beats")
+    return commands

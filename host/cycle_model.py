@@ -10,7 +10,8 @@ The model follows the engine's schedule at the granularity of rows:
   the loader, and two words buffered, with ``deep_pipeline``'s register
   slice between them), but may only start a row once its slot is free,
   i.e. once the output row that still needed the slot's previous row has
-  been issued;
+  been issued; the words come a beat a cycle (a DMA), or as the program
+  engine's pixel reader gives them (``reader``: a cycle a command);
 - output row ``oy`` is issued once its input rows are complete, one window per
   cycle: ``out_w*co_tiles*ci_tiles`` cycles, or longer when the output stream
   (``pout/B`` beats per output word) is slower than the array; with pixel
@@ -21,7 +22,8 @@ The model follows the engine's schedule at the granularity of rows:
   engine's pixel writer (``writer``), whose unit a cycle can keep an
   image's last beat waiting for the beat before.
 
-It assumes the input stream is always valid and the output stream always
+It assumes the input stream is valid whenever its source has a beat (a
+DMA's always, the reader's at its pace) and the output stream always
 ready (back-pressure only adds cycles). RTL cycle counts are exact and are the
 reference; tests check this model against them within 2%.
 
@@ -39,6 +41,7 @@ from dataclasses import dataclass, field
 
 from ..core.contract import engine_contract
 from ..core.memory_port import writer_unit
+from ..core.pixel_reader_fields import reader_beat_commands
 from ..core.pixel_writer_fields import writer_beat_cycles
 from ..core.vector_fields import VECTOR_RUN_OVERHEAD, vector_accesses, window_taps
 from .packing import map_layer
@@ -106,7 +109,7 @@ def _produced(oy, out_w, out_h, co, pool):
     return [ox * co + c for ox in range(1, 2 * (out_w // 2), 2) for c in range(co)]
 
 
-def layer_cycles(config, desc, *, macs=None, writer=None):
+def layer_cycles(config, desc, *, macs=None, writer=None, reader=None):
     """Cycle count of the layer run ``desc`` (a descriptor dict, as from ``pack_layer``).
 
     Parameters
@@ -129,6 +132,16 @@ def layer_cycles(config, desc, *, macs=None, writer=None):
         of two words, pixel pairs), and where a run's last beat holds fewer
         words than the writer's cycles on the beat before (an image's words
         end early in its last beat, which the packer sends at once).
+    reader : mapping, optional
+        The input stream's source: None for a DMA, which gives a beat a
+        cycle (the default), or the fields of the program engine's pixel
+        reader (:data:`~fpgacnn.core.pixel_reader_fields.READER_FIELDS`, the
+        run's pixel section), which gives a command a cycle
+        (:func:`~fpgacnn.core.pixel_reader_fields.reader_beat_commands`): on
+        an engine whose word is narrower than its beat, a beat of narrow
+        words takes a cycle a word. Where every beat is one command (wide
+        sections, the remap's pairs) the run is the DMA's; elsewhere the
+        input rows follow the reader's beats (:class:`_ReaderPace`).
 
     Returns
     -------
@@ -187,6 +200,12 @@ def layer_cycles(config, desc, *, macs=None, writer=None):
     latency, drain = lat.pipeline(pool), lat.drain
     depth = lat.output_fifo_depth
 
+    pace = None
+    if reader is not None and pin < beat:
+        commands = reader_beat_commands(config, reader)
+        if any(c > 1 for c in commands):
+            pace = _ReaderPace(config, desc, commands, t0, bool(load), held)
+
     rows = batch * in_h
     orows = batch * out_h
     w_end = []      # cycle from which input row g counts as written
@@ -206,7 +225,9 @@ def layer_cycles(config, desc, *, macs=None, writer=None):
                 freed = t0 if j_free == 0 else r_end[j_free - 1]
                 prev = w_end[-1] if w_end else t0 + (1 if held else 0)
                 row_time = row_cycles[g % in_h]
-                if freed > prev:
+                if pace is not None:
+                    end = pace.row(g, freed)
+                elif freed > prev:
                     # blocked: the words in the register slice and all but the last beat
                     # of the next word are waiting
                     end = max(prev + row_time, freed + row_time - (held + 1) * (per_word_in - 1))
@@ -270,6 +291,8 @@ def layer_cycles(config, desc, *, macs=None, writer=None):
     # What each resource needs on its own; the largest bounds the run.
     n_words = batch * sum(len(_produced(oy, out_w, out_h, co, pool)) for oy in range(out_h))
     input_cycles = batch * sum(row_cycles)
+    if pace is not None:  # the reader's commands, a cycle each, where they are more
+        input_cycles = max(input_cycles, sum(pace.commands))
     out_cycles = n_words // entry_words * per_entry_out
     demand = {"compute": compute, "input": input_cycles, "output": out_cycles,
               "weights": load}
@@ -359,6 +382,69 @@ def _last_beat_taken(config, writer, contract, desc, recent, image_entries, beat
     return max(recent[-1] + 1, recent[-1 - in_last] + 1 + before)
 
 
+class _ReaderPace:
+    """Input rows written as the program engine's pixel reader gives their beats.
+
+    The reader's output side pops a command a cycle into its packer, which
+    holds one beat: a beat of ``c`` commands is offered ``c`` cycles after
+    the pops begin, and they begin in the cycle the loader takes the beat
+    before (the packer pops while its beat leaves). The loader takes a beat
+    in the cycle of its last transfer to the line buffer's writer: a word,
+    or with ``writer_words`` 2 two words of one input row (a beat spanning
+    two rows is two transfers, the docs/engine.md pair writer); with
+    ``deep_pipeline`` through a register slice of two places, which delays a
+    transfer a cycle and takes one while fewer than two wait for the writer.
+    The writer stores a transfer a cycle, a row's first once its slot is
+    free. The first beat's pops begin the cycle the loader takes the last
+    beat of the constants (``t0 - 1``); with no constants the engine starts
+    on the reader's first beat, so that beat is there at ``t0``. The reader
+    issues its reads ahead of its pops (``outstanding``, the sequencer's
+    start), so the memory never holds a pop back.
+    """
+
+    def __init__(self, config, desc, commands, t0, constants, held):
+        in_h, in_w = int(desc["in_h"]), int(desc["in_w"])
+        self.commands = commands
+        self.per_beat = config.stream_bytes // config.pin
+        self.pairs = config.writer_words == 2
+        self.in_h, self.row_words = in_h, in_w * int(desc["ci_tiles"])
+        self.image_words = in_h * self.row_words
+        self.image_beats = -(-self.image_words // self.per_beat)
+        if len(commands) != int(desc["batch"]) * self.image_beats:
+            raise ValueError(f"the reader's {len(commands)} beats are not the run's "
+                             f"{int(desc['batch']) * self.image_beats}")
+        self.held = bool(held)
+        self.beat = -1               # the beat whose transfers are under way
+        self.offered = None          # the cycle that beat is offered
+        self.taken = t0 - 1 if constants else t0 - commands[0]  # the beat before's
+        self.loaded = -(1 << 60)     # the loader's last transfer
+        self.written = deque([-(1 << 60)] * 2, maxlen=2)  # the writer's last two
+
+    def row(self, g, freed):
+        """The cycle from which input row ``g`` (of the batch) counts as written, its
+        first word stored no sooner than ``freed``."""
+        image, r = divmod(g, self.in_h)
+        w, end = r * self.row_words, (r + 1) * self.row_words
+        first = True
+        while w < end:
+            words = 2 if self.pairs and w % 2 == 0 and w + 1 < end else 1
+            last = w + words - 1
+            beat = image * self.image_beats + last // self.per_beat
+            if beat != self.beat:
+                self.beat, self.offered = beat, self.taken + self.commands[beat]
+            loaded = max(self.offered, self.loaded + 1)
+            if self.held:  # a place in the slice: two wait at most
+                loaded = max(loaded, self.written[0] + 1)
+            written = max(loaded + self.held, self.written[1] + 1, freed if first else 0)
+            if (last + 1) % self.per_beat == 0 or last == self.image_words - 1:
+                self.taken = loaded
+            self.loaded = loaded
+            self.written.append(written)
+            first = False
+            w += words
+        return self.written[1] + 1
+
+
 def _pair_row_cycles(offset, words):
     """Cycles the pair writer takes for a row of ``words`` words from word ``offset`` of
     its image (every image starts on a beat): the beat's second word alone when the row
@@ -401,26 +487,30 @@ def conv_cycles(config, x_shape, w_shape, *, stride=1, pads=(0, 0, 0, 0), pool=F
     return layer_cycles(config, desc, macs=geo["macs"])
 
 
-def sequenced_run_cycles(config, desc, *, writer, wide=False):
+def sequenced_run_cycles(config, desc, *, writer, reader):
     """Busy cycles of a run that the program sequencer makes from board memory.
 
     The run as :func:`layer_cycles` predicts it from the DMA: the sequencer
     starts the pixel reader as it decodes the record and the engine once the
     reader offers its first beat, so the run's input streams from its start,
-    a beat a cycle, and the reader's latency (``latency + 4`` cycles,
+    and the reader's latency (``latency + 4`` cycles,
     :class:`~fpgacnn.hdl.program.pixel_reader.PixelReader`) is the
     sequencer's time, not the run's: the descriptor's writes hide all of it
     but ``latency + 4`` less their cycles. The pixels' reads follow the
     constants' two cycles behind (the reader's next section, started the
     cycle after the constants' reads are all issued), which the words the
-    reader holds by the run's start absorb. It holds while the memory's
-    bandwidth never holds a read back and the reader keeps enough reads in
-    flight to stream a beat a cycle from there (the program engine's
-    ``outstanding`` of 64, at the simulated board's latency of 40 cycles, a
-    Zynq-7000 HP port's; tested at latencies 1, 7 and 40). Its output goes
-    to the pixel writer, a unit of its mode a cycle, where the DMA takes a
-    beat: the run ends when the writer takes its last beat, which on a narrow
-    writer can wait for the beat before it (``layer_cycles``' ``writer``).
+    reader holds by the run's start absorb. The reader gives a command a
+    cycle: a beat a cycle where its words are wide or pair into beats, less
+    on an engine whose word is narrower than its beat where it issues narrow
+    words (``layer_cycles``' ``reader``: the input rows then follow its
+    beats). It holds while the memory's bandwidth never holds a read back
+    and the reader keeps enough reads in flight to stream a command a cycle
+    (the program engine's ``outstanding`` of 64, at the simulated board's
+    latency of 40 cycles, a Zynq-7000 HP port's; tested at latencies 1, 7
+    and 40). Its output goes to the pixel writer, a unit of its mode a
+    cycle, where the DMA takes a beat: the run ends when the writer takes
+    its last beat, which on a narrow writer can wait for the beat before it
+    (``layer_cycles``' ``writer``).
 
     Parameters
     ----------
@@ -432,23 +522,13 @@ def sequenced_run_cycles(config, desc, *, writer, wide=False):
         (:data:`~fpgacnn.core.pixel_writer_fields.WRITER_FIELDS`, in the
         record's mode: the run table's,
         :meth:`~fpgacnn.host.sequencer_table.SequencerProgram.table_writer_fields`).
-    wide : bool
-        The run's sections stream a beat a cycle (the reader's ``wide``
-        words, or narrow ones it pairs into beats:
-        :func:`~fpgacnn.host.pixel_reader_setup.beat_a_cycle`), needed on an
-        engine whose ``pin`` is narrower than a beat.
-
-    Raises
-    ------
-    ValueError
-        On an engine whose input word (``pin`` bytes) is narrower than a
-        beat, for a run that is not wide: the reader gives one word per cycle
-        there, less than the engine takes, which this does not model yet.
+    reader : mapping
+        The run's pixel-reader fields of its pixel section
+        (:data:`~fpgacnn.core.pixel_reader_fields.READER_FIELDS`, in the
+        record's mode: the run table's,
+        :meth:`~fpgacnn.host.sequencer_table.SequencerProgram.table_reader_fields`).
     """
-    if config.pin < config.stream_bytes and not wide:
-        raise ValueError(f"the sequenced-run model needs pin ({config.pin}) >= the beat's "
-                         f"{config.stream_bytes} bytes, or a wide run")
-    return layer_cycles(config, desc, writer=writer).cycles
+    return layer_cycles(config, desc, writer=writer, reader=reader).cycles
 
 
 #: The share of a fused run's cycles its memory reads may take for the run to keep
@@ -462,7 +542,7 @@ def sequenced_run_cycles(config, desc, *, writer, wide=False):
 FUSED_PORT_SHARE = (3, 4)
 
 
-def fused_run_cycles(config, desc, *, reads, writer, wide=False):
+def fused_run_cycles(config, desc, *, reads, writer, reader):
     """Busy cycles of a sequenced run with a fused Add (:mod:`fpgacnn.core.fused_add_fields`),
     or None where the read port bounds it.
 
@@ -483,12 +563,12 @@ def fused_run_cycles(config, desc, *, reads, writer, wide=False):
 
     Parameters
     ----------
-    config, desc, writer, wide
+    config, desc, writer, reader
         As :func:`sequenced_run_cycles`.
     reads : int
         The run's memory reads, at most.
     """
-    cycles = sequenced_run_cycles(config, desc, writer=writer, wide=wide)
+    cycles = sequenced_run_cycles(config, desc, writer=writer, reader=reader)
     share_num, share_den = FUSED_PORT_SHARE
     return cycles if reads * share_den <= cycles * share_num else None
 

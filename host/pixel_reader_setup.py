@@ -30,7 +30,7 @@ import math
 
 from ..core.fields import fields_fit, in_wide_words
 from ..core.memory_port import words_per_read
-from ..core.pixel_reader_fields import READER_FIELDS
+from ..core.pixel_reader_fields import READER_FIELDS, reader_beat_commands
 from .packing import remap_group, zero_point_rows
 from .program_image import SOURCE_BATCH, SOURCE_STRIP, SOURCE_ZERO_COLUMN, EngineRecord
 
@@ -184,18 +184,17 @@ def wide_fields(config, fields):
 def beat_a_cycle(config, fields):
     """Whether the reader gives the engine a beat a cycle on the section ``fields`` says.
 
-    It does where a word is at least a beat, on a wide section, and on a narrow
-    section of an engine of two words a read whose every beat the reader
-    issues as a pair (:class:`~fpgacnn.hdl.program.pixel_reader.PixelReader`'s
-    Latency): the 1x1 remap of one word a block position, every line ``(row,
-    ky)`` of an even number of positions, nothing synthesized, and every two
-    positions from a line's start either not both read or both of one pixel
-    side by side from an R-aligned address in every row and image (a thin
-    pointwise layer's 2x2 blocks: MobileNetV1's 8- and 16-channel layers).
-    Where it does, a run from board memory takes the cycles the DMA's would
+    It does where a word is at least a beat, and where it issues every beat
+    as one command (:func:`~fpgacnn.core.pixel_reader_fields.reader_beat_commands`,
+    :class:`~fpgacnn.hdl.program.pixel_reader.PixelReader`'s Latency): a wide
+    section, and a narrow section of an engine of two words a read whose
+    every beat is a pair, the 1x1 remap of one word a block position whose
+    every two positions from a line's start are not both read or both of one
+    pixel side by side from an R-aligned address (a thin pointwise layer's
+    2x2 blocks: MobileNetV1's 8- and 16-channel layers). Where it does, a run
+    from board memory takes the cycles the DMA's would; elsewhere its input
+    rows follow the reader's beats
     (:func:`~fpgacnn.host.cycle_model.sequenced_run_cycles`).
-    A last row's padding pixels are taken as read, so a section they alone
-    would pair is not claimed.
 
     Parameters
     ----------
@@ -207,26 +206,8 @@ def beat_a_cycle(config, fields):
     -------
     bool
     """
-    if config.pin >= config.stream_bytes or fields["wide"]:
-        return True
-    blocks, cols, pin = fields["blocks"], fields["cols"], config.pin
-    if (words_per_read(config) != 2 or fields["words"] != 1 or blocks < 2
-            or fields["zp_pixels"] or fields["zero_words"] or not fields["rows"]
-            or cols * blocks % 2):
-        return False
-    # An address's parity is the same in every row and image, or not.
-    varies = (fields["images"] > 1 and fields["image_stride"] % 2) or \
-        (fields["rows"] > 1 and fields["row_stride"] % 2)
-    line = [(col, kx) for col in range(cols) for kx in range(blocks)]
-    for ky in range(blocks):
-        left = fields["channels"] - ky * fields["ky_channels"]  # from this line's first word
-        for (col, kx), (col2, kx2) in zip(line[::2], line[1::2]):
-            if left - kx * pin > 0 and left - kx2 * pin > 0:
-                address = (fields["base"] + col * fields["pixel_stride"]
-                           + ky * fields["ky_stride"] + kx * fields["block_stride"])
-                if col2 != col or fields["block_stride"] != 1 or varies or address % 2:
-                    return False
-    return True
+    return config.pin >= config.stream_bytes or all(
+        c == 1 for c in reader_beat_commands(config, fields))
 
 
 def _pixels_merged(config, fields):

@@ -42,7 +42,7 @@ from ..core.regmap import build_regmap
 from ..core.sequencer import (COUNTER_WORDS, MAX_RECORDS, RECORD_ENGINE, RECORD_FIELDS,
                               RECORD_HOST, RECORD_SKIP, RECORD_VECTOR, record_bytes,
                               record_word)
-from .cycle_model import vector_run_cycles
+from .cycle_model import sequenced_run_cycles, vector_run_cycles
 from .fused_add import fused_record, fusions, run_reads
 from .pixel_reader_setup import reader_fields, wide_fields
 from .pixel_writer_setup import wide_writer_fields, writer_fields
@@ -298,10 +298,16 @@ class SequencerProgram:
 
     def predicted_cycles(self, index, *, warm=False):
         """The cycle model's count of record ``index`` as the sequencer runs it, its
-        memory's latency left out (an engine run's :func:`~fpgacnn.host.cycle_model.
-        layer_cycles`, a vector run's :func:`~fpgacnn.host.cycle_model.vector_run_cycles`;
-        0 for a record the host runs by itself, and for an Add fused into the engine
-        runs before it: their prediction is the convolution's)."""
+        memory's latency left out (an engine run the sequencer makes:
+        :func:`~fpgacnn.host.cycle_model.sequenced_run_cycles` of its table's
+        fields, its input at the pixel reader's pace and its output at the
+        writer's; with a fused Add the same where the port has room and the least
+        it takes where not, :func:`~fpgacnn.host.cycle_model.fused_run_cycles`; an
+        engine run the host makes, through the DMA: the record's
+        :func:`~fpgacnn.host.cycle_model.layer_cycles`; a vector run's
+        :func:`~fpgacnn.host.cycle_model.vector_run_cycles`; 0 for a record the host
+        runs by itself, and for an Add fused into the engine runs before it: their
+        prediction is the convolution's)."""
         if index in self._skipped[warm]:
             return 0
         if index in self._vector_predicted:
@@ -309,7 +315,12 @@ class SequencerProgram:
         record = self.image.records[index]
         if not isinstance(record, EngineRecord):
             return 0  # a host layer or an input fold: no engine time
-        return record.warm_predicted_cycles if warm else record.predicted_cycles
+        if not self.on_engine[warm][index]:
+            return record.warm_predicted_cycles if warm else record.predicted_cycles
+        desc = self.descriptor(index, warm=warm)
+        reader = self.table_reader_fields(index, warm=warm)
+        writer = self.table_writer_fields(index, warm=warm)
+        return sequenced_run_cycles(self.config, desc, writer=writer, reader=reader)
 
     def predicted_range(self, first, end, *, warm=False):
         """The sum of :meth:`predicted_cycles` over records ``first`` to ``end - 1``

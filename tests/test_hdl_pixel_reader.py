@@ -33,7 +33,7 @@ from amaranth.sim import Simulator
 from fpgacnn.core.config import EngineConfig
 from fpgacnn.core.contract import engine_contract
 from fpgacnn.core.memory_port import words_per_read, ADDRESS_BITS, read_bytes
-from fpgacnn.core.pixel_reader_fields import READER_FIELDS, reader_layout
+from fpgacnn.core.pixel_reader_fields import READER_FIELDS, reader_beat_commands, reader_layout
 from fpgacnn.hdl.program.pixel_reader import PixelReader
 from fpgacnn.host.compiler import EngineStep, compile_model
 from fpgacnn.host.layers import Gemm
@@ -543,6 +543,12 @@ def test_one_word_per_cycle_without_stalls(engine, latency):
                 same_section(config, fields, f, got, want, f"{engine} {name} {f}")
                 assert cycles == expected_cycles(config, f, got.size, latency), \
                     f"{engine} {name} step {record.step} wide {f['wide']}"
+                if config.pin < config.stream_bytes:
+                    # The cycle model's commands of each beat: a cycle each.
+                    commands = reader_beat_commands(config, f)
+                    assert len(commands) == got.size // config.stream_bytes
+                    assert cycles == sum(commands) + (latency + 4 if f["rows"] else 3), \
+                        f"{engine} {name} {f}"
                 if beat_a_cycle(config, f):  # as the DMA would feed it, the latency later
                     assert cycles == got.size // config.stream_bytes + (
                         latency + 4 if f["rows"] else 3), f"{engine} {name} {f}"

@@ -115,7 +115,8 @@ def test_the_first_run_reads_the_input_a_beat_a_cycle_on_the_rtl(program_boards)
             busy = sequenced.counter_words(first)[0]
             desc = sequenced.image.records[first].warm_descriptor()
             writer = sequenced.table_writer_fields(first, warm=True)
-            assert busy == sequenced_run_cycles(WIDE_OUT, desc, wide=True,
+            reader = sequenced.table_reader_fields(first, warm=True)
+            assert busy == sequenced_run_cycles(WIDE_OUT, desc, reader=reader,
                                                 writer=writer), model.name
             assert _cycles_as_modelled(acc, 40, vector=True)[0] > 0
     finally:

@@ -96,7 +96,7 @@ def test_networks_run_from_memory_bit_exact(board, batch, memory):
     if bandwidth == "hp":
         bandwidth = DESIGN.memory_bytes_per_cycle("zynqmp", config)
     board.set_memory_timing(latency=latency, bytes_per_cycle=bandwidth)
-    sequenced_somewhere = modelled = beats = fused_modelled = held = 0
+    sequenced_somewhere = modelled = beats = fused_modelled = held = narrow = 0
     try:
         for i, (name, model) in enumerate(_models()):
             x8 = _input(model, batch, seed=100 * batch + i)
@@ -118,10 +118,11 @@ def test_networks_run_from_memory_bit_exact(board, batch, memory):
                 assert_array_equal(acc.run_int8(x8), want, err_msg=f"{name} (warm)")
                 assert acc.report["weights"] == "resident"
             if bandwidth >= config.stream_bytes:  # each channel a beat a cycle
-                runs, paced, fused, held_back = _cycles_as_modelled(
+                runs, paced, fused, held_back, slow = _cycles_as_modelled(
                     acc, latency, vector=bandwidth >= max(read_bytes(config),
                                                           write_bytes(config)))
                 modelled += runs
+                narrow += slow
                 beats += paced
                 fused_modelled += fused
                 held += held_back
@@ -140,33 +141,41 @@ def test_networks_run_from_memory_bit_exact(board, batch, memory):
     # (four units a beat) random_cnn_3's Gemm chunk of three pixels at batch 3 (nine
     # words, the last alone in its beat).
     assert held > 0 or bandwidth < config.stream_bytes or (board.config_name, batch) != ("k2", 3)
+    # Runs the reader gives less than a beat a cycle, in the model's cycles: on k2 and
+    # the pairs engine (words narrower than a beat: strips of one word a pixel, 1x1
+    # remaps of several words a block position or of 3x3 blocks); none on k3, whose
+    # word is a beat.
+    assert (narrow > 0) == (board.config_name != "k3" and bandwidth >= config.stream_bytes)
 
 
 def _cycles_as_modelled(acc, latency, vector):
-    """Each engine run the sequencer made whose reader gave the engine a beat a cycle
-    (:func:`~fpgacnn.host.pixel_reader_setup.beat_a_cycle`: every run on k3, whose
-    word is a beat; on k2 and the pairs engine the wide runs and the narrow ones whose
-    words all pair into beats) took exactly the model's cycles: the DMA's, the engine
-    started on the reader's first beat, its output taken by the pixel writer
-    (``sequenced_run_cycles``; until 2026-12-07 the reader's latency per section it
-    streamed was the run's; a batch's output-bound runs on the k2 engine took a cycle
-    more an image past the second while the pixel writer spent a cycle on each
-    image's beat padding; and the narrow runs on k2 and the pairs engine were left
-    out, one of k2's taking a cycle more than the model while its last beat, a lone
-    word, waited for the writer to finish the four units of the beat before: the
-    model's writer term since). With ``vector`` (a memory whose channels take a read
-    and a write every cycle), each vector run took exactly its model's cycles.
-    Returns how many engine runs it held to the model, how many of them sent their
-    output a beat a cycle (pixel-pair runs of beat entries), which the writer's wide
-    mode must take at that pace, how many had a fused Add, and how many ended later
-    than the DMA's run would, their last beat waiting for the writer."""
+    """Each engine run the sequencer made took exactly the model's cycles: the DMA's, the
+    engine started on the reader's first beat, its input at the reader's pace, its
+    output taken by the pixel writer (``sequenced_run_cycles``). Where the reader gives
+    the engine a beat a cycle (:func:`~fpgacnn.host.pixel_reader_setup.beat_a_cycle`:
+    every run on k3, whose word is a beat; on k2 and the pairs engine the wide runs
+    and the narrow ones whose words all pair into beats) the input is the DMA's; the
+    other narrow runs on k2 and the pairs engine take a beat of narrow words in a cycle
+    a word (until 2026-12-07 left out of the model; until then also the reader's
+    latency per section it streamed was the run's; a batch's output-bound runs on the
+    k2 engine took a cycle more an image past the second while the pixel writer spent
+    a cycle on each image's beat padding; and one of k2's narrow runs took a cycle
+    more than the model while its last beat, a lone word, waited for the writer to
+    finish the four units of the beat before: the model's writer term since). With
+    ``vector`` (a memory whose channels take a read and a write every cycle), each
+    vector run took exactly its model's cycles. Returns how many engine runs it held
+    to the model, how many of them sent their output a beat a cycle (pixel-pair runs
+    of beat entries), which the writer's wide mode must take at that pace, how many
+    had a fused Add, how many ended later than the DMA's run would, their last beat
+    waiting for the writer, and how many took less than a beat a cycle from the
+    reader."""
     sequenced = acc.sequenced(acc.report["batch"])
     warm = acc.report["weights"] == "resident"
     modelled = paced = 0
     contract = engine_contract(sequenced.config)
     skipped = {f.add for f in sequenced.fused[warm]}
     fused = {i for f in sequenced.fused[warm] for i in f.runs}
-    fused_modelled = held_back = 0
+    fused_modelled = held_back = narrow = 0
     for i, (record, on_engine) in enumerate(zip(sequenced.image.records,
                                                 sequenced.on_engine[warm])):
         if not on_engine:
@@ -182,16 +191,15 @@ def _cycles_as_modelled(acc, latency, vector):
         desc = record.warm_descriptor() if warm else record.descriptor
         predicted = record.warm_predicted_cycles if warm else record.predicted_cycles
         assert predicted == layer_cycles(sequenced.config, desc).cycles
-        if not beat_a_cycle(sequenced.config, sequenced.table_reader_fields(i, warm=warm)):
-            continue  # the reader gives the engine less than a beat a cycle: not modelled
         writer = sequenced.table_writer_fields(i, warm=warm)
-        model = sequenced_run_cycles(sequenced.config, desc, writer=writer, wide=True)
+        reader = sequenced.table_reader_fields(i, warm=warm)
+        model = sequenced_run_cycles(sequenced.config, desc, writer=writer, reader=reader)
         if i in fused:
             # With its Add: the run's cycles while the read port has a cycle for each
             # read; port-bound (not modelled), at most a cycle more for each of b's.
             modelled_fused = fused_run_cycles(sequenced.config, desc,
                                               reads=sequenced.run_reads(i, warm=warm),
-                                              writer=writer, wide=True)
+                                              writer=writer, reader=reader)
             if modelled_fused is None:
                 writes = np.prod([sequenced.table_word(i, f"writer_{name}", warm=warm)
                                   for name in ("images", "rows", "cols", "kept_units")])
@@ -202,11 +210,12 @@ def _cycles_as_modelled(acc, latency, vector):
         assert busy == model, (i, record.step, busy, model, i in fused,
                                sequenced.run_reads(i, warm=warm), warm)
         modelled += 1
-        held_back += model > layer_cycles(sequenced.config, desc).cycles
+        narrow += not beat_a_cycle(sequenced.config, reader)
+        held_back += model > layer_cycles(sequenced.config, desc, reader=reader).cycles
         if contract.output_entry_words(desc) == 2:
             assert writer["wide"], (i, record.step)
             paced += 1
-    return modelled, paced, fused_modelled, held_back
+    return modelled, paced, fused_modelled, held_back, narrow
 
 
 def test_most_records_of_a_network_run_on_the_sequencer(board):

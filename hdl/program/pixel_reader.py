@@ -161,6 +161,20 @@ class PixelReader(wiring.Component):
     packer's register; the output side sees a read's data ``L + 2`` cycles
     after it issued the read, hence ``outstanding >= L + 3`` for full rate.
 
+    Under back-pressure the pace is a command a cycle: the output side pops a
+    command (a narrow word, a wide word, a pair) a cycle into the packer,
+    which holds one beat and pops in the cycle it leaves, never while it
+    waits. So a beat of ``c`` commands is offered ``c`` cycles after the
+    cycle the beat before left at the earliest (with the reads issued ahead,
+    as ``outstanding`` lets them be): a wide word or a pair a beat a cycle,
+    two narrow words a beat in two cycles, and one more for each cycle the
+    consumer keeps a beat (the engine's loader takes a beat of two words of
+    two input rows in two cycles). The commands of each beat are
+    :func:`fpgacnn.core.pixel_reader_fields.reader_beat_commands`, which
+    walks the counter nest as the issue does, pairs included; the cycle
+    model reads them (:func:`fpgacnn.host.cycle_model.layer_cycles`'
+    ``reader``).
+
     Raises
     ------
     TypeError
