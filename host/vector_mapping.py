@@ -31,7 +31,6 @@ from ..core.vector_fields import VECTOR_FIELDS, VECTOR_MAX_PIXELS
 from .integer_ops import average_params, avgpool_counts
 from .layers import (Add, AveragePool, GlobalAveragePool, GlobalMaxPool, MaxPool, Reshape)
 from .nhwc_flatten import FlattenNHWC
-from .requant import requant_params
 
 __all__ = ["VECTOR_ADD", "VECTOR_POOL", "VECTOR_COPY", "vector_params", "vector_fields",
            "wide_vector_fields"]
