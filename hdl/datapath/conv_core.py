@@ -34,7 +34,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
-from ...core.config import require_config
+from ...core.config import ConfigError, require_config
 from ...core.contract import engine_contract
 from .delay import delayed
 from ...core.descriptor import descriptor_layout
@@ -84,6 +84,12 @@ class ConvCore(wiring.Component):
 
     def __init__(self, config):
         require_config(config)
+        if config.fused_blocks:
+            # The contract, descriptor and register map of the block are
+            # defined; its datapath here is not yet (docs/engine.md, "Step 3"):
+            # refuse to generate an engine that would ignore `fused`.
+            raise ConfigError(f"fused_blocks {config.fused_blocks}: the convolution core has no "
+                              f"fused block's datapath yet (docs/engine.md, step 3)")
         self._config = config
         self._co_bits = max(1, (engine_contract(config).max_co_tiles - 1).bit_length())
         self._pairs = bool(config.pixel_pairs)
