@@ -12,7 +12,7 @@ from amaranth.lib.wiring import In, Out
 
 from .bus.axi_lite import AXI4LiteSignature, AXI4LiteSlave, RegisterBusSignature
 from .bus.axi_stream import AXI4StreamSignature
-from ..core.config import require_config
+from ..core.config import ConfigError, require_config
 from .datapath.conv_core import ConvCore
 from .datapath.descriptor_check import DescriptorCheck
 from .bus.csr_bank import CSRBank
@@ -75,6 +75,13 @@ class ConvEngine(wiring.Component):
 
     def __init__(self, config, *, register_bus=False):
         require_config(config)
+        if config.fused_blocks:
+            # The convolution core has the fused block's datapath; the top's
+            # descriptor registers and check of it are not built yet
+            # (docs/engine.md, "Step 3"): no engine that would ignore `fused`.
+            raise ConfigError(f"fused_blocks {config.fused_blocks}: the engine top has no "
+                              f"registers or descriptor check of the fused block yet "
+                              f"(docs/engine.md, step 3)")
         if not isinstance(register_bus, bool):
             raise TypeError(f"register_bus must be True or False, not {register_bus!r}")
         self._config = config

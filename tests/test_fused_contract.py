@@ -5,8 +5,9 @@ block": ``EngineConfig.fused_blocks``, the contract's view of the block (read
 from :mod:`fpgacnn.core.fused_block`), the descriptor fields of a fused run
 (register map 2.6, on engines with the block only) and
 :func:`~fpgacnn.core.contract.descriptor_violations` at, under and over each
-of the block's limits. No gateware: the convolution core refuses to generate
-the block until its datapath is built.
+of the block's limits. The engine top refuses to generate the block until its
+registers and descriptor check are built (the core's datapath:
+tests/test_fused_core.py).
 """
 
 import dataclasses
@@ -188,8 +189,15 @@ def test_a_fused_run_streams_its_depthwise_words_with_the_weights():
     assert c.input_nbytes(fused_desc(load_weights=0)) == images
 
 
-def test_the_core_refuses_to_generate_the_block_until_its_datapath_is_built():
-    from fpgacnn.hdl.datapath.conv_core import ConvCore
-    with pytest.raises(ConfigError, match=r"^fused_blocks 2: the convolution core has no fused "
-                                          r"block's datapath yet"):
-        ConvCore(FUSED)
+def test_the_engine_top_refuses_the_block_until_its_registers_are_built():
+    import gc
+    import warnings
+    from amaranth.hdl import UnusedElaboratable
+    from fpgacnn.hdl.engine import ConvEngine
+    with warnings.catch_warnings():
+        # (the refused top was never elaborated: keep Amaranth's warning out of the log)
+        warnings.simplefilter("ignore", UnusedElaboratable)
+        with pytest.raises(ConfigError, match=r"^fused_blocks 2: the engine top has no registers "
+                                              r"or descriptor check of the fused block yet"):
+            ConvEngine(FUSED)
+        gc.collect()
