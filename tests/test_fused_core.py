@@ -21,6 +21,7 @@ from numpy.testing import assert_array_equal
 from fpgacnn.core.config import EngineConfig
 from fpgacnn.core.contract import descriptor_violations, engine_contract
 from fpgacnn.host import integer_ops
+from fpgacnn.host.cycle_model import layer_cycles
 from fpgacnn.host.packing import pack_depthwise_words, pack_fused_block, unpack_output
 
 from conv_core_helpers import run_core
@@ -60,6 +61,8 @@ BLOCKS = [
     (12, 6, 7, 7, 3, 2, (1, 1, 1, 1), 1),     # stride 2, odd output width
     (20, 4, 6, 5, 2, 1, (0, 1, 0, 0), 2),     # a 2x2 kernel, uneven pads, a batch
     (4, 12, 5, 8, 3, 2, (0, 0, 1, 1), 1),     # stride 2, pads bottom-right only
+    (3, 16, 4, 7, 3, 1, (1, 1, 1, 1), 1),     # output-bound: one tile in, four out
+    (32, 4, 4, 6, 3, 1, (1, 1, 1, 1), 1),     # depthwise-bound: eight tiles in, one out
 ]
 
 
@@ -74,13 +77,16 @@ def run_blocks(blocks, *, seed, in_pause=0.0, out_pause=0.0, config=FUSED):
         runs.append((desc, data))
         expected.append((out, cout))
     results = run_core(config, runs, seed=seed, in_pause=in_pause, out_pause=out_pause)
-    for (desc, _), (out, cout), (raw, _cycles) in zip(runs, expected, results):
+    for (desc, _), (out, cout), (raw, cycles) in zip(runs, expected, results):
         assert_array_equal(unpack_output(config, raw, desc, cout), out)
+        if not (in_pause or out_pause):
+            # the cycle model of a fused run, exact
+            assert cycles == layer_cycles(config, desc).cycles, desc
     return results
 
 
 @pytest.mark.parametrize("index", range(len(BLOCKS)))
-def test_a_fused_block_is_bit_exact(index):
+def test_a_fused_block_is_bit_exact_and_cycles_exact(index):
     run_blocks([BLOCKS[index]], seed=index)
 
 
@@ -130,8 +136,9 @@ def test_resident_blocks_run_from_their_bases():
             runs.append((desc, data))
             expected.append((out, pw["w"].shape[0]))
     results = run_core(FUSED, runs, seed=2)
-    for (desc, _), (out, cout), (raw, _) in zip(runs, expected, results):
+    for (desc, _), (out, cout), (raw, cycles) in zip(runs, expected, results):
         assert_array_equal(unpack_output(FUSED, raw, desc, cout), out)
+        assert cycles == layer_cycles(FUSED, desc).cycles, desc
 
 
 def test_unfused_runs_on_an_engine_with_the_block_are_as_before():
