@@ -393,6 +393,11 @@ class RegisterMap:
         for reg in self.id_rom():
             if reg.name.startswith("cfg_"):
                 values[reg.name[4:]] = reg.fields[0].decode(read(reg.address))
+        if (version["major"], version["minor"]) >= VERSION and "cfg_fused_blocks" not in self:
+            # A 2.6 engine has the fused block's ID register, which this map
+            # (of an engine without it) leaves out: read it where 2.6 puts it.
+            reg = _fused_rom_register()
+            values["fused_blocks"] = reg.fields[0].decode(read(reg.address))
         try:
             return EngineConfig.from_dict(values, source="engine ID ROM")
         except ConfigError as e:
@@ -480,6 +485,13 @@ class RegisterMap:
                 out.append(f"#define {name}_WIDTH {r.fields[0].width}")
         out += ["", f"#endif /* {guard} */", ""]
         return "\n".join(out)
+
+
+def _fused_rom_register():
+    """``cfg_fused_blocks`` as a 2.6 map places it (after ``cfg_param_words``, the same
+    on every engine with the block)."""
+    probe = EngineConfig(spare_bank=1, pixel_pairs=1, fused_blocks=1)
+    return build_regmap(probe)["cfg_fused_blocks"]
 
 
 def rom_version(config):

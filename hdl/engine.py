@@ -12,11 +12,12 @@ from amaranth.lib.wiring import In, Out
 
 from .bus.axi_lite import AXI4LiteSignature, AXI4LiteSlave, RegisterBusSignature
 from .bus.axi_stream import AXI4StreamSignature
-from ..core.config import ConfigError, require_config
+from ..core.config import require_config
+from ..core.contract import engine_contract
 from .datapath.conv_core import ConvCore
 from .datapath.descriptor_check import DescriptorCheck
 from .bus.csr_bank import CSRBank
-from ..core.descriptor import DESCRIPTOR_FIELDS, descriptor_layout
+from ..core.descriptor import descriptor_layout
 from .tech.dsp import is_ecp5
 from .tech.global_net import global_buffer
 from ..core.regmap import ADDR_WIDTH, build_regmap
@@ -75,13 +76,6 @@ class ConvEngine(wiring.Component):
 
     def __init__(self, config, *, register_bus=False):
         require_config(config)
-        if config.fused_blocks:
-            # The convolution core has the fused block's datapath; the top's
-            # descriptor registers and check of it are not built yet
-            # (docs/engine.md, "Step 3"): no engine that would ignore `fused`.
-            raise ConfigError(f"fused_blocks {config.fused_blocks}: the engine top has no "
-                              f"registers or descriptor check of the fused block yet "
-                              f"(docs/engine.md, step 3)")
         if not isinstance(register_bus, bool):
             raise TypeError(f"register_bus must be True or False, not {register_bus!r}")
         self._config = config
@@ -180,7 +174,9 @@ class ConvEngine(wiring.Component):
         # write, more after one of ci_tiles) and is refused if the descriptor
         # breaks the contract: the core never sees that descriptor.
         m.submodules.check = check = DescriptorCheck(self._config)
-        for f in DESCRIPTOR_FIELDS:
+        # (the engine's fields: with fused_blocks the fused block's registers too)
+        fields = engine_contract(self._config).descriptor_fields
+        for f in fields:
             m.d.comb += check.desc[f.name].eq(self._desc_register(csr, f))
         desc_write = Signal()
         m.d.comb += [
@@ -213,9 +209,9 @@ class ConvEngine(wiring.Component):
         if self._config.deep_pipeline:
             # A copy of the descriptor beside the core, for the clock: the core
             # starts the cycle after `accept`, so it sees the new descriptor.
-            desc = Signal(descriptor_layout())
+            desc = Signal(descriptor_layout(fields))
             with run.If(accept):
-                for f in DESCRIPTOR_FIELDS:
+                for f in fields:
                     run.d.sync += desc[f.name].eq(self._desc_register(csr, f))
         else:
             # The compact arrangement reads the registers in place (a copy

@@ -5,19 +5,19 @@ block": ``EngineConfig.fused_blocks``, the contract's view of the block (read
 from :mod:`fpgacnn.core.fused_block`), the descriptor fields of a fused run
 (register map 2.6, on engines with the block only) and
 :func:`~fpgacnn.core.contract.descriptor_violations` at, under and over each
-of the block's limits. The engine top refuses to generate the block until its
-registers and descriptor check are built (the core's datapath:
-tests/test_fused_core.py).
+of the block's limits, and the gateware's DescriptorCheck against it (the
+datapath and the engine top: tests/test_fused_core.py).
 """
 
 import dataclasses
 import math
 
+import numpy as np
 import pytest
 
 from fpgacnn.core.config import ConfigError, EngineConfig
 from fpgacnn.core.contract import descriptor_violations, engine_contract
-from fpgacnn.core.descriptor import DESCRIPTOR_FIELDS, FUSED_DESCRIPTOR_FIELDS
+from fpgacnn.core.descriptor import DESCRIPTOR_FIELDS, FUSED_DESCRIPTOR_FIELDS, complete_descriptor
 from fpgacnn.core.fused_block import (depthwise_memory_words, depthwise_unit_latency,
                                       depthwise_word_bytes, pair_buffer_shape, pointwise_tiles)
 from fpgacnn.core.regmap import VERSION, build_regmap, rom_version
@@ -189,15 +189,78 @@ def test_a_fused_run_streams_its_depthwise_words_with_the_weights():
     assert c.input_nbytes(fused_desc(load_weights=0)) == images
 
 
-def test_the_engine_top_refuses_the_block_until_its_registers_are_built():
-    import gc
-    import warnings
-    from amaranth.hdl import UnusedElaboratable
-    from fpgacnn.hdl.engine import ConvEngine
-    with warnings.catch_warnings():
-        # (the refused top was never elaborated: keep Amaranth's warning out of the log)
-        warnings.simplefilter("ignore", UnusedElaboratable)
-        with pytest.raises(ConfigError, match=r"^fused_blocks 2: the engine top has no registers "
-                                              r"or descriptor check of the fused block yet"):
-            ConvEngine(FUSED)
-        gc.collect()
+def random_fused_descriptor(config, rng):
+    """A fused block's descriptor near the block's limits, now and then with a field of
+    the block or the pairs out of range or against a rule."""
+    c = engine_contract(config)
+    fb = c.fused
+    ci = int(rng.choice([1, 2, fb.max_tiles, fb.max_tiles + 1, c.max_ci_tiles,
+                         rng.integers(1, c.max_ci_tiles + 1)]))
+    words = fb.depthwise_memory.words
+    d = fused_desc(ci_tiles=ci, co_tiles=int(rng.integers(1, c.max_co_tiles + 1)),
+                   dw_base=int(rng.choice([0, 1, words - ci - 1, words - ci, words - ci + 1,
+                                           words - 1, words, rng.integers(0, 1 << 16)])),
+                   stride=int(rng.integers(1, config.kmax + 1)), in_h=16, in_w=16,
+                   pool=int(rng.random() < 0.2), pixel_pairs=int(rng.random() < 0.85),
+                   depthwise=int(rng.random() < 0.15), fused=int(rng.random() < 0.9))
+    d["dw_base"] = max(0, d["dw_base"])
+    if d["depthwise"] and rng.random() < 0.5:
+        d["co_tiles"] = min(ci, c.max_co_tiles)
+    wwords = c.weight_words(d)
+    d["weight_base"] = int(max(0, rng.choice([0, c.weights.words - wwords,
+                                              c.weights.words - wwords + 1,
+                                              rng.integers(0, c.weights.words + 2)])))
+    for name in ("dw_y_zp", "dw_clamp_lo", "dw_clamp_hi"):
+        d[name] = int(rng.integers(-128, 128))
+    if rng.random() < 0.1:
+        d["fused"] = 1  # (a 1-bit register: always in range)
+    return d
+
+
+def test_descriptor_check_agrees_on_fused_descriptors():
+    """DescriptorCheck of an engine with the block flags exactly the fields
+    descriptor_violations names, over the block's rules and bases."""
+    from amaranth.sim import Simulator
+    from fpgacnn.hdl.datapath.descriptor_check import DescriptorCheck
+    dut = DescriptorCheck(FUSED)
+    fields = engine_contract(FUSED).descriptor_fields
+    assert len(dut.fields) == len(fields) == len(DESCRIPTOR_FIELDS) + 5
+    rng = np.random.default_rng(17)
+    descs = [random_fused_descriptor(FUSED, rng) for _ in range(300)]
+    seen = {field for d in descs for field, _ in descriptor_violations(FUSED, d)}
+    assert {"fused", "ci_tiles", "dw_base", "weight_base", "pixel_pairs"} <= seen, seen
+    assert any(not descriptor_violations(FUSED, d) for d in descs)
+    mismatches = []
+
+    async def bench(ctx):
+        for d in descs:
+            full = complete_descriptor(d, fields)
+            for f in fields:
+                ctx.set(dut.desc[f.name], full[f.name])
+            ctx.set(dut.written, 1)
+            ctx.set(dut.ci_tiles_written, 1)
+            await ctx.tick()
+            ctx.set(dut.written, 0)
+            ctx.set(dut.ci_tiles_written, 0)
+            while not ctx.get(dut.ready):
+                await ctx.tick()
+            want = {name for name, _ in descriptor_violations(FUSED, d)}
+            word = ctx.get(dut.fields)
+            got = {f.name for i, f in enumerate(fields) if word >> i & 1}
+            if got != want or ctx.get(dut.error) != bool(want):
+                mismatches.append((d, sorted(want), sorted(got)))
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    assert not mismatches, f"{len(mismatches)} of {len(descs)}; first: {mismatches[0]}"
+
+
+def test_a_driver_reads_the_block_from_a_2_6_rom_with_a_map_without_it():
+    # The driver opens a board with the default map (no cfg_fused_blocks) and reads
+    # the ROM: a 2.6 engine's parameter is read where 2.6 places it.
+    rom = {r.address: r.value for r in build_regmap(FUSED) if r.access == "const"}
+    assert build_regmap(EngineConfig()).read_config(lambda a: rom.get(a, 0)) == FUSED
+    plain = {r.address: r.value for r in build_regmap(PAIRS) if r.access == "const"}
+    assert build_regmap(EngineConfig()).read_config(lambda a: plain.get(a, 0)) == PAIRS

@@ -151,3 +151,34 @@ def test_unfused_runs_on_an_engine_with_the_block_are_as_before():
     layers = pixel_pair_layers(FUSED, rng)
     runs = [pack_layer(FUSED, **layer) for layer in layers]
     check_pair_runs(FUSED, layers, runs, seed=6)
+
+
+def test_fused_blocks_through_the_engine_top_on_the_simulated_board():
+    """The engine top (Verilator, the simulated board, EngineDriver): the 2.6 registers
+    and check of the block; blocks bit-exact with perf_busy_cycles the model's, and a
+    block over a limit refused by the hardware, naming the field, the next one fine."""
+    from fpgacnn.core.errors import BackendError
+    from fpgacnn.host.accelerator import open_board
+    from fpgacnn.host.engine_driver import EngineDriver
+    from fpgacnn.host.packing import output_nbytes
+    board = open_board("sim", FUSED)
+    try:
+        driver = EngineDriver(board)
+        assert driver.config == FUSED
+        rng = np.random.default_rng(31)
+        blocks = [BLOCKS[1], BLOCKS[3], BLOCKS[5]]
+        for i, (c, cout, h, w, k, stride, pads, n) in enumerate(blocks):
+            x, x_zp, dw, pw, out = random_block(rng, c, cout, h, w, k, stride, pads, n)
+            desc, data = pack_fused_block(FUSED, x, x_zp, dw, pw, stride=stride, pads=pads)
+            if i == 1:
+                # the same block from a depthwise-memory base past the memory: refused
+                bad = dict(desc, dw_base=engine_contract(FUSED).fused.depthwise_memory.words - 1)
+                with pytest.raises(BackendError, match=r"status\.error\): dw_base = 15 "
+                                                       r"\(range 0\.\.15\): 3 depthwise words"):
+                    driver.run_layer(bad, data, output_nbytes(FUSED, bad), timeout=0.05,
+                                     check=False)
+            run = driver.run_layer(desc, data, output_nbytes(FUSED, desc), timeout=0.05)
+            assert_array_equal(unpack_output(FUSED, run.output, desc, cout), out)
+            assert run.busy_cycles == layer_cycles(FUSED, desc).cycles, desc
+    finally:
+        board.close()
