@@ -108,6 +108,18 @@ class EngineConfig:
         weights (``deep_pipeline = 1``) uses more words than one run's; on
         Xilinx parts a buffer of up to 512 words takes no more block RAMs
         than one of 64 (a RAMB36 is 512 deep at 72 bits).
+    fused_blocks : int
+        0 (default): no fused block. ``n >= 1``: a run may be a depthwise
+        convolution and the pointwise 1x1 convolution after it (the
+        descriptor's ``fused``): the depthwise half in a depthwise unit beside
+        the array on the line buffer's pixel pairs, its int8 output in a pair
+        buffer that the array reads as the 1x1 remap's window for the
+        pointwise half (docs/engine.md, "The fused depthwise + pointwise
+        block"). ``n`` is the blocks of up to ``max_channels`` channels whose
+        depthwise weights and parameter records the depthwise memory holds
+        (resident, each block's from its descriptor's ``dw_base``). Needs
+        ``pixel_pairs = 1``. The engines without it keep their Verilog and
+        their register map (its registers exist only with the block).
 
     Raises
     ------
@@ -131,6 +143,7 @@ class EngineConfig:
     spare_bank: int = 0
     pixel_pairs: int = 0
     param_words: int = 0
+    fused_blocks: int = 0
 
     def __post_init__(self):
         _check_int("pin", self.pin, 1, 64)
@@ -176,6 +189,11 @@ class EngineConfig:
             raise ConfigError(
                 f"param_words {self.param_words} (more than one run's {tiles}) needs "
                 f"deep_pipeline 1, whose runs keep their parameters resident")
+        _check_int("fused_blocks", self.fused_blocks, 0, 64)
+        if self.fused_blocks and not self.pixel_pairs:
+            raise ConfigError(
+                f"fused_blocks {self.fused_blocks} needs pixel_pairs 1 (the depthwise unit takes "
+                f"the line buffer's window pairs), not pixel_pairs {self.pixel_pairs}")
         if self.writer_words == 2 and b != 2 * self.pin:
             raise ConfigError(
                 f"writer_words 2 needs a beat of two input words: stream_width "

@@ -29,80 +29,33 @@ import functools
 import math
 
 from .config import require_config
-from .descriptor import DESCRIPTOR_FIELDS, complete_descriptor
+from .descriptor import ALL_DESCRIPTOR_FIELDS, DESCRIPTOR_FIELDS, FUSED_DESCRIPTOR_FIELDS, \
+    complete_descriptor
+from .fused_block import (PairBufferShape, check_depthwise_sums, depthwise_memory_words,
+                          depthwise_unit_latency, depthwise_word_bytes, pair_buffer_shape,
+                          pointwise_tiles)
 from .widths import MULT_BITS, MAX_SHIFT, SHIFT_BITS
+# (re-exported: defined below the contract, which fpgacnn.core.fused_block reads too)
+from .technology import (PARAM_RECORD_FIELDS, PARAM_RECORD_BYTES, MEMORY_READ_LATENCY,
+                         MULTIPLIER_LATENCY, OPERAND_PART_BITS, memory_part_depth, memory_parts,
+                         memory_latency, operand_parts, products_latency)
 
 __all__ = [
     "MULT_BITS", "MAX_SHIFT", "SHIFT_BITS", "PARAM_RECORD_FIELDS", "PARAM_RECORD_BYTES",
     "ROW_FIELD_MAX", "MEMORY_READ_LATENCY", "MULTIPLIER_LATENCY", "OPERAND_PART_BITS",
-    "Buffer", "Latencies", "EngineContract", "engine_contract", "memory_parts",
+    "Buffer", "Latencies", "FusedBlock", "EngineContract", "engine_contract", "memory_parts",
     "memory_part_depth", "memory_latency", "operand_parts", "products_latency",
     "requant_sum_width", "requant_product_parts", "descriptor_violations",
     "beats",
 ]
 
-# -- the stream's parameter record --------------------------------------------
-
-#: One output channel's parameter record in the input stream, little endian:
-#: ``(name, first byte, bytes, signed)``. The folded bias (int32), the
-#: requantization multiplier (``MULT_BITS`` unsigned) and the shift.
-PARAM_RECORD_FIELDS = (
-    ("bias", 0, 4, True),
-    ("mult", 4, MULT_BITS // 8, False),
-    ("shift", 4 + MULT_BITS // 8, 1, False),
-)
-#: Bytes of one parameter record.
-PARAM_RECORD_BYTES = sum(size for _, _, size, _ in PARAM_RECORD_FIELDS)
-
 #: Largest row count (``in_h``, ``out_h``) and batch: the descriptor's 16-bit fields.
 ROW_FIELD_MAX = (1 << 16) - 1
-
-# -- technology facts the latencies follow from --------------------------------
-
-#: Read latency of a pipelined block-RAM memory: the block's read and a register behind it.
-MEMORY_READ_LATENCY = 2
-#: Cycles of a pipelined multiplier (DSP block): operand registers, product register.
-MULTIPLIER_LATENCY = 2
-#: Operand bits of one partial product of a wide multiplication: 17 unsigned
-#: bits fit the ECP5 MULT18X18D's signed 18-bit operands (and the DSP48's).
-OPERAND_PART_BITS = 17
 
 
 def beats(nbytes, beat_bytes):
     """Whole stream beats of ``beat_bytes`` that ``nbytes`` bytes take."""
     return -(-int(nbytes) // int(beat_bytes))
-
-
-def memory_part_depth(width):
-    """Words of one block-RAM part at ``width`` bits: 1024 up to 18 bits, else 512 (ECP5 DP16KD)."""
-    return 1024 if width <= 18 else 512
-
-
-def memory_parts(width, depth):
-    """Parts (in depth) a pipelined memory of ``depth`` words of ``width`` bits is split into."""
-    return math.ceil(depth / memory_part_depth(width))
-
-
-def memory_latency(width, depth, *, register_output=False):
-    """Read latency of a pipelined memory: one cycle more for a registered part select."""
-    return MEMORY_READ_LATENCY + (register_output and memory_parts(width, depth) > 1)
-
-
-def operand_parts(width, *, signed):
-    """``(offset, width, signed)`` parts of a wide multiplier operand, :data:`OPERAND_PART_BITS` each.
-
-    The low parts are unsigned; the top part keeps the operand's sign (one
-    bit less then, so that it still fits a signed 18-bit operand).
-    """
-    parts, offset = [], 0
-    while offset < width:
-        left = width - offset
-        if left <= OPERAND_PART_BITS - (1 if signed else 0):
-            parts.append((offset, left, signed))
-            break
-        parts.append((offset, OPERAND_PART_BITS, False))
-        offset += OPERAND_PART_BITS
-    return parts
 
 
 def requant_sum_width(acc_width):
@@ -117,11 +70,6 @@ def requant_product_parts(config):
     sum_parts = operand_parts(requant_sum_width(config.acc_width), signed=True)
     mult_parts = operand_parts(config.mult_width, signed=False)
     return [(a, b) for a in sum_parts for b in mult_parts]
-
-
-def products_latency(registered_operands):
-    """Cycles of the int8 products of the MAC array: 2 with registered operands, else 1."""
-    return 2 if registered_operands else 1
 
 
 def _tree_levels(count):
@@ -190,6 +138,9 @@ class Latencies:
         pixel's words wait in theirs until the first pixel's are out, while
         the next pair's first words arrive (docs/engine.md, "Pixel pairs");
         else 0.
+    depthwise_unit : int
+        With ``fused_blocks``, the depthwise unit's, from a window pair to its
+        sums (:func:`~fpgacnn.core.fused_block.depthwise_unit_latency`); else 0.
     """
 
     line_buffer: int
@@ -205,6 +156,7 @@ class Latencies:
     pixel_slice_words: int
     output_fifo_slack: int
     output_fifo_pair_words: int = 0
+    depthwise_unit: int = 0
 
     def pipeline(self, pool):
         """From a group's last window issue to its output word's FIFO write."""
@@ -221,6 +173,32 @@ class Latencies:
         """Words of the output FIFO (of each, with pixel pairs): credits to cover the
         pipeline at one word per cycle, and a pixel's words with pixel pairs."""
         return self.pipeline(True) + self.output_fifo_slack + self.output_fifo_pair_words
+
+
+@dataclass(frozen=True)
+class FusedBlock:
+    """The fused depthwise + pointwise block of an engine with ``fused_blocks``
+    (docs/engine.md, "The fused depthwise + pointwise block"), from
+    :mod:`fpgacnn.core.fused_block`.
+
+    Attributes
+    ----------
+    pair_buffer : PairBufferShape
+        The double-buffered pixel pairs the array reads as the 1x1 remap's window.
+    depthwise_memory : Buffer
+        The depthwise weights and parameter records, a word an input tile
+        (:func:`~fpgacnn.core.fused_block.depthwise_word_bytes`), ``fused_blocks``
+        blocks of ``pair_buffer.tiles`` words.
+    """
+
+    pair_buffer: PairBufferShape
+    depthwise_memory: Buffer
+
+    @property
+    def max_tiles(self):
+        """Most depthwise input tiles (``ci_tiles``) of a fused run: a pixel of the pair
+        buffer, ``ceil(max_channels / pin)``."""
+        return self.pair_buffer.tiles
 
 
 class EngineContract:
@@ -247,6 +225,12 @@ class EngineContract:
         padding.
     max_ci_tiles, max_co_tiles : int
         Input and output tiles any run can have.
+    fused : FusedBlock or None
+        The fused block, on an engine generated with ``fused_blocks``.
+    descriptor_fields : tuple of DescriptorField
+        The descriptor's fields on this engine, in register order:
+        :data:`~fpgacnn.core.descriptor.DESCRIPTOR_FIELDS`, and with the fused
+        block :data:`~fpgacnn.core.descriptor.FUSED_DESCRIPTOR_FIELDS` after them.
     ranges : dict
         ``field -> (lo, hi)`` for every descriptor field.
     latency : Latencies
@@ -283,6 +267,15 @@ class EngineContract:
         acc_tiles = ((1 << (c.acc_width - 1)) - 1) // (k * k * pin * 128 * 128)
         self.max_ci_tiles = max(0, min(self.weights.words, bank_words, acc_tiles))
         self.max_co_tiles = co_tiles
+        self.fused = None
+        self.descriptor_fields = DESCRIPTOR_FIELDS
+        if c.fused_blocks:
+            check_depthwise_sums(c)
+            self.fused = FusedBlock(
+                pair_buffer_shape(c),
+                Buffer("depthwise memory", depthwise_memory_words(c), depthwise_word_bytes(c), 1,
+                       f"one input tile's depthwise weights and {pin} parameter records"))
+            self.descriptor_fields = DESCRIPTOR_FIELDS + FUSED_DESCRIPTOR_FIELDS
         self.ranges = self._ranges()
         self.latency = self._latencies()
 
@@ -291,7 +284,7 @@ class EngineContract:
     def _ranges(self):
         c = self.config
         full = {f.name: ((-(1 << (f.width - 1)), (1 << (f.width - 1)) - 1) if f.signed
-                         else (0, (1 << f.width) - 1)) for f in DESCRIPTOR_FIELDS}
+                         else (0, (1 << f.width) - 1)) for f in ALL_DESCRIPTOR_FIELDS}
         full.update(
             in_h=(1, ROW_FIELD_MAX), out_h=(1, ROW_FIELD_MAX), batch=(1, ROW_FIELD_MAX),
             in_w=(1, self.max_cols), out_w=(1, self.max_cols),
@@ -300,9 +293,11 @@ class EngineContract:
             weight_base=(0, self.weights.words - 1),
             param_base=(0, self.params.words - 1),
         )
+        if self.fused:
+            full["dw_base"] = (0, self.fused.depthwise_memory.words - 1)
         for name, supported in self.supported_fields.items():
             if not supported:
-                default = next(f.default for f in DESCRIPTOR_FIELDS if f.name == name)
+                default = next(f.default for f in ALL_DESCRIPTOR_FIELDS if f.name == name)
                 full[name] = (default, default)
         return full
 
@@ -316,10 +311,12 @@ class EngineContract:
     def supported_fields(self):
         """``field -> bool`` for the descriptor fields some engines leave out (those
         with a default): where False, the field's register is a constant and its
-        range only its default."""
+        range only its default (the fused block's fields have no register at
+        all there: they are not in :attr:`descriptor_fields`)."""
         return {"load_params": self.resident_weights, "weight_base": self.resident_weights,
                 "depthwise": self.depthwise_runs, "pixel_pairs": bool(self.config.pixel_pairs),
-                "param_base": self.resident_params}
+                "param_base": self.resident_params,
+                **{f.name: bool(self.fused) for f in FUSED_DESCRIPTOR_FIELDS}}
 
     @property
     def pair_stride(self):
@@ -347,8 +344,12 @@ class EngineContract:
 
     def weight_words(self, desc):
         """Weight words the run ``desc`` reads: a word per (output tile, input tile),
-        one per output tile in a depthwise run."""
+        one per output tile in a depthwise run; in a fused run the pointwise half's,
+        a word per (output tile, remap window): ``co_tiles *``
+        :func:`~fpgacnn.core.fused_block.pointwise_tiles` of ``ci_tiles``."""
         co, ci = int(desc["co_tiles"]), int(desc["ci_tiles"])
+        if desc.get("fused", 0):
+            return co * pointwise_tiles(self.config, ci)
         return co if desc.get("depthwise", 0) else co * ci
 
     @property
@@ -397,6 +398,10 @@ class EngineContract:
             "pixel_pairs": ("" if c.pixel_pairs else
                             "the engine was generated without pixel_pairs"),
             "pad_top": f"kmax - 1 = {c.kmax - 1}", "pad_left": f"kmax - 1 = {c.kmax - 1}",
+            **{f.name: ("" if self.fused else "the engine was generated without fused_blocks")
+               for f in FUSED_DESCRIPTOR_FIELDS},
+            **({"dw_base": f"a word of the depthwise memory of "
+                           f"{self.fused.depthwise_memory.words}"} if self.fused else {}),
         }.get(name, "")
 
     def line_words(self, in_w, ci_tiles):
@@ -441,6 +446,12 @@ class EngineContract:
         """Beats of one weight word (padded to a beat)."""
         return beats(self.weights.word_bytes, self.config.stream_bytes)
 
+    @property
+    def depthwise_beats(self):
+        """Beats of one depthwise-memory word (padded to a beat); 0 without the block."""
+        return beats(self.fused.depthwise_memory.word_bytes, self.config.stream_bytes) \
+            if self.fused else 0
+
     def image_beats(self, in_h, in_w, ci_tiles):
         """Beats of one input image (pixel words of ``pin`` bytes, padded to a beat)."""
         return beats(in_h * in_w * ci_tiles * self.config.pin, self.config.stream_bytes)
@@ -455,6 +466,8 @@ class EngineContract:
         total = 0
         if desc["load_weights"]:
             total += co * self.param_beats + self.weight_words(desc) * self.weight_beats
+            if desc.get("fused", 0):
+                total += ci * self.depthwise_beats
         elif desc.get("load_params", 0):
             total += co * self.param_beats
         total += int(desc["batch"]) * self.image_beats(int(desc["in_h"]), int(desc["in_w"]), ci)
@@ -479,11 +492,17 @@ class EngineContract:
         lat = self.latency
         lines = ["| buffer | words | bytes per word | banks | bytes | a word holds |",
                  "|---|---:|---:|---:|---:|---|"]
-        for b in (self.line_buffer, self.weights, self.params, self.pool_row):
+        extra = (self.fused.depthwise_memory,) if self.fused else ()
+        for b in (self.line_buffer, self.weights, self.params, self.pool_row) + extra:
             lines.append(f"| {b.name} | {b.words:,} | {b.word_bytes:,} | {b.banks} | "
                          f"{b.total_bytes:,} | {b.holds} |")
+        if self.fused:
+            pb = self.fused.pair_buffer
+            lines.append(f"| pair buffer | {pb.depth} | {2 * pb.pin} | {pb.positions} | "
+                         f"{pb.depth * 2 * pb.pin * pb.positions:,} | {pb.pin} channels of "
+                         f"a pixel pair at one remap position |")
         lines += ["", "| descriptor field | range | bounded by |", "|---|---|---|"]
-        for f in DESCRIPTOR_FIELDS:
+        for f in self.descriptor_fields:
             lo, hi = self.ranges[f.name]
             lines.append(f"| `{f.name}` | {lo}..{hi} | {self.range_reason(f.name) or f'{f.width}-bit field'} |")
         lines += ["", "| latency | cycles |", "|---|---:|"]
@@ -496,6 +515,8 @@ class EngineContract:
                                             f"{lat.pipeline(False)} / {lat.pipeline(True)}"),
                 ("output FIFO words", lat.output_fifo_depth),
                 ("pixel words between loader and line buffer", lat.pixel_slice_words)]
+        if self.fused:
+            rows.append(("depthwise unit (window pair to sums)", lat.depthwise_unit))
         lines += [f"| {name} | {value} |" for name, value in rows]
         return "\n".join(lines)
 
@@ -530,7 +551,8 @@ class EngineContract:
             requantizer=requant, maxpool=pool, weight_read=weight_read,
             param_read=param_read, start=1, pixel_slice_words=2 if deep else 0,
             output_fifo_slack=4,
-            output_fifo_pair_words=self.max_co_tiles if c.pixel_pairs else 0)
+            output_fifo_pair_words=self.max_co_tiles if c.pixel_pairs else 0,
+            depthwise_unit=depthwise_unit_latency(c) if c.fused_blocks else 0)
 
 
 @functools.lru_cache(maxsize=256)
@@ -557,9 +579,11 @@ def descriptor_violations(config, desc):
         the first field of a capacity the run exceeds.
     """
     c = engine_contract(config)
-    desc = complete_descriptor(desc)
+    # Every field some engine has: a fused field given to an engine without the
+    # block is out of its range 0..0.
+    desc = complete_descriptor(desc, ALL_DESCRIPTOR_FIELDS)
     out = []
-    for f in DESCRIPTOR_FIELDS:
+    for f in ALL_DESCRIPTOR_FIELDS:
         lo, hi = c.ranges[f.name]
         v = int(desc[f.name])
         if not lo <= v <= hi:
@@ -574,7 +598,8 @@ def descriptor_violations(config, desc):
         out.append(("in_w", f"a row of {desc['in_w']} px x {ci} input tiles takes {words} words "
                             f"of a line-buffer bank, which holds {c.line_buffer.words}"))
     base, wwords = int(desc["weight_base"]), c.weight_words(desc)
-    what = f"{co} depthwise" if desc["depthwise"] else f"{co} x {ci}"
+    what = (f"{co} depthwise" if desc["depthwise"] else
+            f"{co} x {pointwise_tiles(config, ci)} pointwise" if desc["fused"] else f"{co} x {ci}")
     if base + wwords > c.weights.words:
         if base:
             out.append(("weight_base", f"{what} weight words from word {base} exceed the "
@@ -602,6 +627,8 @@ def descriptor_violations(config, desc):
         if why:
             out.append(("pixel_pairs", f"pixel pairs are two adjacent output pixels a window "
                                        f"issue: not with {' and '.join(why)}"))
+    if desc["fused"]:
+        out += _fused_violations(c, desc)
     last = (int(desc["out_h"]) - 1) * int(desc["stride"]) - int(desc["pad_top"])
     if last >= int(desc["in_h"]):
         # The line buffer turns its row slots by the input rows an output row
@@ -621,4 +648,32 @@ def descriptor_violations(config, desc):
             out.append(("out_w", f"a pooled row of {ow} columns x {co} output tiles takes "
                                  f"{pwords} words of the max-pool row memory, which holds "
                                  f"{c.pool_row.words}"))
+    return out
+
+
+def _fused_violations(c, desc):
+    """The capacities and modes a fused run (``desc["fused"]``, every field in range)
+    breaks: docs/engine.md, "Step 3"."""
+    out = []
+    ci = int(desc["ci_tiles"])
+    # The depthwise unit takes the line buffer's window pairs (the pairs' own
+    # rules, stride and no pool, are pixel_pairs'); the run is its own mode.
+    if not desc["pixel_pairs"] or desc["depthwise"]:
+        out.append(("fused", "a fused block takes the depthwise unit's window pairs: "
+                             f"pixel_pairs must be 1 and depthwise 0, not {desc['pixel_pairs']} "
+                             f"and {desc['depthwise']}"))
+    fb = c.fused
+    if ci > fb.max_tiles:
+        out.append(("ci_tiles", f"a fused block of {ci} input tiles exceeds the pair buffer's "
+                                f"{fb.max_tiles} a pixel (max_channels "
+                                f"{c.config.max_channels} / pin {c.config.pin})"))
+    dw_base, dw_words = int(desc["dw_base"]), fb.depthwise_memory.words
+    if dw_base + ci > dw_words:
+        # (reported on ci_tiles above when the block alone is too deep)
+        if dw_base:
+            out.append(("dw_base", f"{ci} depthwise words from word {dw_base} exceed the "
+                                   f"depthwise memory's {dw_words}"))
+        elif ci <= fb.max_tiles:
+            out.append(("ci_tiles", f"{ci} depthwise words exceed the depthwise memory's "
+                                    f"{dw_words}"))
     return out

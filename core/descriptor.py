@@ -10,7 +10,8 @@ from dataclasses import dataclass
 
 from .fields import Field, struct_layout
 
-__all__ = ["DescriptorField", "DESCRIPTOR_FIELDS", "descriptor_layout", "complete_descriptor"]
+__all__ = ["DescriptorField", "DESCRIPTOR_FIELDS", "FUSED_DESCRIPTOR_FIELDS", "ALL_DESCRIPTOR_FIELDS",
+           "descriptor_layout", "complete_descriptor"]
 
 
 @dataclass(frozen=True)
@@ -58,12 +59,41 @@ DESCRIPTOR_FIELDS = (
                     "the run reads them", default=0),
 )
 
+#: Register map 2.6: the fused depthwise + pointwise block (docs/engine.md, "The
+#: fused depthwise + pointwise block", "Step 3"). Fields of their own, after
+#: ``DESCRIPTOR_FIELDS``, with registers only on an engine generated with
+#: ``fused_blocks`` (:attr:`fpgacnn.core.contract.EngineContract.descriptor_fields`):
+#: every other engine keeps the 2.5 map and its Verilog, byte for byte. In a
+#: fused run the other fields describe the block: the depthwise half's input
+#: and geometry (``in_h``, ``in_w``, ``ci_tiles``, ``stride``, pads, ``x_zp``,
+#: ``out_h``, ``out_w``, which the pointwise 1x1 keeps), the pointwise half's
+#: output (``co_tiles``, ``weight_base``, ``param_base``, ``y_zp``, clamps);
+#: the pointwise's input tiles a remap position are derived,
+#: :func:`fpgacnn.core.fused_block.pair_buffer_run`.
+FUSED_DESCRIPTOR_FIELDS = (
+    DescriptorField("fused", 1, False, "a depthwise convolution (ci_tiles channels, the line "
+                    "buffer's geometry) and the pointwise 1x1 after it (co_tiles output tiles) "
+                    "as one run, through the depthwise unit and the pair buffer", default=0),
+    DescriptorField("dw_base", 16, False, "depthwise-memory word of the block's first input "
+                    "tile (its depthwise weights and parameter records): where load_weights "
+                    "writes them and where the run reads them", default=0),
+    DescriptorField("dw_y_zp", 8, True, "the depthwise half's output zero point (the "
+                    "pointwise half's input zero point, folded into its bias)", default=0),
+    DescriptorField("dw_clamp_lo", 8, True, "the depthwise half's lower output clamp",
+                    default=0),
+    DescriptorField("dw_clamp_hi", 8, True, "the depthwise half's upper output clamp",
+                    default=0),
+)
 
-def complete_descriptor(desc):
-    """``desc`` (a mapping) with every field: those it leaves out that have a
-    default take it. Raises ``KeyError`` naming a missing field without one."""
+#: Every field some engine has, in register order.
+ALL_DESCRIPTOR_FIELDS = DESCRIPTOR_FIELDS + FUSED_DESCRIPTOR_FIELDS
+
+
+def complete_descriptor(desc, fields=DESCRIPTOR_FIELDS):
+    """``desc`` (a mapping) with every field of ``fields``: those it leaves out that
+    have a default take it. Raises ``KeyError`` naming a missing field without one."""
     out = {}
-    for f in DESCRIPTOR_FIELDS:
+    for f in fields:
         if f.name in desc:
             out[f.name] = desc[f.name]
         elif f.default is not None:
@@ -73,6 +103,8 @@ def complete_descriptor(desc):
     return out
 
 
-def descriptor_layout():
-    """The descriptor as a :class:`amaranth.lib.data.StructLayout`."""
-    return struct_layout(DESCRIPTOR_FIELDS)
+def descriptor_layout(fields=DESCRIPTOR_FIELDS):
+    """The descriptor (``fields``: an engine's
+    :attr:`~fpgacnn.core.contract.EngineContract.descriptor_fields`) as a
+    :class:`amaranth.lib.data.StructLayout`."""
+    return struct_layout(fields)

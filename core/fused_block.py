@@ -13,12 +13,13 @@ generated today has the block.
 import dataclasses
 import math
 
-from .config import require_config
-from .contract import PARAM_RECORD_FIELDS, products_latency
+from .config import ConfigError, require_config
+from .technology import PARAM_RECORD_BYTES, PARAM_RECORD_FIELDS, products_latency
 from .errors import MappingError
 
 __all__ = ["PairBufferShape", "pair_buffer_shape", "pair_buffer_run", "depthwise_sum_width",
-           "depthwise_unit_latency", "BIAS_BITS"]
+           "depthwise_unit_latency", "BIAS_BITS", "check_depthwise_sums",
+           "depthwise_word_bytes", "depthwise_memory_words", "pointwise_tiles"]
 
 #: Bits of a folded bias (the parameter record's ``bias`` field): the requantizing
 #: stage adds it to the depthwise unit's sums, as the array's requantizer does.
@@ -100,7 +101,15 @@ def pair_buffer_run(config, channels, *, name="layer"):
             f"{name}: {channels} depthwise channels exceed the pair buffer's {shape.channels} "
             f"(max_channels) a pixel")
     tiles = math.ceil(channels / config.pin)
-    return tiles, math.ceil(tiles / shape.positions)
+    return tiles, pointwise_tiles(config, tiles)
+
+
+def pointwise_tiles(config, tiles):
+    """The pointwise half's input tiles (words of each remap position) for a block of
+    ``tiles`` depthwise input tiles: ``ceil(tiles / kmax^2)``. A fused run's
+    descriptor gives ``tiles`` (its ``ci_tiles``); the pair buffer, the weight
+    reads and the contract derive this from it."""
+    return math.ceil(tiles / pair_buffer_shape(config).positions)
 
 
 def depthwise_sum_width(config):
@@ -119,3 +128,34 @@ def depthwise_unit_latency(config):
     require_config(config)
     levels = (config.kmax * config.kmax - 1).bit_length()
     return products_latency(True) + levels + 1
+
+
+def check_depthwise_sums(config):
+    """Raise :class:`~fpgacnn.core.config.ConfigError` unless ``config``'s ``acc_width``
+    holds a depthwise sum (:func:`depthwise_sum_width`): the unit's sums are
+    ``acc_width`` wide, as the array's. Read by the unit and by the contract of an
+    engine with ``fused_blocks``."""
+    need = depthwise_sum_width(config)
+    if config.acc_width < need:
+        raise ConfigError(f"the depthwise unit's sums of {config.kmax}x{config.kmax} "
+                          f"products need acc_width >= {need}, not {config.acc_width}")
+
+
+def depthwise_word_bytes(config):
+    """Bytes of a word of the depthwise memory, one input tile of a block: the
+    unit's weights, ``pin`` channels of ``kmax^2`` int8 (``[p][ky*kmax + kx]``,
+    :func:`~fpgacnn.hdl.datapath.depthwise_unit.depthwise_unit_input`'s
+    ``weights``), then the ``pin`` channels' parameter records (channel 0 first,
+    :data:`~fpgacnn.core.technology.PARAM_RECORD_FIELDS`): the requantizing
+    lanes take a channel's multiplier and shift with its sums, every word, so
+    they come with the weights rather than from the parameter buffer, whose one
+    read port the pointwise half's requantizer has."""
+    require_config(config)
+    return config.pin * (config.kmax * config.kmax + PARAM_RECORD_BYTES)
+
+
+def depthwise_memory_words(config):
+    """Words of the depthwise memory: ``fused_blocks`` blocks of the pair buffer's
+    ``ceil(max_channels / pin)`` input tiles (0 without the block)."""
+    require_config(config)
+    return config.fused_blocks * pair_buffer_shape(config).tiles

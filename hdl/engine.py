@@ -13,10 +13,11 @@ from amaranth.lib.wiring import In, Out
 from .bus.axi_lite import AXI4LiteSignature, AXI4LiteSlave, RegisterBusSignature
 from .bus.axi_stream import AXI4StreamSignature
 from ..core.config import require_config
+from ..core.contract import engine_contract
 from .datapath.conv_core import ConvCore
 from .datapath.descriptor_check import DescriptorCheck
 from .bus.csr_bank import CSRBank
-from ..core.descriptor import DESCRIPTOR_FIELDS, descriptor_layout
+from ..core.descriptor import descriptor_layout
 from .tech.dsp import is_ecp5
 from .tech.global_net import global_buffer
 from ..core.regmap import ADDR_WIDTH, build_regmap
@@ -173,7 +174,9 @@ class ConvEngine(wiring.Component):
         # write, more after one of ci_tiles) and is refused if the descriptor
         # breaks the contract: the core never sees that descriptor.
         m.submodules.check = check = DescriptorCheck(self._config)
-        for f in DESCRIPTOR_FIELDS:
+        # (the engine's fields: with fused_blocks the fused block's registers too)
+        fields = engine_contract(self._config).descriptor_fields
+        for f in fields:
             m.d.comb += check.desc[f.name].eq(self._desc_register(csr, f))
         desc_write = Signal()
         m.d.comb += [
@@ -206,9 +209,9 @@ class ConvEngine(wiring.Component):
         if self._config.deep_pipeline:
             # A copy of the descriptor beside the core, for the clock: the core
             # starts the cycle after `accept`, so it sees the new descriptor.
-            desc = Signal(descriptor_layout())
+            desc = Signal(descriptor_layout(fields))
             with run.If(accept):
-                for f in DESCRIPTOR_FIELDS:
+                for f in fields:
                     run.d.sync += desc[f.name].eq(self._desc_register(csr, f))
         else:
             # The compact arrangement reads the registers in place (a copy

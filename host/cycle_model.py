@@ -17,6 +17,11 @@ The model follows the engine's schedule at the granularity of rows:
   (``pout/B`` beats per output word) is slower than the array; with pixel
   pairs two pixels a window, ``ceil(out_w/2)`` positions a row, followed word
   by word through the two output FIFOs (docs/engine.md, "Pixel pairs");
+- a fused depthwise + pointwise block (descriptor ``fused``) is followed pair
+  by pair: the line buffer's depthwise windows (``ci_tiles`` a pair, credited
+  by the pair buffer's two halves), the pair's words through the depthwise
+  unit and its requantizer, then the pointwise issuer's ``co_tiles * group``
+  windows as a pixel-pair position (docs/engine.md, "Step 3");
 - the last results then drain through the pipeline and the output packer,
   and the sink takes the last beat: a DMA a beat a cycle, or the program
   engine's pixel writer (``writer``), whose unit a cycle can keep an
@@ -40,6 +45,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from ..core.contract import engine_contract
+from ..core.fused_block import pointwise_tiles
 from ..core.memory_port import writer_unit
 from ..core.pixel_reader_fields import reader_beat_commands
 from ..core.pixel_writer_fields import writer_beat_cycles
@@ -158,8 +164,10 @@ def layer_cycles(config, desc, *, macs=None, writer=None, reader=None):
     pool = bool(desc["pool"])
     peak = config.peak_macs_per_cycle
     # Windows per output tile: one per input tile, one in a depthwise run (but
-    # every input tile is still written to the line buffer).
-    wins = 1 if desc.get("depthwise", 0) else ci
+    # every input tile is still written to the line buffer); in a fused block's
+    # pointwise half, the pair buffer's windows of a remap position (`group`).
+    fused = bool(desc.get("fused", 0))
+    wins = 1 if desc.get("depthwise", 0) else pointwise_tiles(config, ci) if fused else ci
     if macs is None:
         macs = out_h * out_w * co * wins * config.window_macs * batch
     # Output pixels a window issue computes: two adjacent ones with pixel pairs.
@@ -169,6 +177,8 @@ def layer_cycles(config, desc, *, macs=None, writer=None, reader=None):
     load = 0
     if desc["load_weights"]:
         load = co * contract.param_beats + co * wins * contract.weight_beats
+        if fused:
+            load += ci * contract.depthwise_beats
     elif desc.get("load_params", 0):  # the weights are resident
         load = co * contract.param_beats
     # The input streams from the run's start, a beat a cycle (the DMA's, and the
@@ -215,6 +225,7 @@ def layer_cycles(config, desc, *, macs=None, writer=None, reader=None):
     pops = []       # output-word pop cycles (only kept while they can throttle the issue)
     pair_pops = ([], [])  # pixel pairs: the even and the odd pixels' FIFOs' pops
     last_pop = -(1 << 60)
+    pw_ends = []    # a fused block's pairs: the cycle after each one's last pointwise window
     g = j = 0
     while g < rows or j < orows:
         # Writer: row g may start once every output row that needs row g - slots is issued.
@@ -243,7 +254,12 @@ def layer_cycles(config, desc, *, macs=None, writer=None, reader=None):
         start = max(prev, w_end[target - 1])
         wait_in += start - prev
         groups = _produced(oy, out_w, out_h, co, pool)
-        if pairs:
+        if fused:
+            last_pop, end = _fused_row(config, start, out_w, ci, co, wins, latency, depth,
+                                       entry_words, per_entry_out, pair_pops, last_pop,
+                                       recent, pw_ends)
+            wait_out += pw_ends[-1] - start - issue
+        elif pairs:
             last_pop, end = _pair_row(start, out_w, co, wins, latency, depth, entry_words,
                                       per_entry_out, pair_pops, last_pop, recent)
             wait_out += end - start - issue
@@ -276,7 +292,8 @@ def layer_cycles(config, desc, *, macs=None, writer=None, reader=None):
         r_end.append(end)
         j += 1
 
-    last_issue = r_end[-1] - 1
+    # (a fused run's last window into the array is its pointwise half's)
+    last_issue = (pw_ends[-1] if fused else r_end[-1]) - 1
     # the last entry's beats leave the packer a beat a cycle, whatever the sink's pace
     out_end = last_pop + 1 + max(1, entry_bytes // beat)
     if writer is not None and beat_entries is not None:
@@ -358,6 +375,35 @@ def _pair_row(start, out_w, co, wins, latency, depth, entry_words, per_entry_out
                     fifo.append(last_pop)
                     recent.append(last_pop)
     return last_pop, t + wins
+
+
+def _fused_row(config, start, out_w, ci, co, group, latency, depth, entry_words, per_entry_out,
+               pops, last_pop, recent, pw_ends):
+    """One output row of a fused block run (docs/engine.md, "Step 3"), pair by pair:
+    returns ``(last_pop, end)``, ``end`` the cycle after the line buffer's last window
+    of the row (the row bookkeeping's), and appends each pair's pointwise end to
+    ``pw_ends``.
+
+    Pair ``n``'s ``ci`` depthwise windows issue one a cycle after the pair before's,
+    once pair ``n - 2``'s half is released: its last pointwise window plus the line
+    buffer's latency less one (the release travels with the reads; its credit is
+    back the cycle after). Its last word is in the pair buffer the line buffer's,
+    the depthwise unit's and the requantizer's latencies after its last window, and
+    the pointwise issuer begins it the cycle after, or after the pair before: its
+    ``co`` groups of ``group`` windows as a pixel-pair position
+    (:func:`_pair_row`, output FIFO credits included).
+    """
+    lat = engine_contract(config).latency
+    t = start
+    for p in range(-(-out_w // 2)):
+        issue = t if len(pw_ends) < 2 else max(t, pw_ends[-2] + lat.line_buffer - 1)
+        t = issue + ci
+        written = t - 1 + lat.line_buffer + lat.depthwise_unit + lat.requantizer
+        begin = written + 1 if not pw_ends else max(written + 1, pw_ends[-1])
+        last_pop, pw_end = _pair_row(begin, 2 if 2 * p + 1 < out_w else 1, co, group, latency,
+                                     depth, entry_words, per_entry_out, pops, last_pop, recent)
+        pw_ends.append(pw_end)
+    return last_pop, t
 
 
 def _last_beat_taken(config, writer, contract, desc, recent, image_entries, beat_entries):

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..core.config import EngineConfig
 from ..core.contract import descriptor_violations, engine_contract
-from ..core.descriptor import DESCRIPTOR_FIELDS, complete_descriptor
+from ..core.descriptor import ALL_DESCRIPTOR_FIELDS, DESCRIPTOR_FIELDS, complete_descriptor
 from ..core.regmap import RegisterMapError, build_regmap
 from ..core.errors import BackendError, MappingError
 
@@ -173,7 +173,14 @@ class EngineDriver:
                    if f.name not in descriptor and f.default is None]
         if missing:
             raise BackendError(f"layer {name!r}: descriptor lacks {', '.join(missing)}")
-        descriptor = complete_descriptor(descriptor)
+        descriptor = complete_descriptor(descriptor, ALL_DESCRIPTOR_FIELDS)
+        fields = engine_contract(self.config).descriptor_fields
+        absent = [f.name for f in ALL_DESCRIPTOR_FIELDS
+                  if f not in fields and int(descriptor[f.name]) != f.default]
+        if absent:
+            # (with check=False too: the engine has no register to refuse it by)
+            raise BackendError(f"layer {name!r}: the engine has no descriptor field "
+                               f"{', '.join(absent)} (generated without fused_blocks)")
         if check:
             violations = descriptor_violations(self.config, descriptor)
             if violations:
@@ -184,7 +191,7 @@ class EngineDriver:
             # parameters, param_base) are resident any more (an Accelerator marks
             # its own after its program has run, its own parameter loads included).
             set_weights_owner(self.board, None)
-        for f in DESCRIPTOR_FIELDS:
+        for f in fields:
             value = int(descriptor[f.name])
             if self.regs[f"desc_{f.name}"].access == "const":
                 continue  # the compact arrangement's constant fields (checked above)
@@ -272,9 +279,10 @@ class EngineDriver:
     def _refusal(self, descriptor, name, status):
         """The BackendError for a start the engine refused (``status.error``)."""
         ranges = engine_contract(self.config).ranges
+        descriptor = complete_descriptor(descriptor, ALL_DESCRIPTOR_FIELDS)
         reasons = dict(reversed(descriptor_violations(self.config, descriptor)))
         parts = []
-        for i, f in enumerate(DESCRIPTOR_FIELDS):
+        for i, f in enumerate(engine_contract(self.config).descriptor_fields):
             if status["error_fields"] >> i & 1:
                 value = int(descriptor[f.name])
                 lo, hi = ranges[f.name]

@@ -31,9 +31,11 @@ from ..core.contract import (PARAM_RECORD_BYTES, PARAM_RECORD_FIELDS, beats as _
                              descriptor_violations, engine_contract)
 from ..core.widths import MAX_SHIFT, MULT_BITS
 from ..core.errors import InputError, MappingError
+from ..core.fused_block import pair_buffer_run
 
 __all__ = ["map_layer", "pack_layer", "layer_descriptor", "pack_weights", "pack_pixels",
-           "unpack_output", "output_nbytes", "input_nbytes", "remap_group", "remap_block"]
+           "unpack_output", "output_nbytes", "input_nbytes", "remap_group", "remap_block",
+           "pack_depthwise_words", "pack_fused_block"]
 
 #: The descriptor fields that do not shape a run, at values inside every range.
 _NEUTRAL_FIELDS = dict(x_zp=0, y_zp=0, clamp_lo=-128, clamp_hi=127, load_weights=1)
@@ -527,3 +529,157 @@ def unpack_output(config, raw, desc, out_channels):
     imgs = raw.reshape(batch, per_image)[:, :used].view(np.int8)
     return np.ascontiguousarray(
         imgs.reshape(batch, oh, ow, co_tiles * config.pout).transpose(0, 3, 1, 2)[:, :out_channels])
+
+
+def _records(folded, mult, shift, count):
+    """``count`` parameter records (8 bytes each, little endian) of the channels given, zeros past them."""
+    rec = np.zeros((count, PARAM_RECORD_BYTES), np.uint8)
+    values = {"bias": folded, "mult": mult, "shift": shift}
+    n = len(folded)
+    for field, offset, size, _ in PARAM_RECORD_FIELDS:  # two's complement
+        raw = np.asarray(values[field]).astype("<i8").view(np.uint8).reshape(n, 8)
+        rec[:n, offset:offset + size] = raw[:, :size]
+    return rec
+
+
+def pack_depthwise_words(config, w, bias, x_zp, mult, shift, *, name="block"):
+    """The depthwise words of a fused block's stream (docs/engine.md, "Step 3").
+
+    Word ``t`` (``ceil(C / pin)`` of them, each padded to a beat) holds input
+    tile ``t``: the depthwise unit's weights, ``for p in range(pin): for ky: for
+    kx:`` ``w[t*pin + p, 0, ky, kx]`` (``kmax x kmax`` taps, a smaller kernel
+    top-left in zeros), then the ``pin`` channels' parameter records (folded
+    bias ``b - x_zp * sum(w)``, mult, shift); channels past ``C`` are zeros.
+
+    Parameters
+    ----------
+    config : fpgacnn.core.config.EngineConfig
+    w : numpy.ndarray of int8, shape (C, 1, KH, KW)
+        The depthwise kernel (ONNX ``group = C``).
+    bias, x_zp, mult, shift, name
+        As for :func:`pack_layer`, of the depthwise layer.
+
+    Returns
+    -------
+    numpy.ndarray of uint8
+    """
+    w = _int8_array(w, "depthwise weights", name, 4)
+    x_zp = _scalar(x_zp, "x_zp", name, -128, 127)
+    c, one, kh, kw = w.shape
+    if one != 1:
+        raise InputError(f"{name}: a depthwise kernel is (C, 1, KH, KW), not {w.shape}")
+    if kh > config.kmax or kw > config.kmax:
+        raise MappingError(f"{name}: kernel {kh}x{kw} exceeds the engine's kmax {config.kmax}")
+    folded, mult, shift = _parameters(w, bias, x_zp, mult, shift, name)
+    pin, k = config.pin, config.kmax
+    tiles = math.ceil(c / pin)
+    taps = np.zeros((tiles * pin, k, k), np.int8)
+    taps[:c, :kh, :kw] = w[:, 0]
+    rec = _records(folded, mult, shift, tiles * pin)
+    words = [np.concatenate([taps[t * pin:(t + 1) * pin].view(np.uint8).reshape(-1),
+                             rec[t * pin:(t + 1) * pin].reshape(-1)]) for t in range(tiles)]
+    return np.concatenate([_pad_to_beat(word, config.stream_bytes) for word in words])
+
+
+def pack_fused_block(config, x, x_zp, dw, pw, *, stride=1, pads=(0, 0, 0, 0),
+                     load_weights=True, load_params=False, dw_base=0, weight_base=0,
+                     param_base=0, name="block"):
+    """Pack a fused depthwise + pointwise block run (descriptor ``fused``) of an engine
+    with ``fused_blocks`` (docs/engine.md, "Step 3").
+
+    Parameters
+    ----------
+    config : fpgacnn.core.config.EngineConfig
+    x : numpy.ndarray of int8, shape (N, C, H, W)
+    x_zp : int
+        The depthwise layer's input zero point.
+    dw : mapping
+        The depthwise layer: ``w`` (``(C, 1, KH, KW)`` int8), ``bias``, ``mult``,
+        ``shift``, ``y_zp`` and optionally ``clamp`` (``(lo, hi)``).
+    pw : mapping
+        The pointwise layer after it: ``w`` (``(C', C, 1, 1)`` int8), ``bias``,
+        ``mult``, ``shift``, ``y_zp``, ``clamp``; its input zero point is the
+        depthwise's ``y_zp``.
+    stride, pads
+        The depthwise layer's (the pointwise is 1x1, stride 1, unpadded).
+    load_weights : bool
+        Stream the pointwise parameters, the depthwise words and the pointwise
+        weights (else they are resident from an earlier run of the block).
+    load_params : bool
+        Without ``load_weights``: stream the pointwise parameters alone (the
+        depthwise words' records are resident with their weights).
+    dw_base, weight_base, param_base : int
+        Where the block's depthwise words, pointwise weights and parameters are.
+
+    Returns
+    -------
+    desc : dict
+        Every descriptor field of the engine's (``fused`` 1, ``pixel_pairs`` 1).
+    data : numpy.ndarray of uint8
+        Pointwise parameters, depthwise words, pointwise weights (with
+        ``load_weights``), then the pixels: :meth:`~fpgacnn.core.contract.
+        EngineContract.input_nbytes` bytes.
+
+    Raises
+    ------
+    InputError
+        Inconsistent shapes or bad arguments.
+    MappingError
+        The block does not fit the engine; the message names the limit.
+    """
+    x = _int8_array(x, "input", name, 4)
+    x_zp = _scalar(x_zp, "x_zp", name, -128, 127)
+    wd_, wp = (_int8_array(d["w"], what, name, 4)
+               for d, what in ((dw, "depthwise weights"), (pw, "pointwise weights")))
+    n, c, h, width = x.shape
+    if wd_.shape[:2] != (c, 1) or wp.shape[1:] != (c, 1, 1):
+        raise InputError(f"{name}: a block of {c} channels takes a ({c}, 1, KH, KW) depthwise "
+                         f"and a (C', {c}, 1, 1) pointwise kernel, not {wd_.shape} and {wp.shape}")
+    contract = engine_contract(config)
+    if contract.fused is None:
+        raise MappingError(f"{name}: the engine was generated without fused_blocks")
+    tiles, _ = pair_buffer_run(config, c, name=name)
+    kh, kw = wd_.shape[2:]
+    if kh > config.kmax or kw > config.kmax:
+        raise MappingError(f"{name}: kernel {kh}x{kw} exceeds the engine's kmax {config.kmax}")
+    sy, sx = _pair(stride, "stride", name)
+    if sy != sx:
+        raise MappingError(f"{name}: stride {sy}x{sx} is not square; the engine has one stride")
+    pads = tuple(int(p) for p in pads)
+    if len(pads) != 4 or min(pads) < 0:
+        raise InputError(f"{name}: pads must be four non-negative integers "
+                         f"(top, left, bottom, right), not {pads!r}")
+    out_h = (h + pads[0] + pads[2] - kh) // sy + 1
+    out_w = (width + pads[1] + pads[3] - kw) // sx + 1
+    if out_h < 1 or out_w < 1:
+        raise MappingError(f"{name}: the {kh}x{kw} kernel does not fit the padded "
+                           f"{h}x{width} input (no output)")
+    dy_zp = _scalar(dw["y_zp"], "dw y_zp", name, -128, 127)
+    y_zp = _scalar(pw["y_zp"], "y_zp", name, -128, 127)
+    dlo, dhi = (_scalar(v, "dw clamp", name, -128, 127) for v in dw.get("clamp", (-128, 127)))
+    lo, hi = (_scalar(v, "clamp", name, -128, 127) for v in pw.get("clamp", (-128, 127)))
+    if lo > hi or dlo > dhi:
+        raise MappingError(f"{name}: a clamp's lower bound is above its upper one")
+    desc = dict(in_h=h + zero_point_rows(h, out_h, sy, pads[0]), in_w=width, ci_tiles=tiles,
+                co_tiles=math.ceil(wp.shape[0] / config.pout), out_h=out_h, out_w=out_w,
+                stride=sy, pad_top=pads[0], pad_left=pads[1], batch=n, x_zp=x_zp, y_zp=y_zp,
+                clamp_lo=lo, clamp_hi=hi, pool=0, load_weights=int(bool(load_weights)),
+                load_params=int(bool(load_params) and not load_weights),
+                weight_base=int(weight_base), depthwise=0, pixel_pairs=1,
+                param_base=int(param_base), fused=1, dw_base=int(dw_base), dw_y_zp=dy_zp,
+                dw_clamp_lo=dlo, dw_clamp_hi=dhi)
+    violations = descriptor_violations(config, desc)
+    if violations:
+        raise MappingError(f"{name}: {violations[0][1]}")
+    pixels = pack_pixels(config, x, x_zp, (c, c, kh, kw), stride=stride, pads=pads, remap=False,
+                         name=name)
+    # The pointwise half: the kmax block's remap, its input zero point the depthwise's output's.
+    section = _weight_section(config, wp, *_parameters(wp, pw.get("bias"), dy_zp, pw["mult"],
+                                                       pw["shift"], name), config.kmax)
+    split = desc["co_tiles"] * contract.param_beats * config.stream_bytes
+    if not load_weights:
+        return desc, (np.concatenate([section[:split], pixels]) if desc["load_params"]
+                      else pixels)
+    words = pack_depthwise_words(config, wd_, dw.get("bias"), x_zp, dw["mult"], dw["shift"],
+                                 name=name)
+    return desc, np.concatenate([section[:split], words, section[split:], pixels])

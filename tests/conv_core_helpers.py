@@ -6,6 +6,7 @@ from amaranth.hdl import ClockDomain, Module
 from amaranth.sim import Simulator
 
 from fpgacnn.hdl.datapath.conv_core import ConvCore
+from fpgacnn.core.contract import engine_contract
 from fpgacnn.core.descriptor import descriptor_layout
 
 
@@ -33,6 +34,8 @@ def run_core(cfg, runs, *, seed=0, in_pause=0.0, out_pause=0.0, reset_run=None,
     (a list of (stall_in, stall_out) per run) when given.
     """
     dut = ConvCore(cfg)
+    # (the engine's fields: the fused block's too on an engine with it)
+    layout = descriptor_layout(engine_contract(cfg).descriptor_fields)
     rng = np.random.default_rng(seed)
     results = []
     state = {}
@@ -73,7 +76,7 @@ def run_core(cfg, runs, *, seed=0, in_pause=0.0, out_pause=0.0, reset_run=None,
             interrupted = index == reset_run
             state["out"] = []
             state["fed"] = False
-            ctx.set(dut.desc, descriptor_layout().const(desc))
+            ctx.set(dut.desc, layout.const(desc))
             await ctx.tick()
             state["feed"] = (beats, len(beats) // 3 if interrupted else None)
             ctx.set(dut.start, 1)

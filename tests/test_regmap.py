@@ -35,8 +35,13 @@ def test_addresses_are_unique_aligned_and_fit(regs):
 
 def test_id_rom_holds_every_parameter(regs):
     assert regs["magic"].value == MAGIC == int.from_bytes(b"FCNN", "little")
-    assert regs.decode("version", regs["version"].value) == {"major": VERSION[0], "minor": VERSION[1]}
+    # (2.6's registers, the fused block's, exist only on an engine with it: the
+    # ROM of one without says 2.5 and holds no cfg_fused_blocks)
+    assert regs.decode("version", regs["version"].value) == {"major": 2, "minor": 5}
+    assert "cfg_fused_blocks" not in regs and CONFIG.fused_blocks == 0
     for f in fields(EngineConfig):
+        if f.name == "fused_blocks":
+            continue
         reg = regs[f"cfg_{f.name}"]
         assert reg.access == "const"
         assert reg.value == getattr(CONFIG, f.name)
@@ -80,8 +85,9 @@ def test_version_2_moves_only_the_counters(regs):
     # last free word (0x3C); 2.4 desc_pixel_pairs after depthwise, and
     # cfg_pixel_pairs in a block of its own after the counters (0x140), so
     # that the control block stays where it was; 2.5 desc_param_base after
-    # pixel_pairs and cfg_param_words after cfg_pixel_pairs.
-    assert VERSION == (2, 5)
+    # pixel_pairs and cfg_param_words after cfg_pixel_pairs. 2.6 the fused
+    # block's registers, on engines with it only (tests/test_fused_contract.py).
+    assert VERSION == (2, 6)
     assert regs.address("cfg_writer_words") == 0x38
     assert regs.address("cfg_spare_bank") == 0x3C
     assert regs.address("desc_pixel_pairs") == 0xCC

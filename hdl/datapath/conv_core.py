@@ -36,6 +36,7 @@ from amaranth.lib.wiring import In, Out
 
 from ...core.config import require_config
 from ...core.contract import engine_contract
+from ...core.fused_block import pointwise_tiles
 from .delay import delayed
 from ...core.descriptor import descriptor_layout
 from .limits import limits, narrow_descriptor
@@ -45,7 +46,9 @@ from .mac_array import MacArray
 from .maxpool import MaxPool2x2
 from ..bus.register_slice import StreamRegisterSlice
 from .requantizer import Requantizer
-from .stream_loader import StreamLoader
+from .stream_loader import PARAM_RECORD, StreamLoader
+from .depthwise_unit import DepthwiseUnit
+from .pair_buffer import PairBuffer
 
 __all__ = ["ConvCore"]
 
@@ -85,13 +88,14 @@ class ConvCore(wiring.Component):
     def __init__(self, config):
         require_config(config)
         self._config = config
+        self._fused = engine_contract(config).fused
         self._co_bits = max(1, (engine_contract(config).max_co_tiles - 1).bit_length())
         self._pairs = bool(config.pixel_pairs)
         self._beat_entries = engine_contract(config).paired_beats
         self._tag = data.StructLayout({"co": unsigned(self._co_bits), "produce": 1,
                                        "img_first": 1, **({"second": 1} if self._pairs else {})})
         super().__init__({
-            "desc": In(descriptor_layout()),
+            "desc": In(descriptor_layout(engine_contract(config).descriptor_fields)),
             "start": In(1),
             "busy": Out(1),
             "done": Out(1),
@@ -166,22 +170,38 @@ class ConvCore(wiring.Component):
             wiring.connect(m, loader.o_pixels, lb.w_stream)
 
         # ---- issue, gated by output credits ---------------------------------
+        # The array's windows: the line buffer's, or in a fused run the pair
+        # buffer's, issued by the pointwise issuer (`_fused_half`).
+        iss = _Issue(lb.issue, lb.first, lb.last, lb.co, lb.widx,
+                     lb.second if self._pairs else None)
+        blocked = Signal() if self._fused else None
+        if self._fused:
+            fz = self._fused_half(m, desc, lb, loader, start, blocked)
+            iss = _Issue(*(Mux(desc.fused, a, b) for a, b in (
+                (fz.issue, lb.issue), (fz.first, lb.first), (fz.last, lb.last),
+                (fz.co, lb.co), (fz.widx, lb.widx), (fz.second, lb.second))))
         produce = Signal()
         reserve = Signal()
         m.d.comb += [
             produce.eq(~desc.pool | (lb.oy[0] & lb.ox[0])),
-            reserve.eq(lb.issue & lb.first & produce),
+            reserve.eq(iss.issue & iss.first & produce),
         ]
         # A pop of each FIFO (the packer's, below), and whether each is out of
         # credits; a pair's group needs one in the second FIFO too.
         pops = [Signal(name=name) for name in ("pop", "pop_next")[:len(fifos)]]
         # (with beats, the group of an even output tile reserves the entry of both)
-        reserve_entry = reserve & ~(beats & lb.co[0]) if self._beat_entries else reserve
+        reserve_entry = reserve & ~(beats & iss.co[0]) if self._beat_entries else reserve
         no_credits = [self._credits(m, "_next" if i else "", depth, pops[i],
-                                    reserve_entry & (lb.second if i else 1), start)
+                                    reserve_entry & (iss.second if i else 1), start)
                       for i in range(len(fifos))]
-        blocked = no_credits[0] | (lb.second & no_credits[1]) if self._pairs else no_credits[0]
-        m.d.comb += lb.en.eq(self.busy & ~(lb.first & produce & blocked))
+        if self._fused:
+            m.d.comb += blocked.eq(no_credits[0] | (iss.second & no_credits[1]))
+            # (the line buffer's windows go to the depthwise unit: credited by the pair buffer)
+            m.d.comb += lb.en.eq(self.busy & Mux(desc.fused, fz.lb_en,
+                                                 ~(lb.first & produce & blocked)))
+        else:
+            blocked = no_credits[0] | (lb.second & no_credits[1]) if self._pairs else no_credits[0]
+            m.d.comb += lb.en.eq(self.busy & ~(lb.first & produce & blocked))
 
         # Stage 0 -> lb.latency: control travels beside the window read. The
         # weight word is read the loader's weight read latency before the MAC
@@ -192,22 +212,29 @@ class ConvCore(wiring.Component):
         read_latency = loader.read_latency
         ctrl = data.StructLayout({"valid": 1, "first": 1, "last": 1, "tag": self._tag})
         s0 = Signal(ctrl)
+        img_first = (lb.oy == 0) & (lb.ox == 0) & (lb.co == 0)
         m.d.comb += [
-            s0.valid.eq(lb.issue), s0.first.eq(lb.first), s0.last.eq(lb.last),
-            s0.tag.co.eq(lb.co), s0.tag.produce.eq(produce),
+            s0.valid.eq(iss.issue), s0.first.eq(iss.first), s0.last.eq(iss.last),
+            s0.tag.co.eq(iss.co), s0.tag.produce.eq(produce),
             # the tag travels with the group's last window: first word of an image
-            s0.tag.img_first.eq((lb.oy == 0) & (lb.ox == 0) & (lb.co == 0)),
+            # (for the max-pool, which a fused run never has)
+            s0.tag.img_first.eq(img_first & ~desc.fused if self._fused else img_first),
         ]
+        window, window_next = lb.o_window, lb.o_window_next if self._pairs else None
+        if self._fused:
+            # the pair buffer's window reaches the array when the line buffer's would
+            window = Mux(desc.fused, fz.window, lb.o_window)
+            window_next = Mux(desc.fused, fz.window_next, lb.o_window_next)
         if self._pairs:
-            m.d.comb += [s0.tag.second.eq(lb.second), mac.i_window_next.eq(lb.o_window_next)]
+            m.d.comb += [s0.tag.second.eq(iss.second), mac.i_window_next.eq(window_next)]
         s_ctrl = delayed(m, s0, lb.latency, "s")
-        widx = delayed(m, lb.widx, lb.latency - loader.weight_read_latency, "widx")
+        widx = delayed(m, iss.widx, lb.latency - loader.weight_read_latency, "widx")
         weights = loader.weight_data.as_value()
         m.d.comb += [
             loader.weight_addr.eq(widx),
             mac.i_valid.eq(s_ctrl.valid), mac.i_first.eq(s_ctrl.first),
             mac.i_last.eq(s_ctrl.last), mac.i_tag.eq(s_ctrl.tag),
-            mac.i_window.eq(lb.o_window), mac.i_weights.as_value().eq(weights),
+            mac.i_window.eq(window), mac.i_weights.as_value().eq(weights),
         ]
 
         # ---- parameter lookup (one cycle) and requantization ----------------
@@ -279,20 +306,144 @@ class ConvCore(wiring.Component):
         # row) may still be in flight after the final beat: wait for them too.
         drain = engine_contract(cfg).latency.drain
         since_issue = Signal(range(drain + 1), init=drain)
-        with m.If(lb.issue):
+        with m.If(iss.issue):
             m.d.sync += since_issue.eq(0)
         with m.Elif(since_issue != drain):
             m.d.sync += since_issue.eq(since_issue + 1)
         idle = lb.r_done & (since_issue == drain)
+        if self._fused:
+            idle = idle & fz.done
         with m.If(self.busy & out_done & loader.done & idle & ~start):
             m.d.sync += [self.busy.eq(0), out_done.eq(0)]
             m.d.comb += self.done.eq(1)
         m.d.comb += [
-            self.stall_out.eq(self.busy & ~lb.issue & self.o_stream.valid & ~self.o_stream.ready),
-            self.stall_in.eq(self.busy & ~lb.issue & ~self.stall_out & loader.wants &
+            self.stall_out.eq(self.busy & ~iss.issue & self.o_stream.valid & ~self.o_stream.ready),
+            self.stall_in.eq(self.busy & ~iss.issue & ~self.stall_out & loader.wants &
                              ~self.i_stream.valid),
         ]
         return m
+
+    def _fused_half(self, m, desc, lb, loader, start, blocked):
+        """The fused block's datapath (docs/engine.md, "Step 3"): the line buffer's
+        window pairs of a fused run through the depthwise unit and its requantizer
+        into the pair buffer, and the pointwise issuer that reads the pair buffer's
+        full half into the array. Returns a :class:`_Fused` of the issuer's signals."""
+        cfg, con = self._config, engine_contract(self._config)
+        fb = con.fused
+        pin, k2 = cfg.pin, cfg.kmax * cfg.kmax
+        lat = lb.latency
+        lim = limits(cfg)
+        fused = desc.fused
+
+        # The pointwise input tiles a remap position: a table over ci_tiles.
+        group = Signal(range(1, fb.pair_buffer.group + 1), name="fused_group")
+        m.d.comb += group.eq(1)
+        with m.Switch(desc.ci_tiles):
+            for t in range(1, fb.max_tiles + 1):
+                with m.Case(t):
+                    m.d.comb += group.eq(pointwise_tiles(cfg, t))
+        m.d.comb += loader.group.eq(group)
+
+        # ---- the depthwise half: a pair's windows only when a half will be free
+        m.submodules.pair_buffer = pb = PairBuffer(cfg)
+        release = pb.r_release
+        pair_start = lb.issue & (lb.co == 0) & fused
+        no_half = self._credits(m, "_pair", 2, release, pair_start, start)
+        lb_en = ~((lb.co == 0) & no_half)
+        # The depthwise word of tile `co` (one cycle's read), beside the windows.
+        t_read = delayed(m, lb.co, lat - 1, "dw_tile")
+        m.d.comb += loader.dw_addr.eq(desc.dw_base[:len(loader.dw_addr)] + t_read)
+        dw_valid = delayed(m, lb.issue & fused, lat, "dw_valid")
+        wbits, rbits = 8 * pin * k2, 64 * pin
+        m.submodules.depthwise_unit = unit = DepthwiseUnit(cfg, tag_width=rbits)
+        m.d.comb += [
+            unit.i_stream.valid.eq(dw_valid),
+            unit.i_stream.payload.window.eq(lb.o_window),
+            unit.i_stream.payload.window_next.eq(lb.o_window_next),
+            unit.i_stream.payload.weights.as_value().eq(loader.dw_data[:wbits]),
+            # the channels' parameter records travel with their sums
+            unit.i_stream.payload.tag.eq(loader.dw_data[wbits:wbits + rbits]),
+            # (never held: the pair buffer has room for every pair issued)
+            unit.o_stream.ready.eq(1),
+        ]
+        m.submodules.requantizer_dw = rqd = Requantizer(cfg, tag_width=0, lanes=2 * pin)
+        recs = data.View(data.ArrayLayout(PARAM_RECORD, pin), unit.o_stream.payload.tag)
+        m.d.comb += [rqd.i_valid.eq(unit.o_stream.valid), rqd.y_zp.eq(desc.dw_y_zp),
+                     rqd.clamp_lo.eq(desc.dw_clamp_lo), rqd.clamp_hi.eq(desc.dw_clamp_hi)]
+        for pixel in range(2):
+            for p in range(pin):
+                lane = pixel * pin + p
+                m.d.comb += [rqd.i_acc[lane].eq(unit.o_stream.payload.acc[pixel][p]),
+                             rqd.i_bias[lane].eq(recs[p].bias), rqd.i_mult[lane].eq(recs[p].mult),
+                             rqd.i_shift[lane].eq(recs[p].shift[:6])]
+        m.d.comb += [pb.start.eq(start), pb.tiles.eq(desc.ci_tiles), pb.group.eq(group),
+                     pb.w_stream.valid.eq(rqd.o_valid)]
+        for pixel in range(2):
+            for p in range(pin):
+                m.d.comb += pb.w_stream.payload[pixel][p].eq(rqd.o_data[pixel * pin + p])
+        # A pair is readable the cycle after its last word: count them.
+        wfire = pb.w_stream.valid & pb.w_stream.ready
+        wcount = Signal(range(fb.max_tiles + 1), name="pair_words")
+        pair_written = Signal(name="pair_written")
+        m.d.comb += pair_written.eq(wfire & (wcount == desc.ci_tiles - 1))
+        with m.If(wfire):
+            m.d.sync += wcount.eq(Mux(pair_written, 0, wcount + 1))
+
+        # ---- the pointwise issuer: `for co: for g in group` of each full half
+        pw_co = Signal(lim.co_bits, name="pw_co")
+        pw_g = Signal(range(fb.pair_buffer.group), name="pw_g")
+        pw_widx = Signal.like(lb.widx, name="pw_widx")
+        pw_ox = Signal(lim.col_bits, name="pw_ox")
+        pw_oy, pw_n = Signal(16, name="pw_oy"), Signal(16, name="pw_n")
+        active, done = Signal(name="pw_active"), Signal(name="pw_done", init=1)
+        avail = Signal(range(3), name="pw_avail")
+        first, last = Signal(name="pw_first"), Signal(name="pw_last")
+        co_last, second = Signal(name="pw_co_last"), Signal(name="pw_second")
+        issue = Signal(name="pw_issue")
+        m.d.comb += [
+            first.eq(pw_g == 0), last.eq(pw_g == group - 1),
+            co_last.eq(pw_co == desc.co_tiles - 1), second.eq(pw_ox + 1 < desc.out_w),
+            issue.eq(self.busy & fused & ~done & (active | (avail != 0))
+                     & ~(first & blocked)),
+        ]
+        begin = issue & ~active
+        end = issue & last & co_last
+        wbase = desc.weight_base[:len(pw_widx)]
+        m.d.sync += avail.eq(avail + pair_written - begin)
+        with m.If(begin):
+            m.d.sync += active.eq(1)
+        with m.If(end):
+            m.d.sync += active.eq(0)
+        with m.If(issue):
+            m.d.sync += pw_widx.eq(pw_widx + 1)
+            with m.If(last):
+                m.d.sync += pw_g.eq(0)
+                with m.If(co_last):
+                    m.d.sync += [pw_co.eq(0), pw_widx.eq(wbase)]
+                    with m.If(pw_ox + 2 >= desc.out_w):
+                        m.d.sync += pw_ox.eq(0)
+                        with m.If(pw_oy == desc.out_h - 1):
+                            m.d.sync += [pw_oy.eq(0), pw_n.eq(pw_n + 1)]
+                            with m.If(pw_n == desc.batch - 1):
+                                m.d.sync += done.eq(1)
+                        with m.Else():
+                            m.d.sync += pw_oy.eq(pw_oy + 1)
+                    with m.Else():
+                        m.d.sync += pw_ox.eq(pw_ox + 2)
+                with m.Else():
+                    m.d.sync += pw_co.eq(pw_co + 1)
+            with m.Else():
+                m.d.sync += pw_g.eq(pw_g + 1)
+        with m.If(start):
+            m.d.sync += [pw_co.eq(0), pw_g.eq(0), pw_widx.eq(wbase), pw_ox.eq(0), pw_oy.eq(0),
+                         pw_n.eq(0), active.eq(0), avail.eq(0), done.eq(~fused), wcount.eq(0)]
+        # The reads follow the issue by the line buffer's latency less the pair
+        # buffer's, so that the window reaches the array when the line buffer's
+        # would; the half is released with its last read.
+        rd = delayed(m, Cat(issue, end, pw_g), lat - pb.latency, "pw_read")
+        m.d.comb += [pb.r_en.eq(rd[0]), pb.r_release.eq(rd[1]), pb.r_ci.eq(rd[2:])]
+        return _Fused(issue=issue, first=first, last=last, co=pw_co, widx=pw_widx, second=second,
+                      done=done, lb_en=lb_en, window=pb.o_window, window_next=pb.o_window_next)
 
     def _credits(self, m, name, depth, pop, reserve, start):
         """The credit counter of a FIFO of ``depth`` words (its places not yet
@@ -427,6 +578,32 @@ class ConvCore(wiring.Component):
                 m.d.sync += [held.eq(fifo.r_data), left.eq(per_word), held_last.eq(batch_end)]
             with m.Elif(accepted):
                 m.d.sync += [held.eq(held >> bbits), left.eq(left - 1)]
+
+
+@dataclasses.dataclass
+class _Issue:
+    """The window issue the array follows: the line buffer's, or the pointwise issuer's."""
+    issue: object
+    first: object
+    last: object
+    co: object
+    widx: object
+    second: object
+
+
+@dataclasses.dataclass
+class _Fused:
+    """The fused block's signals the core reads (:meth:`ConvCore._fused_half`)."""
+    issue: object
+    first: object
+    last: object
+    co: object
+    widx: object
+    second: object
+    done: object
+    lb_en: object
+    window: object
+    window_next: object
 
 
 @dataclasses.dataclass

@@ -17,7 +17,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ...core.config import ConfigError, require_config
-from ...core.fused_block import depthwise_sum_width, depthwise_unit_latency
+from ...core.fused_block import check_depthwise_sums, depthwise_unit_latency
 from .adder_tree import AdderTree
 from .delay import delayed
 from .mac_array import _check_tag_width
@@ -168,10 +168,7 @@ class DepthwiseUnit(wiring.Component):
         if not config.pixel_pairs:
             raise ConfigError("the depthwise unit takes the window pair of a pixel-pair "
                               "engine: it needs pixel_pairs 1")
-        need = depthwise_sum_width(config)
-        if config.acc_width < need:
-            raise ConfigError(f"the depthwise unit's sums of {config.kmax}x{config.kmax} "
-                              f"products need acc_width >= {need}, not {config.acc_width}")
+        check_depthwise_sums(config)
         self._config = config
         self._tag_width = tag_width
         super().__init__({

@@ -13,7 +13,8 @@ from amaranth.lib.wiring import In, Out
 
 from ...core.config import require_config
 from ...core.contract import engine_contract
-from ...core.descriptor import DESCRIPTOR_FIELDS, descriptor_layout
+from ...core.descriptor import descriptor_layout
+from ...core.fused_block import pointwise_tiles
 from .limits import limits
 
 __all__ = ["DescriptorCheck"]
@@ -57,8 +58,11 @@ class DescriptorCheck(wiring.Component):
 
     Members
     -------
-    desc : In(descriptor_layout())
-        The descriptor registers, full width (before any narrowing).
+    desc : In(descriptor_layout(fields))
+        The descriptor registers, full width (before any narrowing); ``fields``
+        the engine's (:attr:`~fpgacnn.core.contract.EngineContract.descriptor_fields`:
+        with ``fused_blocks`` the fused block's too, whose rules are checked here
+        as :func:`~fpgacnn.core.contract.descriptor_violations` states them).
     written : In(1)
         High in the cycle a descriptor register is written (its new value is
         on ``desc`` from the next cycle): restarts the rows sum.
@@ -70,9 +74,9 @@ class DescriptorCheck(wiring.Component):
         low while the rows sum or the division runs.
     error : Out(1)
         The descriptor breaks the contract (some bit of ``fields`` is set).
-    fields : Out(len(DESCRIPTOR_FIELDS))
-        Bit ``i`` set: ``DESCRIPTOR_FIELDS[i]`` is among the fields that
-        ``descriptor_violations`` names.
+    fields : Out(len(fields))
+        Bit ``i`` set: the engine's descriptor field ``i`` is among the fields
+        that ``descriptor_violations`` names.
 
     Latency
     -------
@@ -91,13 +95,14 @@ class DescriptorCheck(wiring.Component):
     def __init__(self, config):
         require_config(config)
         self._config = config
+        fields = engine_contract(config).descriptor_fields
         super().__init__({
-            "desc": In(descriptor_layout()),
+            "desc": In(descriptor_layout(fields)),
             "written": In(1),
             "ci_tiles_written": In(1),
             "ready": Out(1),
             "error": Out(1),
-            "fields": Out(len(DESCRIPTOR_FIELDS)),
+            "fields": Out(len(fields)),
         })
 
     @property
@@ -130,7 +135,7 @@ class DescriptorCheck(wiring.Component):
 
         # -- ranges ---------------------------------------------------------
         out_of_range = {}
-        for f in DESCRIPTOR_FIELDS:
+        for f in c.descriptor_fields:
             lo, hi = c.ranges[f.name]
             full_lo = -(1 << (f.width - 1)) if f.signed else 0
             full_hi = (1 << (f.width - 1 if f.signed else f.width)) - 1
@@ -254,11 +259,21 @@ class DescriptorCheck(wiring.Component):
             wwords = c.weights.words
             product = Signal(range(c.max_co_tiles * c.max_ci_tiles + 1), name="weight_words")
             co_full = desc.co_tiles[:co_bits + 1]
+            words_of = co_full * ci
             if c.depthwise_runs:  # a word per output tile; ci_tiles must equal co_tiles
-                m.d.sync += product.eq(Mux(desc.depthwise, co_full, co_full * ci))
+                words_of = Mux(desc.depthwise, co_full, words_of)
                 over_capacity["depthwise"] = desc.depthwise & (desc.co_tiles != desc.ci_tiles)
-            else:
-                m.d.sync += product.eq(co_full * ci)
+            if c.fused:
+                # A fused run's pointwise words: co_tiles * group, group from a
+                # table over ci_tiles (every value in range).
+                group = Signal(range(pointwise_tiles(self._config, c.max_ci_tiles) + 1),
+                               name="fused_group")
+                with m.Switch(ci):
+                    for t in range(1, 1 << len(ci)):
+                        with m.Case(t):
+                            m.d.comb += group.eq(pointwise_tiles(self._config, t))
+                words_of = Mux(desc.fused, co_full * group, words_of)
+            m.d.sync += product.eq(words_of)
             end = Signal(range(2 * wwords + c.max_co_tiles * c.max_ci_tiles + 1),
                          name="weights_end")
             base = desc.weight_base[:wwords.bit_length()]
@@ -284,12 +299,27 @@ class DescriptorCheck(wiring.Component):
             # two adjacent pixels a window, at most pair_stride columns apart: no pool
             over_capacity["pixel_pairs"] = desc.pixel_pairs & ((desc.stride > c.pair_stride)
                                                                | desc.pool)
+        if c.fused:
+            # The fused block (docs/engine.md, "Step 3"): window pairs, not a
+            # depthwise run; its tiles in the pair buffer; its depthwise words
+            # from dw_base in the depthwise memory (named dw_base when the base
+            # is not 0, else ci_tiles, as the contract does).
+            fb = c.fused
+            dwords = fb.depthwise_memory.words
+            over_capacity["fused"] = desc.fused & (~desc.pixel_pairs | desc.depthwise)
+            dbase = desc.dw_base[:max(1, (dwords - 1).bit_length())]
+            dend = Signal(range(dwords + (1 << len(ci)) + 1), name="depthwise_end")
+            m.d.comb += dend.eq(dbase + ci)
+            dover = _above(dend, dwords)
+            over_capacity["ci_tiles"] = desc.fused & (_above(ci, fb.max_tiles)
+                                                      | (dover & ~dbase.any()))
+            over_capacity["dw_base"] = desc.fused & dover & dbase.any()
 
         # -- registered result ----------------------------------------------
         any_out_of_range = Signal()
         m.d.comb += any_out_of_range.eq(Cat(*out_of_range.values()).any())
         bits = []
-        for f in DESCRIPTOR_FIELDS:
+        for f in c.descriptor_fields:
             bit = out_of_range.get(f.name, Const(0, 1))
             if f.name in over_capacity:
                 bit = bit | (over_capacity[f.name] & ~any_out_of_range)

@@ -45,6 +45,10 @@ class Limits:
     max_cols: int
     max_ci_tiles: int
     max_co_tiles: int
+    #: The most a tile counter of the window issue counts: ``max_co_tiles``, and a
+    #: fused block's depthwise input tiles, which the line buffer issues as a
+    #: depthwise run's output tiles (docs/engine.md, "Step 3").
+    max_co_count: int = 0
 
     @property
     def col_bits(self):
@@ -56,14 +60,15 @@ class Limits:
 
     @property
     def co_bits(self):
-        return _bits(self.max_co_tiles)
+        return _bits(max(self.max_co_tiles, self.max_co_count))
 
 
 def limits(config):
     """The :class:`Limits` of ``config``: the contract's largest columns and tiles."""
     require_config(config)
     c = engine_contract(config)
-    return Limits(max_cols=c.max_cols, max_ci_tiles=c.max_ci_tiles, max_co_tiles=c.max_co_tiles)
+    return Limits(max_cols=c.max_cols, max_ci_tiles=c.max_ci_tiles, max_co_tiles=c.max_co_tiles,
+                  max_co_count=c.fused.max_tiles if c.fused else 0)
 
 
 #: Descriptor field -> the Limits attribute that bounds it.
@@ -76,10 +81,10 @@ def narrow_descriptor(m, desc, config):
 
     Returns
     -------
-    Signal(descriptor_layout())
+    Signal(descriptor_layout(engine_contract(config).descriptor_fields))
     """
     lim = limits(config)
-    out = Signal(descriptor_layout(), name="desc_narrow")
+    out = Signal(descriptor_layout(engine_contract(config).descriptor_fields), name="desc_narrow")
     m.d.comb += out.eq(desc)
     for name, attr in _BOUNDED.items():
         bits = getattr(lim, attr)

@@ -110,7 +110,7 @@ class LineBuffer(wiring.Component):
         if config.pixel_pairs:
             following["second"] = Out(1)
         super().__init__({
-            "desc": In(descriptor_layout()),
+            "desc": In(descriptor_layout(engine_contract(config).descriptor_fields)),
             "start": In(1),
             "w_stream": In(stream.Signature(pixel_group_shape(config))),
             "w_done": Out(1, init=1),
@@ -284,6 +284,13 @@ class LineBuffer(wiring.Component):
         # A depthwise run reads input tile `co` only: one window per output tile
         # (`ci` follows `co`, every window is the first and the last of its group).
         dw = desc.depthwise if engine_contract(cfg).depthwise_runs else Const(0, 1)
+        # A fused block's depthwise half (docs/engine.md, "Step 3") reads as a
+        # depthwise run of its ci_tiles: a window pair a tile, for the depthwise
+        # unit. (Engines without the block: the descriptor as before.)
+        co_tiles = desc.co_tiles
+        if engine_contract(cfg).fused:
+            dw = dw | desc.fused
+            co_tiles = Mux(desc.fused, desc.ci_tiles, desc.co_tiles)
         # Pixel pairs: ox steps by two; `second` says whether pixel ox + 1 is
         # in the row (docs/engine.md, "Pixel pairs"). Both are constants
         # without them, so the other engines' logic is as it was.
@@ -460,7 +467,7 @@ class LineBuffer(wiring.Component):
                          mod_done.eq(0),
                          n.eq(0), oy.eq(0), ox.eq(0), co.eq(0), ci.eq(0), widx.eq(wbase0),
                          self.r_done.eq(0), ci_first.eq(1),
-                         ci_last.eq(dw | (desc.ci_tiles == 1)), co_last.eq(desc.co_tiles == 1),
+                         ci_last.eq(dw | (desc.ci_tiles == 1)), co_last.eq(co_tiles == 1),
                          ox_last.eq(row_one_step), oy_last.eq(desc.out_h == 1)] + row_pair
             m.d.sync += image_start(Const(0, range(slots)),
                                     None if deep else slot_sum(0, -desc.pad_top), at_start=True)
@@ -468,7 +475,7 @@ class LineBuffer(wiring.Component):
             with m.If(ci_last):
                 m.d.sync += [ci.eq(0), ci_first.eq(1), ci_last.eq(dw | (desc.ci_tiles == 1))]
                 with m.If(co_last):
-                    m.d.sync += [co.eq(0), widx.eq(wbase0), co_last.eq(desc.co_tiles == 1)]
+                    m.d.sync += [co.eq(0), widx.eq(wbase0), co_last.eq(co_tiles == 1)]
                     with m.If(ox_last):
                         m.d.sync += [ox.eq(0), ox_last.eq(row_one_step)] + row_pair
                         m.d.sync += row_start()
@@ -502,7 +509,7 @@ class LineBuffer(wiring.Component):
                         else:
                             m.d.sync += ox_last.eq(next_last(ox, desc.out_w))
                 with m.Else():
-                    m.d.sync += [co.eq(co + 1), co_last.eq(next_last(co, desc.co_tiles)),
+                    m.d.sync += [co.eq(co + 1), co_last.eq(next_last(co, co_tiles)),
                                  widx.eq(widx + 1)]
                     with m.If(dw):
                         m.d.sync += ci.eq(co + 1)

@@ -36,6 +36,9 @@ class Requantizer(wiring.Component):
     ----------
     config : EngineConfig
         Uses ``pout``, ``acc_width`` and ``mult_width``.
+    lanes : int or None
+        Lanes (``pout`` by default); the fused block's depthwise half takes
+        ``2 * pin``, a channel word of both pixels of a pair.
     tag_width : int
         Width of the tag carried from ``i_tag`` to ``o_tag`` (0 for none;
         inside a design only: Amaranth writes a zero-width top-level port as
@@ -79,24 +82,28 @@ class Requantizer(wiring.Component):
     rounding (:mod:`~fpgacnn.hdl.datapath.sat_shift`), zero point and clamp.
     """
 
-    def __init__(self, config, *, tag_width):
+    def __init__(self, config, *, tag_width, lanes=None):
         require_config(config)
         _check_tag_width(tag_width)
+        lanes = config.pout if lanes is None else lanes
+        if isinstance(lanes, bool) or not isinstance(lanes, int) or lanes < 1:
+            raise TypeError(f"lanes must be a positive integer, not {lanes!r}")
+        self._lanes = lanes
         self._config = config
         self._tag_width = tag_width
         super().__init__({
             "i_valid": In(1),
             "i_tag": In(tag_width),
-            "i_acc": In(data.ArrayLayout(signed(config.acc_width), config.pout)),
-            "i_bias": In(data.ArrayLayout(signed(32), config.pout)),
-            "i_mult": In(data.ArrayLayout(unsigned(config.mult_width), config.pout)),
-            "i_shift": In(data.ArrayLayout(unsigned(SHIFT_WIDTH), config.pout)),
+            "i_acc": In(data.ArrayLayout(signed(config.acc_width), lanes)),
+            "i_bias": In(data.ArrayLayout(signed(32), lanes)),
+            "i_mult": In(data.ArrayLayout(unsigned(config.mult_width), lanes)),
+            "i_shift": In(data.ArrayLayout(unsigned(SHIFT_WIDTH), lanes)),
             "y_zp": In(signed(8)),
             "clamp_lo": In(signed(8)),
             "clamp_hi": In(signed(8)),
             "o_valid": Out(1),
             "o_tag": Out(tag_width),
-            "o_data": Out(data.ArrayLayout(signed(8), config.pout)),
+            "o_data": Out(data.ArrayLayout(signed(8), lanes)),
         })
 
     @property
@@ -122,7 +129,7 @@ class Requantizer(wiring.Component):
         m.d.comb += [self.o_valid.eq(delayed(m, self.i_valid, self.latency, "valid_d")),
                      self.o_tag.eq(delayed(m, self.i_tag, self.latency, "tag_d"))]
         lane = self._dsp_lane if self._config.deep_pipeline else self._compact_lane
-        for i in range(self._config.pout):
+        for i in range(self._lanes):
             lane(m, i)
         return m
 

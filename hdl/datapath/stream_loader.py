@@ -12,6 +12,7 @@ buffer.
 
 from amaranth.hdl import Array, Cat, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
+from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ...core.config import require_config
@@ -64,6 +65,16 @@ class StreamLoader(wiring.Component):
     weight_data : Out(data.ArrayLayout(data.ArrayLayout(signed(8), kmax*kmax*pin), pout))
         The weight word at ``weight_addr`` of ``weight_read_latency``
         cycles before (MacArray's ``i_weights``).
+    group : In(range(...)), with ``fused_blocks`` only
+        A fused run's pointwise input tiles a remap position
+        (:func:`~fpgacnn.core.fused_block.pointwise_tiles` of ``ci_tiles``):
+        its weight section is ``co_tiles * group`` words.
+    dw_addr : In(range(depthwise words)), with ``fused_blocks`` only
+    dw_data : Out(depthwise word bits), with ``fused_blocks`` only
+        The depthwise memory's word at ``dw_addr`` of a cycle before
+        (:func:`~fpgacnn.core.fused_block.depthwise_word_bytes`, as streamed).
+        A fused run with ``load_weights`` streams ``ci_tiles`` such words after
+        the parameters, written from word ``dw_base`` (docs/engine.md, "Step 3").
     """
 
     @property
@@ -90,8 +101,17 @@ class StreamLoader(wiring.Component):
         require_config(config)
         self._config = config
         taps = config.kmax * config.kmax * config.pin
+        fused = engine_contract(config).fused
+        extra = {}
+        if fused:
+            # (ports of the fused block only: the other engines' as before)
+            extra = {"group": In(range(1, fused.pair_buffer.group + 1)),
+                     "dw_addr": In(range(fused.depthwise_memory.words)),
+                     "dw_data": Out(engine_contract(config).depthwise_beats
+                                    * config.stream_width)}
         super().__init__({
-            "desc": In(descriptor_layout()),
+            **extra,
+            "desc": In(descriptor_layout(engine_contract(config).descriptor_fields)),
             "start": In(1),
             "i_stream": In(stream.Signature(unsigned(config.stream_width))),
             "o_pixels": Out(stream.Signature(pixel_group_shape(config))),
@@ -141,7 +161,8 @@ class StreamLoader(wiring.Component):
             weights.w_data.eq(Cat(*([self.i_stream.payload] * wbeats))),
         ]
 
-        beat_no = Signal(range(max(pbeats, wbeats, cfg.pin // cfg.stream_bytes, 1) + 1))
+        beat_no = Signal(range(max(pbeats, wbeats, cfg.pin // cfg.stream_bytes, 1,
+                                   engine_contract(cfg).depthwise_beats) + 1))
         lim = limits(cfg)
         co, ci = Signal(lim.co_bits), Signal(lim.ci_bits)
         word_addr = Signal(range(engine_contract(cfg).weights.words + 1))
@@ -161,6 +182,22 @@ class StreamLoader(wiring.Component):
             param_addr = co
         # A depthwise run's weights: one word per output tile.
         dw = desc.depthwise if engine_contract(cfg).depthwise_runs else 0
+        # The input tiles of the weight section: a fused run's are the pointwise
+        # half's, `group` a remap position (its pixels are ci_tiles words).
+        fused = engine_contract(cfg).fused
+        w_tiles = Mux(desc.fused, self.group, desc.ci_tiles) if fused else desc.ci_tiles
+        if fused:
+            dbeats = engine_contract(cfg).depthwise_beats
+            dmem = m.submodules.depthwise_memory = Memory(
+                shape=dbeats * beat_bits, depth=fused.depthwise_memory.words, init=[],
+                attrs={"ram_style": "distributed"})
+            dwp = dmem.write_port(granularity=beat_bits)
+            drp = dmem.read_port()
+            dw_waddr = Signal(range(fused.depthwise_memory.words), name="dw_waddr")
+            dw_t = Signal(range(fused.max_tiles + 1), name="dw_t")
+            m.d.comb += [drp.addr.eq(self.dw_addr), self.dw_data.eq(drp.data),
+                         dwp.addr.eq(dw_waddr),
+                         dwp.data.eq(Cat(*([self.i_stream.payload] * dbeats)))]
         # The last output and input tile: with deep_pipeline flags registered
         # with the counters (compares with the descriptor in front of their
         # next values were among the longest paths of the ECP5 build), else
@@ -209,10 +246,12 @@ class StreamLoader(wiring.Component):
                         m.d.sync += param_addr.eq(param_base)
                     m.d.sync += [beat_no.eq(0), co.eq(0), ci.eq(0), word_addr.eq(weight_base),
                                  *set_last(co_last, desc.co_tiles == 1),
-                                 *set_last(ci_last, (desc.ci_tiles == 1) | dw),
+                                 *set_last(ci_last, (w_tiles == 1) | dw),
                                  px_ci.eq(0), px_x.eq(0), px_y.eq(0), px_n.eq(0),
                                  last_ci.eq(desc.ci_tiles == 1), last_x.eq(desc.in_w == 1),
                                  last_y.eq(desc.in_h == 1), self.done.eq(0)]
+                    if fused:
+                        m.d.sync += [dw_waddr.eq(desc.dw_base[:len(dw_waddr)]), dw_t.eq(0)]
                     with m.If(desc.load_weights | load_params):
                         m.next = "PARAMS"
                     with m.Else():
@@ -229,12 +268,34 @@ class StreamLoader(wiring.Component):
                             m.d.sync += param_addr.eq(param_addr + 1)
                         with m.If(co_last):
                             m.d.sync += [co.eq(0), *set_last(co_last, desc.co_tiles == 1)]
-                            with m.If(desc.load_weights):
-                                m.next = "WEIGHTS"
-                            with m.Else():  # load_params alone: the weights are resident
-                                m.next = "PIXELS"
+                            if fused:
+                                with m.If(desc.load_weights & desc.fused):
+                                    m.next = "DEPTHWISE"
+                                with m.Elif(desc.load_weights):
+                                    m.next = "WEIGHTS"
+                                with m.Else():  # load_params alone: the weights are resident
+                                    m.next = "PIXELS"
+                            else:
+                                with m.If(desc.load_weights):
+                                    m.next = "WEIGHTS"
+                                with m.Else():  # load_params alone: the weights are resident
+                                    m.next = "PIXELS"
                     with m.Else():
                         m.d.sync += beat_no.eq(beat_no + 1)
+
+            if fused:
+                with m.State("DEPTHWISE"):
+                    # ci_tiles depthwise words from dw_base, a beat at a time
+                    m.d.comb += [self.i_stream.ready.eq(1), self.wants.eq(1),
+                                 dwp.en.eq(take << beat_no)]
+                    with m.If(take):
+                        with m.If(beat_no == dbeats - 1):
+                            m.d.sync += [beat_no.eq(0), dw_waddr.eq(dw_waddr + 1),
+                                         dw_t.eq(dw_t + 1)]
+                            with m.If(dw_t == desc.ci_tiles - 1):
+                                m.next = "WEIGHTS"
+                        with m.Else():
+                            m.d.sync += beat_no.eq(beat_no + 1)
 
             with m.State("WEIGHTS"):
                 m.d.comb += [self.i_stream.ready.eq(1), self.wants.eq(1),
@@ -243,14 +304,14 @@ class StreamLoader(wiring.Component):
                     with m.If(beat_no == wbeats - 1):
                         m.d.sync += [beat_no.eq(0), word_addr.eq(word_addr + 1)]
                         with m.If(ci_last):
-                            m.d.sync += [ci.eq(0), *set_last(ci_last, (desc.ci_tiles == 1) | dw),
+                            m.d.sync += [ci.eq(0), *set_last(ci_last, (w_tiles == 1) | dw),
                                          co.eq(co + 1),
                                          *set_last(co_last, co + 2 == desc.co_tiles)]
                             with m.If(co_last):
                                 m.next = "PIXELS"
                         with m.Else():
                             m.d.sync += [ci.eq(ci + 1),
-                                         *set_last(ci_last, ci + 2 == desc.ci_tiles)]
+                                         *set_last(ci_last, ci + 2 == w_tiles)]
                     with m.Else():
                         m.d.sync += beat_no.eq(beat_no + 1)
 

@@ -1,0 +1,184 @@
+"""A fused depthwise + pointwise block on the convolution core, in the Amaranth simulator.
+
+Step 3 of docs/engine.md's "The fused depthwise + pointwise block": a run
+with the descriptor's ``fused`` takes the depthwise layer's input, and the
+line buffer's window pairs go through the depthwise unit, its requantizer
+(the depthwise words' records) and the pair buffer into the array as the
+pointwise layer's 1x1 remap windows. The output must equal
+:func:`~fpgacnn.host.integer_ops.conv2d` of the depthwise layer (``group =
+C``) and then of the pointwise one, bit for bit, on seeded random blocks:
+channels over whole and partial tiles, strides 1 and 2, pads, zero points,
+odd widths, several output tiles, batches, with and without stream pauses.
+"""
+
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+from numpy.testing import assert_array_equal
+
+from fpgacnn.core.config import EngineConfig
+from fpgacnn.core.contract import descriptor_violations, engine_contract
+from fpgacnn.host import integer_ops
+from fpgacnn.host.cycle_model import layer_cycles
+from fpgacnn.host.packing import pack_depthwise_words, pack_fused_block, unpack_output
+
+from conv_core_helpers import run_core
+
+#: The step's test engine: pin 4, pout 4, kmax 3, 64-bit beats (a beat holds two
+#: output words: paired beats), pairs at strides 1 and 2, two blocks' depthwise words.
+FUSED = EngineConfig(pin=4, pout=4, kmax=3, stream_width=64, max_width=16, max_channels=32,
+                     max_out_channels=16, spare_bank=2, pixel_pairs=1, fused_blocks=2)
+
+
+def random_block(rng, c, cout, h, w, k=3, stride=1, pads=(1, 1, 1, 1), n=1, relu=False):
+    """A depthwise k x k layer of ``c`` channels and the pointwise ``c -> cout`` after it:
+    ``(x, x_zp, dw, pw, expected)``."""
+    x = rng.integers(-128, 128, (n, c, h, w)).astype(np.int8)
+    x_zp = int(rng.integers(-20, 21))
+    dw = dict(w=rng.integers(-128, 128, (c, 1, k, k)).astype(np.int8),
+              bias=rng.integers(-20000, 20000, c), mult=rng.integers(1 << 23, 1 << 24, c),
+              shift=rng.integers(29, 33, c), y_zp=int(rng.integers(-10, 11)))
+    dw["clamp"] = (dw["y_zp"], 127) if relu else (-128, 127)
+    pw = dict(w=rng.integers(-128, 128, (cout, c, 1, 1)).astype(np.int8),
+              bias=rng.integers(-20000, 20000, cout), mult=rng.integers(1 << 23, 1 << 24, cout),
+              shift=rng.integers(30, 35, cout), y_zp=int(rng.integers(-10, 11)),
+              clamp=(-128, 127))
+    s = (stride, stride)
+    mid = integer_ops.conv2d(x, dw["w"], dw["bias"], x_zp, dw["mult"], dw["shift"], dw["y_zp"],
+                             *dw["clamp"], stride=s, pads=pads, group=c)
+    out = integer_ops.conv2d(mid, pw["w"], pw["bias"], dw["y_zp"], pw["mult"], pw["shift"],
+                             pw["y_zp"], *pw["clamp"])
+    return x, x_zp, dw, pw, out
+
+
+#: (channels, output channels, height, width, kernel, stride, pads, batch)
+BLOCKS = [
+    (8, 8, 4, 4, 3, 1, (1, 1, 1, 1), 1),      # whole tiles, even width
+    (5, 7, 5, 5, 3, 1, (1, 1, 1, 1), 1),      # part of a tile each side, odd width
+    (32, 16, 3, 6, 3, 1, (1, 1, 1, 1), 1),    # the pair buffer full: 8 tiles, 4 output tiles
+    (12, 6, 7, 7, 3, 2, (1, 1, 1, 1), 1),     # stride 2, odd output width
+    (20, 4, 6, 5, 2, 1, (0, 1, 0, 0), 2),     # a 2x2 kernel, uneven pads, a batch
+    (4, 12, 5, 8, 3, 2, (0, 0, 1, 1), 1),     # stride 2, pads bottom-right only
+    (3, 16, 4, 7, 3, 1, (1, 1, 1, 1), 1),     # output-bound: one tile in, four out
+    (32, 4, 4, 6, 3, 1, (1, 1, 1, 1), 1),     # depthwise-bound: eight tiles in, one out
+]
+
+
+def run_blocks(blocks, *, seed, in_pause=0.0, out_pause=0.0, config=FUSED):
+    rng = np.random.default_rng(seed)
+    runs, expected = [], []
+    for c, cout, h, w, k, stride, pads, n in blocks:
+        x, x_zp, dw, pw, out = random_block(rng, c, cout, h, w, k, stride, pads, n,
+                                            relu=bool(rng.integers(2)))
+        desc, data = pack_fused_block(config, x, x_zp, dw, pw, stride=stride, pads=pads)
+        assert len(data) == engine_contract(config).input_nbytes(desc)
+        runs.append((desc, data))
+        expected.append((out, cout))
+    results = run_core(config, runs, seed=seed, in_pause=in_pause, out_pause=out_pause)
+    for (desc, _), (out, cout), (raw, cycles) in zip(runs, expected, results):
+        assert_array_equal(unpack_output(config, raw, desc, cout), out)
+        if not (in_pause or out_pause):
+            # the cycle model of a fused run, exact
+            assert cycles == layer_cycles(config, desc).cycles, desc
+    return results
+
+
+@pytest.mark.parametrize("index", range(len(BLOCKS)))
+def test_a_fused_block_is_bit_exact_and_cycles_exact(index):
+    run_blocks([BLOCKS[index]], seed=index)
+
+
+def test_fused_blocks_back_to_back_with_pauses_are_bit_exact():
+    run_blocks(BLOCKS[:4], seed=11, in_pause=0.3, out_pause=0.4)
+
+
+def test_the_depthwise_words_are_the_units_weights_then_the_records():
+    rng = np.random.default_rng(3)
+    c = 6
+    w = rng.integers(-128, 128, (c, 1, 2, 3)).astype(np.int8)
+    bias, mult, shift = rng.integers(-999, 999, c), rng.integers(1 << 23, 1 << 24, c), \
+        rng.integers(0, 63, c)
+    raw = pack_depthwise_words(FUSED, w, bias, 5, mult, shift)
+    con, pin, b = engine_contract(FUSED), FUSED.pin, FUSED.stream_bytes
+    assert raw.size == 2 * con.depthwise_beats * b
+    words = raw.reshape(2, -1)
+    for ch in range(8):
+        t, p = divmod(ch, pin)
+        taps = words[t, p * 9:(p + 1) * 9].view(np.int8).reshape(3, 3)
+        rec = words[t, 36 + 8 * p:36 + 8 * (p + 1)]
+        if ch < c:
+            assert_array_equal(taps[:2, :3], w[ch, 0])
+            assert not taps[2].any()  # the 2x3 kernel top-left in zeros
+            assert int(rec[:4].view("<i4")[0]) == bias[ch] - 5 * int(w[ch].astype(int).sum())
+            assert int.from_bytes(rec[4:7].tobytes(), "little") == mult[ch]
+            assert rec[7] == shift[ch]
+        else:
+            assert not taps.any() and not rec.any()
+
+
+def test_resident_blocks_run_from_their_bases():
+    """Two blocks loaded at their own depthwise-memory, weight-buffer bases, then run
+    again from there without their weights (the pointwise parameters streamed: the
+    parameter buffer holds one run's): bit-exact each time."""
+    rng = np.random.default_rng(21)
+    blocks = [random_block(rng, 9, 8, 4, 5, 3, 1, (1, 1, 1, 1)),
+              random_block(rng, 30, 4, 3, 4, 3, 2, (1, 1, 1, 1))]
+    bases = [dict(dw_base=0, weight_base=0), dict(dw_base=8, weight_base=30)]
+    runs, expected = [], []
+    for load in (True, False):
+        for (x, x_zp, dw, pw, out), base, stride in zip(blocks, bases, (1, 2)):
+            desc, data = pack_fused_block(FUSED, x, x_zp, dw, pw, stride=stride,
+                                          pads=(1, 1, 1, 1), load_weights=load,
+                                          load_params=not load, **base)
+            assert len(data) == engine_contract(FUSED).input_nbytes(desc)
+            runs.append((desc, data))
+            expected.append((out, pw["w"].shape[0]))
+    results = run_core(FUSED, runs, seed=2)
+    for (desc, _), (out, cout), (raw, cycles) in zip(runs, expected, results):
+        assert_array_equal(unpack_output(FUSED, raw, desc, cout), out)
+        assert cycles == layer_cycles(FUSED, desc).cycles, desc
+
+
+def test_unfused_runs_on_an_engine_with_the_block_are_as_before():
+    """The window multiplexer and the loader's new section leave every other run alone:
+    the pixel-pair test layers and a depthwise run, bit-exact with and without pauses,
+    with the model's cycles."""
+    from test_hdl_conv_core import check_pair_runs, depthwise_run, pixel_pair_layers
+    from fpgacnn.host.packing import pack_layer
+    rng = np.random.default_rng(5)
+    layers = pixel_pair_layers(FUSED, rng)
+    runs = [pack_layer(FUSED, **layer) for layer in layers]
+    check_pair_runs(FUSED, layers, runs, seed=6)
+
+
+def test_fused_blocks_through_the_engine_top_on_the_simulated_board():
+    """The engine top (Verilator, the simulated board, EngineDriver): the 2.6 registers
+    and check of the block; blocks bit-exact with perf_busy_cycles the model's, and a
+    block over a limit refused by the hardware, naming the field, the next one fine."""
+    from fpgacnn.core.errors import BackendError
+    from fpgacnn.host.accelerator import open_board
+    from fpgacnn.host.engine_driver import EngineDriver
+    from fpgacnn.host.packing import output_nbytes
+    board = open_board("sim", FUSED)
+    try:
+        driver = EngineDriver(board)
+        assert driver.config == FUSED
+        rng = np.random.default_rng(31)
+        blocks = [BLOCKS[1], BLOCKS[3], BLOCKS[5]]
+        for i, (c, cout, h, w, k, stride, pads, n) in enumerate(blocks):
+            x, x_zp, dw, pw, out = random_block(rng, c, cout, h, w, k, stride, pads, n)
+            desc, data = pack_fused_block(FUSED, x, x_zp, dw, pw, stride=stride, pads=pads)
+            if i == 1:
+                # the same block from a depthwise-memory base past the memory: refused
+                bad = dict(desc, dw_base=engine_contract(FUSED).fused.depthwise_memory.words - 1)
+                with pytest.raises(BackendError, match=r"status\.error\): dw_base = 15 "
+                                                       r"\(range 0\.\.15\): 3 depthwise words"):
+                    driver.run_layer(bad, data, output_nbytes(FUSED, bad), timeout=0.05,
+                                     check=False)
+            run = driver.run_layer(desc, data, output_nbytes(FUSED, desc), timeout=0.05)
+            assert_array_equal(unpack_output(FUSED, run.output, desc, cout), out)
+            assert run.busy_cycles == layer_cycles(FUSED, desc).cycles, desc
+    finally:
+        board.close()
