@@ -177,9 +177,8 @@ class ConvCore(wiring.Component):
         blocked = Signal() if self._fused else None
         if self._fused:
             fz = self._fused_half(m, desc, lb, loader, start, blocked)
-            iss = _Issue(*(Mux(desc.fused, a, b) for a, b in (
-                (fz.issue, lb.issue), (fz.first, lb.first), (fz.last, lb.last),
-                (fz.co, lb.co), (fz.widx, lb.widx), (fz.second, lb.second))))
+            iss = _Issue(*(Mux(desc.fused, getattr(fz, f.name), getattr(iss, f.name))
+                           for f in dataclasses.fields(_Issue)))
         produce = Signal()
         reserve = Signal()
         m.d.comb += [
@@ -592,14 +591,9 @@ class _Issue:
 
 
 @dataclasses.dataclass
-class _Fused:
-    """The fused block's signals the core reads (:meth:`ConvCore._fused_half`)."""
-    issue: object
-    first: object
-    last: object
-    co: object
-    widx: object
-    second: object
+class _Fused(_Issue):
+    """The fused block's signals the core reads (:meth:`ConvCore._fused_half`): the
+    pointwise issuer's issue, and the rest."""
     done: object
     lb_en: object
     window: object
