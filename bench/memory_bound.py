@@ -17,7 +17,7 @@ they fit: what BENCHMARKS.md section 5 measures on the RTL).
 
 The fused columns are the floors of the fused depthwise + pointwise block
 designed in docs/engine.md ("The fused depthwise + pointwise block",
-not built): a depthwise layer whose output only the next 1x1 convolution
+built on the convolution core, not yet in the compiler): a depthwise layer whose output only the next 1x1 convolution
 reads runs with it as one block that reads the depthwise input and writes
 the pointwise output, nothing between them; its floor ``max(pw MACs /
 peak, dw MACs / U, in_bytes / B, out_bytes / B)`` with the depthwise on a
@@ -171,7 +171,8 @@ def main(argv=None):
              "of max(MACs / peak, in bytes / B, out bytes / B); compiled = the compiled "
              "program's steady-state cycles (the cycle model, = RTL in section 5). Fused: the "
              "ceilings with each depthwise layer and the 1x1 convolution after it as one block "
-             "(docs/engine.md \"The fused depthwise + pointwise block\", a design, not built): "
+             "(docs/engine.md \"The fused depthwise + pointwise block\", built on the convolution "
+             "core, not yet in the compiler): "
              "the depthwise on the array before the pointwise (at its depthwise rate "
              "D = peak / pout), or on a unit of its own beside it at U products a cycle, a "
              "share of D (the module docstring). Projected: the same blocks with the pointwise "
