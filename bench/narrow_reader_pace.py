@@ -25,20 +25,14 @@ Usage::
 """
 
 import argparse
-import importlib.util
 import logging
 import sys
 import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _zoo():
-    spec = importlib.util.spec_from_file_location("model_zoo", ROOT / "examples" / "model_zoo.py")
-    zoo = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(zoo)
-    return zoo
+sys.path.insert(0, str(ROOT / "bench"))
+from bench_report import load_zoo  # noqa: E402
 
 
 def _runs(acc, batch):
@@ -72,7 +66,7 @@ def _zoo_engine(name):
     from fpgacnn.boards.zynq_design import DESIGN
     from fpgacnn.host.accelerator import Accelerator, open_board
     from fpgacnn.host.onnx_import import load_onnx
-    zoo = _zoo()
+    zoo = load_zoo()
     spec = load_board(name)
     config = size_engine(spec).config
     board = open_board("sim", config, sequencer=True)
