@@ -141,6 +141,13 @@ class Latencies:
     depthwise_unit : int
         With ``fused_blocks``, the depthwise unit's, from a window pair to its
         sums (:func:`~fpgacnn.core.fused_block.depthwise_unit_latency`); else 0.
+    depthwise_requant : int
+        With ``fused_blocks``, the depthwise half's requantization, from the
+        unit's sums to their int8 word at the pair buffer: the requantizer's
+        (its own ``2 * pin`` lanes), which the vector unit's lanes lent to it in
+        the program engine (:func:`~fpgacnn.core.fused_block.depthwise_on_vector_lanes`)
+        are padded to, so that a fused run takes the same cycles on every top;
+        else 0.
     """
 
     line_buffer: int
@@ -157,6 +164,7 @@ class Latencies:
     output_fifo_slack: int
     output_fifo_pair_words: int = 0
     depthwise_unit: int = 0
+    depthwise_requant: int = 0
 
     def pipeline(self, pool):
         """From a group's last window issue to its output word's FIFO write."""
@@ -516,7 +524,9 @@ class EngineContract:
                 ("output FIFO words", lat.output_fifo_depth),
                 ("pixel words between loader and line buffer", lat.pixel_slice_words)]
         if self.fused:
-            rows.append(("depthwise unit (window pair to sums)", lat.depthwise_unit))
+            rows += [("depthwise unit (window pair to sums)", lat.depthwise_unit),
+                     ("depthwise requantization (sums to the pair buffer)",
+                      lat.depthwise_requant)]
         lines += [f"| {name} | {value} |" for name, value in rows]
         return "\n".join(lines)
 
@@ -552,7 +562,8 @@ class EngineContract:
             param_read=param_read, start=1, pixel_slice_words=2 if deep else 0,
             output_fifo_slack=4,
             output_fifo_pair_words=self.max_co_tiles if c.pixel_pairs else 0,
-            depthwise_unit=depthwise_unit_latency(c) if c.fused_blocks else 0)
+            depthwise_unit=depthwise_unit_latency(c) if c.fused_blocks else 0,
+            depthwise_requant=requant if c.fused_blocks else 0)
 
 
 @functools.lru_cache(maxsize=256)

@@ -16,10 +16,12 @@ import math
 from .config import ConfigError, require_config
 from .technology import PARAM_RECORD_BYTES, PARAM_RECORD_FIELDS, products_latency
 from .errors import MappingError
+from .memory_port import read_bytes
 
 __all__ = ["PairBufferShape", "pair_buffer_shape", "pair_buffer_run", "depthwise_sum_width",
            "depthwise_unit_latency", "BIAS_BITS", "check_depthwise_sums",
-           "depthwise_word_bytes", "depthwise_memory_words", "pointwise_tiles"]
+           "depthwise_word_bytes", "depthwise_memory_words", "pointwise_tiles",
+           "depthwise_lanes", "depthwise_on_vector_lanes", "depthwise_term_width"]
 
 #: Bits of a folded bias (the parameter record's ``bias`` field): the requantizing
 #: stage adds it to the depthwise unit's sums, as the array's requantizer does.
@@ -159,3 +161,44 @@ def depthwise_memory_words(config):
     ``ceil(max_channels / pin)`` input tiles (0 without the block)."""
     require_config(config)
     return config.fused_blocks * pair_buffer_shape(config).tiles
+
+
+def depthwise_lanes(config):
+    """Requantizing lanes of the depthwise half: ``2 * pin``, a word of ``pin`` channels
+    of both pixels of a pair a cycle (the unit's sums of one window pair)."""
+    require_config(config)
+    return 2 * config.pin
+
+
+def depthwise_term_width(config):
+    """Bits of a requantizing lane's term ``acc + bias``, exact: a depthwise sum
+    (:func:`depthwise_sum_width`) plus a folded bias (:data:`BIAS_BITS`), one bit
+    for the sum: 33 with int32 biases."""
+    return max(depthwise_sum_width(config), BIAS_BITS) + 1
+
+
+def depthwise_on_vector_lanes(config):
+    """Whether the program engine requantizes the depthwise half's sums on the vector
+    unit's lanes (docs/engine.md, "The requantizing lanes of the depthwise half").
+
+    A convolution leaves the vector unit idle, and its ``read_bytes(config)``
+    lanes (:func:`~fpgacnn.core.memory_port.read_bytes`) have the requantizer's
+    arithmetic (``scaled_sum`` with ``mb = 0``): lent to the block, they take the
+    place of a requantizer of :func:`depthwise_lanes` lanes and its DSP blocks
+    (four DSP48E1 a lane on Xilinx: 32 on the PYNQ-Z2, which has 18 spare).
+    True with ``fused_blocks`` where the vector unit has a lane for each of the
+    half's sums (their multipliers are ``mult_width``, which is
+    :data:`~fpgacnn.core.widths.MULT_BITS`, as the lanes'); a standalone
+    engine (the UART and DMA tops) has no vector unit and keeps its own lanes,
+    as does a program engine where this is False. The lanes take the same
+    cycles either way (``Latencies.depthwise_requant``), so the cycle model
+    does not depend on the top.
+
+    While the block has the lanes the fused residual Add
+    (:mod:`~fpgacnn.core.fused_add_fields`), which computes on them too, cannot
+    have them: where this is True a program's fused block run must not enable
+    the fused Add (the compiler's rule, step 4; the vector unit gives the lanes
+    to the block).
+    """
+    require_config(config)
+    return bool(config.fused_blocks) and read_bytes(config) >= depthwise_lanes(config)

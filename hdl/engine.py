@@ -14,7 +14,8 @@ from .bus.axi_lite import AXI4LiteSignature, AXI4LiteSlave, RegisterBusSignature
 from .bus.axi_stream import AXI4StreamSignature
 from ..core.config import require_config
 from ..core.contract import engine_contract
-from .datapath.conv_core import ConvCore
+from .datapath.conv_core import ConvCore, check_lent_lanes
+from .datapath.depthwise_unit import depthwise_lanes_signature
 from .datapath.descriptor_check import DescriptorCheck
 from .bus.csr_bank import CSRBank
 from ..core.descriptor import descriptor_layout
@@ -45,6 +46,10 @@ class ConvEngine(wiring.Component):
     config : EngineConfig
     register_bus : bool
         Take the registers on a register bus (``bus``) instead of AXI4-Lite.
+    lent_lanes : bool
+        The core's ``lent_lanes`` (:class:`~fpgacnn.hdl.datapath.conv_core.ConvCore`):
+        the fused block's depthwise half requantizes on lanes outside the engine
+        (``dw_lanes``), the program engine's vector unit's.
 
     Members
     -------
@@ -60,6 +65,8 @@ class ConvEngine(wiring.Component):
         descriptor says how much input a run takes.
     m_axis : Out(AXI4StreamSignature(config.stream_width))
         Layer output; ``tlast`` marks the final beat of a run.
+    dw_lanes : Out(depthwise_lanes_signature(config))
+        With ``lent_lanes`` only: the core's.
 
     Notes
     -----
@@ -74,11 +81,13 @@ class ConvEngine(wiring.Component):
         If ``config`` is not an EngineConfig.
     """
 
-    def __init__(self, config, *, register_bus=False):
+    def __init__(self, config, *, register_bus=False, lent_lanes=False):
         require_config(config)
         if not isinstance(register_bus, bool):
             raise TypeError(f"register_bus must be True or False, not {register_bus!r}")
+        check_lent_lanes(config, lent_lanes)
         self._config = config
+        self._lent_lanes = lent_lanes
         self._regmap = build_regmap(config)
         self._register_bus = register_bus
         control = (RegisterBusSignature(ADDR_WIDTH - 2, 32) if register_bus
@@ -87,6 +96,7 @@ class ConvEngine(wiring.Component):
             "bus" if register_bus else "s_axil": In(control),
             "s_axis": In(AXI4StreamSignature(config.stream_width)),
             "m_axis": Out(AXI4StreamSignature(config.stream_width)),
+            **({"dw_lanes": Out(depthwise_lanes_signature(config))} if lent_lanes else {}),
         })
 
     @property
@@ -145,7 +155,7 @@ class ConvEngine(wiring.Component):
         # front of a net that size would be among the longest paths. Run
         # control lives in its own module so that the soft reset clears it
         # together with the core (the CSR bank keeps the descriptor).
-        core = ConvCore(self._config)
+        core = ConvCore(self._config, lent_lanes=self._lent_lanes)
         run = Module()
         core_reset = Signal(init=1)
         m.d.sync += core_reset.eq(csr.control.soft_reset)
@@ -263,4 +273,6 @@ class ConvEngine(wiring.Component):
             self.m_axis.tvalid.eq(core.o_stream.valid),
             core.o_stream.ready.eq(self.m_axis.tready),
         ]
+        if self._lent_lanes:
+            wiring.connect(m, core.dw_lanes, wiring.flipped(self.dw_lanes))
         return m

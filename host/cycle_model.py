@@ -388,7 +388,8 @@ def _fused_row(config, start, out_w, ci, co, group, latency, depth, entry_words,
     once pair ``n - 2``'s half is released: its last pointwise window plus the line
     buffer's latency less one (the release travels with the reads; its credit is
     back the cycle after). Its last word is in the pair buffer the line buffer's,
-    the depthwise unit's and the requantizer's latencies after its last window, and
+    the depthwise unit's and the depthwise requantization's latencies after its last
+    window (``Latencies.depthwise_requant``, on any top), and
     the pointwise issuer begins it the cycle after, or after the pair before: its
     ``co`` groups of ``group`` windows as a pixel-pair position
     (:func:`_pair_row`, output FIFO credits included).
@@ -398,7 +399,7 @@ def _fused_row(config, start, out_w, ci, co, group, latency, depth, entry_words,
     for p in range(-(-out_w // 2)):
         issue = t if len(pw_ends) < 2 else max(t, pw_ends[-2] + lat.line_buffer - 1)
         t = issue + ci
-        written = t - 1 + lat.line_buffer + lat.depthwise_unit + lat.requantizer
+        written = t - 1 + lat.line_buffer + lat.depthwise_unit + lat.depthwise_requant
         begin = written + 1 if not pw_ends else max(written + 1, pw_ends[-1])
         last_pop, pw_end = _pair_row(begin, 2 if 2 * p + 1 < out_w else 1, co, group, latency,
                                      depth, entry_words, per_entry_out, pops, last_pop, recent)

@@ -24,16 +24,17 @@ def bytes_of(cfg, beats):
 
 
 def run_core(cfg, runs, *, seed=0, in_pause=0.0, out_pause=0.0, reset_run=None,
-             max_cycles=200000, stalls=None):
+             max_cycles=200000, stalls=None, make_dut=ConvCore):
     """Run ``runs`` = [(desc, input bytes), ...] back to back on one simulated core.
 
     ``reset_run``: index of a run that is interrupted by a reset after a third
     of its input (its result is then None, and the next run starts clean).
     Returns a list of (output bytes, cycles from start to done) per run; the
     cycles in which ``stall_in`` / ``stall_out`` were high go to ``stalls``
-    (a list of (stall_in, stall_out) per run) when given.
+    (a list of (stall_in, stall_out) per run) when given. ``make_dut(cfg)``: the
+    core, or a component with its ports around one.
     """
-    dut = ConvCore(cfg)
+    dut = make_dut(cfg)
     # (the engine's fields: the fused block's too on an engine with it)
     layout = descriptor_layout(engine_contract(cfg).descriptor_fields)
     rng = np.random.default_rng(seed)

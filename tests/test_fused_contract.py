@@ -81,13 +81,16 @@ def test_contract_reads_the_block_from_fused_block():
     assert "| depthwise memory | 16 | 68 | 1 | 1,088 |" in table
     assert "| `dw_base` | 0..15 | a word of the depthwise memory of 16 |" in table
     assert "| depthwise unit (window pair to sums) | 7 |" in table
+    # the depthwise half's requantization: the requantizer's, on any lanes
+    assert c.latency.depthwise_requant == c.latency.requantizer == 9
+    assert "| depthwise requantization (sums to the pair buffer) | 9 |" in table
 
 
 @pytest.mark.parametrize("config", [EngineConfig(), PAIRS], ids=["default", "pairs"])
 def test_engines_without_the_block_have_none_of_it(config):
     c = engine_contract(config)
     assert c.fused is None and c.descriptor_fields == DESCRIPTOR_FIELDS
-    assert c.latency.depthwise_unit == 0 and c.depthwise_beats == 0
+    assert c.latency.depthwise_unit == c.latency.depthwise_requant == c.depthwise_beats == 0
     for f in FUSED_DESCRIPTOR_FIELDS:
         assert c.ranges[f.name] == (0, 0)
         assert c.range_reason(f.name) == "the engine was generated without fused_blocks"

@@ -24,6 +24,13 @@ from fpgacnn.host import integer_ops
 from fpgacnn.host.cycle_model import layer_cycles
 from fpgacnn.host.packing import pack_depthwise_words, pack_fused_block, unpack_output
 
+from amaranth.hdl import Module
+from amaranth.lib import wiring
+
+from fpgacnn.core.fused_block import depthwise_on_vector_lanes
+from fpgacnn.hdl.datapath.conv_core import ConvCore
+from fpgacnn.hdl.program.vector_unit import VectorUnit
+
 from conv_core_helpers import run_core
 
 #: The step's test engine: pin 4, pout 4, kmax 3, 64-bit beats (a beat holds two
@@ -32,15 +39,41 @@ FUSED = EngineConfig(pin=4, pout=4, kmax=3, stream_width=64, max_width=16, max_c
                      max_out_channels=16, spare_bank=2, pixel_pairs=1, fused_blocks=2)
 
 
-def random_block(rng, c, cout, h, w, k=3, stride=1, pads=(1, 1, 1, 1), n=1, relu=False):
+class CoreOnVectorLanes(wiring.Component):
+    """A :class:`ConvCore` whose depthwise half requantizes on an idle
+    :class:`VectorUnit`'s lanes, connected as the program engine connects them; the
+    core's other ports are its own."""
+
+    def __init__(self, config):
+        self._core = ConvCore(config, lent_lanes=True)
+        self._vector = VectorUnit(config)
+        super().__init__({name: member for name, member in self._core.signature.members.items()
+                          if name != "dw_lanes"})
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.core = core = self._core
+        m.submodules.vector = vector = self._vector
+        wiring.connect(m, core.dw_lanes, vector.dw_lanes)
+        wiring.connect(m, wiring.flipped(self.i_stream), core.i_stream)
+        wiring.connect(m, core.o_stream, wiring.flipped(self.o_stream))
+        m.d.comb += [core.desc.eq(self.desc), core.start.eq(self.start)]
+        m.d.comb += [getattr(self, name).eq(getattr(core, name))
+                     for name in ("busy", "done", "stall_in", "stall_out")]
+        return m
+
+
+def random_block(rng, c, cout, h, w, k=3, stride=1, pads=(1, 1, 1, 1), n=1, relu=False,
+                 clamp=None):
     """A depthwise k x k layer of ``c`` channels and the pointwise ``c -> cout`` after it:
-    ``(x, x_zp, dw, pw, expected)``."""
+    ``(x, x_zp, dw, pw, expected)``; ``clamp``, the depthwise's, where not the Relu's
+    or none."""
     x = rng.integers(-128, 128, (n, c, h, w)).astype(np.int8)
     x_zp = int(rng.integers(-20, 21))
     dw = dict(w=rng.integers(-128, 128, (c, 1, k, k)).astype(np.int8),
               bias=rng.integers(-20000, 20000, c), mult=rng.integers(1 << 23, 1 << 24, c),
               shift=rng.integers(29, 33, c), y_zp=int(rng.integers(-10, 11)))
-    dw["clamp"] = (dw["y_zp"], 127) if relu else (-128, 127)
+    dw["clamp"] = clamp if clamp is not None else (dw["y_zp"], 127) if relu else (-128, 127)
     pw = dict(w=rng.integers(-128, 128, (cout, c, 1, 1)).astype(np.int8),
               bias=rng.integers(-20000, 20000, cout), mult=rng.integers(1 << 23, 1 << 24, cout),
               shift=rng.integers(30, 35, cout), y_zp=int(rng.integers(-10, 11)),
@@ -66,17 +99,30 @@ BLOCKS = [
 ]
 
 
-def run_blocks(blocks, *, seed, in_pause=0.0, out_pause=0.0, config=FUSED):
+def run_blocks(blocks, *, seed, in_pause=0.0, out_pause=0.0, config=FUSED, make_dut=ConvCore,
+               clamps=None):
+    """Run ``blocks`` back to back on one simulated core (``make_dut``), each bit-exact and,
+    without pauses, in the model's cycles. ``clamps``: the depthwise half's clamp
+    of each block, where not the random one."""
     rng = np.random.default_rng(seed)
     runs, expected = [], []
-    for c, cout, h, w, k, stride, pads, n in blocks:
+    for i, (c, cout, h, w, k, stride, pads, n) in enumerate(blocks):
         x, x_zp, dw, pw, out = random_block(rng, c, cout, h, w, k, stride, pads, n,
-                                            relu=bool(rng.integers(2)))
-        desc, data = pack_fused_block(config, x, x_zp, dw, pw, stride=stride, pads=pads)
+                                            relu=bool(rng.integers(2)),
+                                            clamp=clamps[i] if clamps else None)
+        if clamps:
+            # (packing refuses lo > hi, which the descriptor may hold: set after it)
+            desc, data = pack_fused_block(config, x, x_zp, dict(dw, clamp=(-128, 127)), pw,
+                                          stride=stride, pads=pads)
+            desc = dict(desc, dw_clamp_lo=clamps[i][0], dw_clamp_hi=clamps[i][1])
+            assert not descriptor_violations(config, desc)
+        else:
+            desc, data = pack_fused_block(config, x, x_zp, dw, pw, stride=stride, pads=pads)
         assert len(data) == engine_contract(config).input_nbytes(desc)
         runs.append((desc, data))
         expected.append((out, cout))
-    results = run_core(config, runs, seed=seed, in_pause=in_pause, out_pause=out_pause)
+    results = run_core(config, runs, seed=seed, in_pause=in_pause, out_pause=out_pause,
+                       make_dut=make_dut)
     for (desc, _), (out, cout), (raw, cycles) in zip(runs, expected, results):
         assert_array_equal(unpack_output(config, raw, desc, cout), out)
         if not (in_pause or out_pause):
@@ -153,32 +199,89 @@ def test_unfused_runs_on_an_engine_with_the_block_are_as_before():
     check_pair_runs(FUSED, layers, runs, seed=6)
 
 
-def test_fused_blocks_through_the_engine_top_on_the_simulated_board():
-    """The engine top (Verilator, the simulated board, EngineDriver): the 2.6 registers
-    and check of the block; blocks bit-exact with perf_busy_cycles the model's, and a
-    block over a limit refused by the hardware, naming the field, the next one fine."""
+def check_blocks_on_a_board(board, seed):
+    """Blocks through ``board``'s engine registers and streams (EngineDriver): bit-exact
+    with perf_busy_cycles the model's, and a block over a limit refused by the
+    hardware, naming the field, the next one fine."""
     from fpgacnn.core.errors import BackendError
-    from fpgacnn.host.accelerator import open_board
     from fpgacnn.host.engine_driver import EngineDriver
     from fpgacnn.host.packing import output_nbytes
+    driver = EngineDriver(board)
+    assert driver.config == FUSED
+    rng = np.random.default_rng(seed)
+    blocks = [BLOCKS[1], BLOCKS[3], BLOCKS[5]]
+    for i, (c, cout, h, w, k, stride, pads, n) in enumerate(blocks):
+        x, x_zp, dw, pw, out = random_block(rng, c, cout, h, w, k, stride, pads, n)
+        desc, data = pack_fused_block(FUSED, x, x_zp, dw, pw, stride=stride, pads=pads)
+        if i == 1:
+            # the same block from a depthwise-memory base past the memory: refused
+            bad = dict(desc, dw_base=engine_contract(FUSED).fused.depthwise_memory.words - 1)
+            with pytest.raises(BackendError, match=r"status\.error\): dw_base = 15 "
+                                                   r"\(range 0\.\.15\): 3 depthwise words"):
+                driver.run_layer(bad, data, output_nbytes(FUSED, bad), timeout=0.05,
+                                 check=False)
+        run = driver.run_layer(desc, data, output_nbytes(FUSED, desc), timeout=0.05)
+        assert_array_equal(unpack_output(FUSED, run.output, desc, cout), out)
+        assert run.busy_cycles == layer_cycles(FUSED, desc).cycles, desc
+
+
+def test_fused_blocks_through_the_engine_top_on_the_simulated_board():
+    """The engine top (Verilator, the simulated board): the 2.6 registers and check of
+    the block, its own requantizing lanes."""
+    from fpgacnn.host.accelerator import open_board
     board = open_board("sim", FUSED)
     try:
-        driver = EngineDriver(board)
-        assert driver.config == FUSED
-        rng = np.random.default_rng(31)
-        blocks = [BLOCKS[1], BLOCKS[3], BLOCKS[5]]
-        for i, (c, cout, h, w, k, stride, pads, n) in enumerate(blocks):
-            x, x_zp, dw, pw, out = random_block(rng, c, cout, h, w, k, stride, pads, n)
-            desc, data = pack_fused_block(FUSED, x, x_zp, dw, pw, stride=stride, pads=pads)
-            if i == 1:
-                # the same block from a depthwise-memory base past the memory: refused
-                bad = dict(desc, dw_base=engine_contract(FUSED).fused.depthwise_memory.words - 1)
-                with pytest.raises(BackendError, match=r"status\.error\): dw_base = 15 "
-                                                       r"\(range 0\.\.15\): 3 depthwise words"):
-                    driver.run_layer(bad, data, output_nbytes(FUSED, bad), timeout=0.05,
-                                     check=False)
-            run = driver.run_layer(desc, data, output_nbytes(FUSED, desc), timeout=0.05)
-            assert_array_equal(unpack_output(FUSED, run.output, desc, cout), out)
-            assert run.busy_cycles == layer_cycles(FUSED, desc).cycles, desc
+        check_blocks_on_a_board(board, 31)
     finally:
         board.close()
+
+
+def test_fused_blocks_through_the_program_engine_top(program_boards):
+    """The program engine's top (Verilator; the host's runs while the sequencer is idle):
+    the depthwise half on the vector unit's lanes, bit-exact in the model's cycles."""
+    check_blocks_on_a_board(program_boards(FUSED), 37)
+
+
+# -- the depthwise half on the vector unit's lanes (the program engine's) -------------
+
+def test_the_test_engine_lends_the_vector_lanes():
+    """The test engine's program top requantizes on the vector unit's lanes (eight, the
+    read port's bytes, for its 2 x 4 sums), so the tests below run that path."""
+    assert depthwise_on_vector_lanes(FUSED)
+    assert not depthwise_on_vector_lanes(dataclasses.replace(FUSED, fused_blocks=0))
+    # a 32-bit read port: four lanes, too few for 2 x 4 sums
+    assert not depthwise_on_vector_lanes(dataclasses.replace(FUSED, stream_width=32))
+
+
+#: The blocks on the lent lanes: whole and part tiles, the pair buffer full, stride 2,
+#: a 2x2 kernel with a batch, both bounds.
+LENT = [BLOCKS[i] for i in (1, 2, 3, 4, 6, 7)]
+
+
+def test_blocks_on_the_vector_units_lanes_are_bit_exact_and_cycles_exact():
+    run_blocks(LENT, seed=41, make_dut=CoreOnVectorLanes)
+
+
+def test_blocks_on_the_vector_units_lanes_with_pauses_are_bit_exact():
+    run_blocks(LENT[:4], seed=43, in_pause=0.3, out_pause=0.4, make_dut=CoreOnVectorLanes)
+
+
+@pytest.mark.parametrize("make_dut", [ConvCore, CoreOnVectorLanes],
+                         ids=["own lanes", "vector lanes"])
+def test_depthwise_clamps_at_and_over_their_limits(make_dut):
+    """The depthwise half's clamps as numpy.clip's: a Relu6-like window, the full int8
+    range, a single value, and lo over hi (every output hi), on both lane kinds."""
+    blocks = [BLOCKS[0]] * 4
+    run_blocks(blocks, seed=47, make_dut=make_dut,
+               clamps=[(-3, 6), (-128, 127), (9, 9), (5, -7)])
+
+
+def test_lent_lanes_only_where_the_configuration_has_them():
+    from fpgacnn.core.config import ConfigError
+    with pytest.raises(ConfigError, match=r"^the depthwise half takes lent lanes only where "
+                                          r"depthwise_on_vector_lanes\(config\)"):
+        ConvCore(dataclasses.replace(FUSED, stream_width=32), lent_lanes=True)
+    with pytest.raises(ConfigError, match=r"lent lanes only"):
+        ConvCore(dataclasses.replace(FUSED, fused_blocks=0), lent_lanes=True)
+    with pytest.raises(TypeError, match=r"^lent_lanes must be True or False, not 1$"):
+        ConvCore(FUSED, lent_lanes=1)

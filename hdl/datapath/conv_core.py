@@ -29,14 +29,15 @@ input tile).
 
 import dataclasses
 
-from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, unsigned
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
-from ...core.config import require_config
+from ...core.config import ConfigError, require_config
 from ...core.contract import engine_contract
-from ...core.fused_block import pointwise_tiles
+from ...core.fused_block import depthwise_on_vector_lanes, depthwise_term_width, pointwise_tiles
+from ...core.vector_fields import VECTOR_LANE_STAGES
 from .delay import delayed
 from ...core.descriptor import descriptor_layout
 from .limits import limits, narrow_descriptor
@@ -47,10 +48,21 @@ from .maxpool import MaxPool2x2
 from ..bus.register_slice import StreamRegisterSlice
 from .requantizer import Requantizer
 from .stream_loader import PARAM_RECORD, StreamLoader
-from .depthwise_unit import DepthwiseUnit
+from .depthwise_unit import DepthwiseUnit, depthwise_lanes_signature
 from .pair_buffer import PairBuffer
 
-__all__ = ["ConvCore"]
+__all__ = ["ConvCore", "check_lent_lanes"]
+
+
+def check_lent_lanes(config, lent_lanes):
+    """Raise unless ``lent_lanes`` (a bool) is possible for ``config``: only where
+    :func:`~fpgacnn.core.fused_block.depthwise_on_vector_lanes`."""
+    if not isinstance(lent_lanes, bool):
+        raise TypeError(f"lent_lanes must be True or False, not {lent_lanes!r}")
+    if lent_lanes and not depthwise_on_vector_lanes(config):
+        raise ConfigError("the depthwise half takes lent lanes only where "
+                          "depthwise_on_vector_lanes(config): fused_blocks and a vector "
+                          "lane for each of its 2 * pin sums")
 
 
 class ConvCore(wiring.Component):
@@ -59,6 +71,11 @@ class ConvCore(wiring.Component):
     Parameters
     ----------
     config : EngineConfig
+    lent_lanes : bool
+        With ``fused_blocks``: requantize the depthwise half's sums on lanes lent
+        from outside (``dw_lanes``: the program engine's vector unit,
+        :func:`~fpgacnn.core.fused_block.depthwise_on_vector_lanes`) instead of a
+        requantizer of the core's own, in the same cycles.
 
     Members
     -------
@@ -78,6 +95,15 @@ class ConvCore(wiring.Component):
         Busy, no window issued, and the core wants an input beat that is not valid.
     stall_out : Out(1)
         Busy, no window issued, and an output beat is held up by ``o_stream.ready``.
+    dw_lanes : Out(depthwise_lanes_signature(config))
+        With ``lent_lanes`` only: the depthwise half's terms to the lent lanes,
+        their results back.
+
+    Raises
+    ------
+    ConfigError
+        ``lent_lanes`` where :func:`~fpgacnn.core.fused_block.depthwise_on_vector_lanes`
+        is False (no block, or too few lanes to lend).
 
     Latency
     -------
@@ -85,9 +111,11 @@ class ConvCore(wiring.Component):
     entering the output FIFO (``pipeline_latency(pool)``).
     """
 
-    def __init__(self, config):
+    def __init__(self, config, *, lent_lanes=False):
         require_config(config)
+        check_lent_lanes(config, lent_lanes)
         self._config = config
+        self._lent = lent_lanes
         self._fused = engine_contract(config).fused
         self._co_bits = max(1, (engine_contract(config).max_co_tiles - 1).bit_length())
         self._pairs = bool(config.pixel_pairs)
@@ -104,6 +132,7 @@ class ConvCore(wiring.Component):
                 "data": unsigned(config.stream_width), "last": unsigned(1)}))),
             "stall_in": Out(1),
             "stall_out": Out(1),
+            **({"dw_lanes": Out(depthwise_lanes_signature(config))} if lent_lanes else {}),
         })
         # Sub-blocks are built here so that their latencies are known up front.
         self._lb = LineBuffer(config)
@@ -365,21 +394,28 @@ class ConvCore(wiring.Component):
             # (never held: the pair buffer has room for every pair issued)
             unit.o_stream.ready.eq(1),
         ]
-        m.submodules.requantizer_dw = rqd = Requantizer(cfg, tag_width=0, lanes=2 * pin)
         recs = data.View(data.ArrayLayout(PARAM_RECORD, pin), unit.o_stream.payload.tag)
-        m.d.comb += [rqd.i_valid.eq(unit.o_stream.valid), rqd.y_zp.eq(desc.dw_y_zp),
-                     rqd.clamp_lo.eq(desc.dw_clamp_lo), rqd.clamp_hi.eq(desc.dw_clamp_hi)]
-        for pixel in range(2):
-            for p in range(pin):
-                lane = pixel * pin + p
-                m.d.comb += [rqd.i_acc[lane].eq(unit.o_stream.payload.acc[pixel][p]),
-                             rqd.i_bias[lane].eq(recs[p].bias), rqd.i_mult[lane].eq(recs[p].mult),
-                             rqd.i_shift[lane].eq(recs[p].shift[:6])]
+        # The sums requantized (lane pixel * pin + p), in the contract's cycles either way.
+        if self._lent:
+            dw_valid, dw_data = self._lent_lanes(m, desc, unit, recs)
+        else:
+            m.submodules.requantizer_dw = rqd = Requantizer(cfg, tag_width=0, lanes=2 * pin)
+            assert rqd.latency == con.latency.depthwise_requant
+            m.d.comb += [rqd.i_valid.eq(unit.o_stream.valid), rqd.y_zp.eq(desc.dw_y_zp),
+                         rqd.clamp_lo.eq(desc.dw_clamp_lo), rqd.clamp_hi.eq(desc.dw_clamp_hi)]
+            for pixel in range(2):
+                for p in range(pin):
+                    lane = pixel * pin + p
+                    m.d.comb += [rqd.i_acc[lane].eq(unit.o_stream.payload.acc[pixel][p]),
+                                 rqd.i_bias[lane].eq(recs[p].bias),
+                                 rqd.i_mult[lane].eq(recs[p].mult),
+                                 rqd.i_shift[lane].eq(recs[p].shift[:6])]
+            dw_valid, dw_data = rqd.o_valid, rqd.o_data
         m.d.comb += [pb.start.eq(start), pb.tiles.eq(desc.ci_tiles), pb.group.eq(group),
-                     pb.w_stream.valid.eq(rqd.o_valid)]
+                     pb.w_stream.valid.eq(dw_valid)]
         for pixel in range(2):
             for p in range(pin):
-                m.d.comb += pb.w_stream.payload[pixel][p].eq(rqd.o_data[pixel * pin + p])
+                m.d.comb += pb.w_stream.payload[pixel][p].eq(dw_data[pixel * pin + p])
         # A pair is readable the cycle after its last word: count them.
         wfire = pb.w_stream.valid & pb.w_stream.ready
         wcount = Signal(range(fb.max_tiles + 1), name="pair_words")
@@ -443,6 +479,46 @@ class ConvCore(wiring.Component):
         m.d.comb += [pb.r_en.eq(rd[0]), pb.r_release.eq(rd[1]), pb.r_ci.eq(rd[2:])]
         return _Fused(issue=issue, first=first, last=last, co=pw_co, widx=pw_widx, second=second,
                       done=done, lb_en=lb_en, window=pb.o_window, window_next=pb.o_window_next)
+
+    def _lent_lanes(self, m, desc, unit, recs):
+        """The depthwise half's sums through the lent lanes (``dw_lanes``): each lane's
+        term ``acc + bias`` and its channel's multiplier and shift registered, then
+        delayed so that the results, registered on their way back, reach the pair
+        buffer the contract's ``depthwise_requant`` cycles after the sums, as its own
+        requantizer's would. Returns ``(valid, data)``, data the ``2 * pin`` int8."""
+        cfg, lanes = self._config, self.dw_lanes
+        pin = cfg.pin
+        total = engine_contract(cfg).latency.depthwise_requant
+        # the term register, the lanes' stages, the results' register
+        pad = total - 1 - VECTOR_LANE_STAGES - 1
+        if pad < 0:
+            raise ConfigError(f"the vector unit's lanes take {VECTOR_LANE_STAGES + 2} cycles "
+                              f"with the core's registers, over the requantizer's {total}")
+        acc = unit.o_stream.payload.acc
+        width = depthwise_term_width(cfg)
+        for pixel in range(2):
+            for p in range(pin):
+                lane = pixel * pin + p
+                term = Signal(signed(width), name=f"dw_term{lane}", reset_less=True)
+                ma = Signal(cfg.mult_width, name=f"dw_ma{lane}", reset_less=True)
+                shift = Signal(len(lanes.shift[lane]), name=f"dw_shift{lane}", reset_less=True)
+                # (the sum is exact in depthwise_sum_width bits: check_depthwise_sums)
+                m.d.sync += [term.eq(acc[pixel][p] + recs[p].bias), ma.eq(recs[p].mult),
+                             shift.eq(recs[p].shift[:len(shift)])]
+                m.d.comb += [
+                    lanes.terms[lane].eq(delayed(m, term, pad, f"dw_term{lane}_d", reset_less=True)),
+                    lanes.ma[lane].eq(delayed(m, ma, pad, f"dw_ma{lane}_d", reset_less=True)),
+                    lanes.shift[lane].eq(delayed(m, shift, pad, f"dw_shift{lane}_d",
+                                                 reset_less=True)),
+                ]
+        # The lanes clamp as `lo if v < lo else hi if v > hi`; numpy.clip's order (the
+        # requantizer's) gives hi whatever v when lo > hi: so lo is hi then.
+        lo, hi = desc.dw_clamp_lo, desc.dw_clamp_hi
+        m.d.comb += [lanes.enable.eq(self.busy & desc.fused), lanes.zy.eq(desc.dw_y_zp),
+                     lanes.lo.eq(Mux(lo > hi, hi, lo)), lanes.hi.eq(hi)]
+        y = Signal(data.ArrayLayout(signed(8), 2 * pin), name="dw_y", reset_less=True)
+        m.d.sync += y.eq(lanes.y)
+        return delayed(m, unit.o_stream.valid, total, "dw_valid_rq"), y
 
     def _credits(self, m, name, depth, pop, reserve, start):
         """The credit counter of a FIFO of ``depth`` words (its places not yet

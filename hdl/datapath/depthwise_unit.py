@@ -17,7 +17,9 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ...core.config import ConfigError, require_config
-from ...core.fused_block import check_depthwise_sums, depthwise_unit_latency
+from ...core.fused_block import (check_depthwise_sums, depthwise_lanes, depthwise_term_width,
+                                  depthwise_unit_latency)
+from ...core.widths import SHIFT_BITS
 from .adder_tree import AdderTree
 from .delay import delayed
 from .mac_array import _check_tag_width
@@ -25,7 +27,8 @@ from .mac_array import _check_tag_width
 # against the generic product by tests/test_hdl_int8_products.py)
 from ..tech.int8_products import _lut_product
 
-__all__ = ["DepthwiseUnit", "depthwise_unit_input", "depthwise_unit_output"]
+__all__ = ["DepthwiseUnit", "depthwise_unit_input", "depthwise_unit_output",
+           "depthwise_lanes_signature"]
 
 
 def depthwise_unit_input(config, tag_width=0):
@@ -52,6 +55,30 @@ def depthwise_unit_output(config, tag_width=0):
     if tag_width:
         fields["tag"] = unsigned(tag_width)
     return data.StructLayout(fields)
+
+
+def depthwise_lanes_signature(config):
+    """The requantizing lanes the depthwise half borrows, from its side (Out): the
+    program engine's vector unit's, lent to the convolution core
+    (:func:`~fpgacnn.core.fused_block.depthwise_on_vector_lanes`).
+
+    ``enable`` (the lanes are the half's, held for a fused run), per lane
+    (:func:`~fpgacnn.core.fused_block.depthwise_lanes`, lane ``pixel * pin + p``)
+    the term ``terms`` (``acc + bias``,
+    :func:`~fpgacnn.core.fused_block.depthwise_term_width` bits), its channel's
+    multiplier ``ma`` and ``shift``, all three taken every cycle together; the
+    run's ``zy``, ``lo``, ``hi`` (``lo <= hi``); and ``y`` back (In), the lanes'
+    int8 results of the terms taken
+    :data:`~fpgacnn.core.vector_fields.VECTOR_LANE_STAGES` cycles before."""
+    lanes = depthwise_lanes(config)
+    return wiring.Signature({
+        "enable": Out(1),
+        "terms": Out(data.ArrayLayout(signed(depthwise_term_width(config)), lanes)),
+        "ma": Out(data.ArrayLayout(unsigned(config.mult_width), lanes)),
+        "shift": Out(data.ArrayLayout(unsigned(SHIFT_BITS), lanes)),
+        "zy": Out(signed(8)), "lo": Out(signed(8)), "hi": Out(signed(8)),
+        "y": In(data.ArrayLayout(signed(8), lanes)),
+    })
 
 
 class _Pipeline(wiring.Component):

@@ -44,6 +44,7 @@ from amaranth.lib.wiring import In, Out
 
 from ...core.config import require_config
 from ...core.fused_add_fields import has_fused_add
+from ...core.fused_block import depthwise_on_vector_lanes
 from ...core.memory_port import ADDRESS_BITS, read_bytes, words_per_read, write_bytes
 from ...core.regmap import ADDR_WIDTH
 from ...core.sequencer import SEQUENCER_BASE, build_sequencer_regmap, record_bytes
@@ -123,7 +124,10 @@ class ProgramEngine(wiring.Component):
         cfg = self._config
         m = Module()
         m.submodules.axil = axil = AXI4LiteSlave(addr_width=ADDR_WIDTH)
-        m.submodules.engine = engine = ConvEngine(cfg, register_bus=True)
+        # The fused block's depthwise half requantizes on the vector unit's lanes
+        # where it can (no DSP blocks of its own: the XC7Z020 has too few).
+        lent = depthwise_on_vector_lanes(cfg)
+        m.submodules.engine = engine = ConvEngine(cfg, register_bus=True, lent_lanes=lent)
         m.submodules.seq_csr = csr = CSRBank(self._seq_regmap)
         m.submodules.sequencer = seq = Sequencer(cfg)
         reader_core = PixelReader(cfg, outstanding=self._outstanding)
@@ -205,6 +209,9 @@ class ProgramEngine(wiring.Component):
         else:
             m.d.comb += seq.writer_done.eq(writer.done)
             writes = writer.o_write
+        if lent:
+            # (a convolution leaves the vector unit idle)
+            wiring.connect(m, engine.dw_lanes, vector.dw_lanes)
 
         # -- streams: the host's DMA, or the program's reader and writer --------------------
         with m.If(seq.owns):

@@ -50,11 +50,14 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
 from ...core.config import require_config
+from ...core.fused_block import depthwise_lanes, depthwise_on_vector_lanes, depthwise_term_width
 from ...core.memory_port import ADDRESS_BITS, read_bytes, words_per_read, write_bytes
 from ...core.vector_fields import (VECTOR_ACC_BITS, VECTOR_LANE_STAGES, VECTOR_TAP_BITS,
                                    vector_layout, write_chunk_bytes)
 from .pixel_reader import require_outstanding
 from .pixel_writer import write_layout
+from ..datapath.delay import delayed
+from ..datapath.depthwise_unit import depthwise_lanes_signature
 from .scaled_sum import SCALED_SUM_STAGES, lane_client_signature, scaled_sum
 
 __all__ = ["VectorUnit"]
@@ -77,6 +80,27 @@ class _LaneParams:
         for name in ("ma", "mb", "shift", "zy", "lo", "hi"):
             setattr(self, name, Mux(on, fused[name], f[name]))
         self.ties_to_even = f.ties_to_even & ~on
+
+
+class _DepthwiseLaneParams:
+    """Lane ``k``'s integers where the convolution core's depthwise half borrows the
+    lanes (``dw_lanes``): its channel's multiplier and shift, and the run's zero
+    point and clamps, each at the stage that reads it (the terms' register, then
+    :func:`~fpgacnn.hdl.program.scaled_sum.scaled_sum` reads ``ma`` and ``mb`` a
+    stage on, ``shift`` three, ``zy``, ``lo``, ``hi`` four), with ``enable``
+    delayed beside them; no ``b`` term, exact halves up. Otherwise ``base``'s."""
+
+    def __init__(self, m, base, dw, k):
+        def at(value, stage, name):
+            return delayed(m, value, stage, f"dw_{name}{k}_s{stage}", reset_less=True)
+
+        on1, on3, on4 = (delayed(m, dw.enable, n, f"dw_on{k}_s{n}") for n in (1, 3, 4))
+        self.ma = Mux(on1, at(dw.ma[k], 1, "ma"), base.ma)
+        self.mb = Mux(on1, 0, base.mb)
+        self.shift = Mux(on3, at(dw.shift[k], 3, "shift"), base.shift)
+        self.ties_to_even = base.ties_to_even & ~on3
+        for name in ("zy", "lo", "hi"):  # (held for the run)
+            setattr(self, name, Mux(on4, getattr(dw, name), getattr(base, name)))
 
 
 class VectorUnit(wiring.Component):
@@ -122,6 +146,15 @@ class VectorUnit(wiring.Component):
         every cycle and computes with its fields, ``lanes.y`` holding the
         results :data:`~fpgacnn.hdl.program.scaled_sum.SCALED_SUM_STAGES` + 1
         cycles later; tie ``enable`` low where there is no such client.
+    dw_lanes : In(depthwise_lanes_signature(config))
+        Where :func:`~fpgacnn.core.fused_block.depthwise_on_vector_lanes`: the first
+        ``2 * pin`` lanes lent to the convolution core's depthwise half (a fused
+        block's run, while the unit is idle): with ``dw_lanes.enable`` lane ``k``
+        takes term ``k`` (``acc + bias``, 33 bits: the lanes' term register is
+        that wide then) every cycle, with its channel's multiplier and shift, and
+        computes ``scaled_sum`` with ``mb = 0``; ``y`` a lane's result
+        :data:`~fpgacnn.core.vector_fields.VECTOR_LANE_STAGES` cycles later. Not
+        together with ``lanes.fields.enable`` (docs/engine.md).
 
     Notes
     -----
@@ -152,6 +185,8 @@ class VectorUnit(wiring.Component):
             "o_write": Out(stream.Signature(write_layout(write_bytes(config)))),
             "busy_cycles": Out(32), "stall_in_cycles": Out(32), "stall_out_cycles": Out(32),
             "lanes": In(lane_client_signature(read_bytes(config))),
+            **({"dw_lanes": In(depthwise_lanes_signature(config))}
+               if depthwise_on_vector_lanes(config) else {}),
         })
 
     def elaborate(self, platform):
@@ -309,10 +344,15 @@ class VectorUnit(wiring.Component):
         lanes = []
         shared = self.lanes
         params = _LaneParams(f, shared.fields)
+        # The depthwise half's lanes, where lent: their term register as wide as its term.
+        dw = self.dw_lanes if depthwise_on_vector_lanes(cfg) else None
+        dw_lanes = depthwise_lanes(cfg) if dw is not None else 0
         for k in range(rb):
             byte = responses.r_data[8 * k:8 * k + 8].as_signed()
             acc = Signal(signed(VECTOR_ACC_BITS), name=f"acc{k}")
-            s_acc = Signal(signed(VECTOR_ACC_BITS), name=f"s_acc{k}")
+            term_bits = max(VECTOR_ACC_BITS, depthwise_term_width(cfg)) if k < dw_lanes \
+                else VECTOR_ACC_BITS
+            s_acc = Signal(signed(term_bits), name=f"s_acc{k}")
             s_db = Signal(signed(10), name=f"s_db{k}")
             diff = byte - f.za
             # A maximum of a - za stays within 10 signed bits: the compare is that wide.
@@ -327,9 +367,16 @@ class VectorUnit(wiring.Component):
                 m.d.sync += [s_acc.eq(acc), s_db.eq(byte - f.zb)]
             with m.If(shared.fields.enable):  # the lanes are the fused Add's (idle unit)
                 m.d.sync += [s_acc.eq(shared.a_terms[k]), s_db.eq(shared.b_terms[k])]
-            lanes.append(scaled_sum(m, s_acc, s_db, params, name=str(k)))
+            lane_params = params
+            if k < dw_lanes:
+                with m.If(dw.enable):  # the depthwise half's (a fused block's run)
+                    m.d.sync += [s_acc.eq(dw.terms[k]), s_db.eq(0)]
+                lane_params = _DepthwiseLaneParams(m, params, dw, k)
+            lanes.append(scaled_sum(m, s_acc, s_db, lane_params, name=str(k)))
         m.d.comb += [out.w_data.eq(Cat(*lanes, marks[_STAGES - 1])),
                      out.w_en.eq(valid[_STAGES - 1]), shared.y.eq(Cat(*lanes))]
+        if dw is not None:
+            m.d.comb += dw.y.as_value().eq(Cat(*lanes[:dw_lanes]))
 
         # -- writes: each output word in chunks of gcd(word, W) bytes -----------------------
         wb = write_bytes(cfg)
