@@ -285,3 +285,15 @@ def test_lent_lanes_only_where_the_configuration_has_them():
         ConvCore(dataclasses.replace(FUSED, fused_blocks=0), lent_lanes=True)
     with pytest.raises(TypeError, match=r"^lent_lanes must be True or False, not 1$"):
         ConvCore(FUSED, lent_lanes=1)
+
+
+#: An engine whose vector unit has more lanes than the half's sums: 8 (64-bit beats)
+#: for 2 x 2; the first four are lent.
+WIDE_LANES = EngineConfig(pin=2, pout=4, kmax=3, stream_width=64, max_width=16, max_channels=16,
+                          max_out_channels=16, spare_bank=2, pixel_pairs=1, fused_blocks=1)
+
+
+def test_blocks_on_some_of_the_vector_units_lanes_are_bit_exact_and_cycles_exact():
+    assert depthwise_on_vector_lanes(WIDE_LANES)
+    run_blocks([(5, 7, 5, 5, 3, 1, (1, 1, 1, 1), 1), (16, 8, 4, 6, 3, 2, (1, 1, 1, 1), 1)],
+               seed=53, config=WIDE_LANES, make_dut=CoreOnVectorLanes)
