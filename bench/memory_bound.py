@@ -82,7 +82,8 @@ def _bounds_and_blocks(program, bytes_per_cycle):
     rows = []
     for n, step in enumerate(steps):
         after = steps[n + 1] if n + 1 < len(steps) else None
-        fusable = (isinstance(step.layer, GroupedConv) and step.layer.depthwise
+        # (a step compiled fused already is a block: its row has both layers)
+        fusable = (not step.fused and isinstance(step.layer, GroupedConv) and step.layer.depthwise
                    and after is not None and isinstance(after.layer, Conv)
                    and after.layer.kernel == (1, 1) and after.inputs[0] == step.output
                    and readers.get(step.output) == 1)

@@ -242,7 +242,10 @@ class Accelerator:
     def program(self, batch):
         """The compiled program for batches of ``batch`` images (cached)."""
         if batch not in self._programs:
-            self._programs[batch] = compile_model(self.model, self.config, batch=batch)
+            # Unfused: every path here runs the program image, whose format (6.0)
+            # has no fused record yet (compiler.refuse_fused_steps).
+            self._programs[batch] = compile_model(self.model, self.config, batch=batch,
+                                                  fuse=False)
         return self._programs[batch]
 
     def image(self, batch):

@@ -75,7 +75,7 @@ from ..core.descriptor import DESCRIPTOR_FIELDS, complete_descriptor
 from ..core.errors import InputError, MappingError
 from . import conv_views
 from .compiler import (BatchImage, BatchTranspose, ChannelColumns, ColumnSlice, EngineStep,
-                       PixelPacking, ZeroPointColumn)
+                       PixelPacking, ZeroPointColumn, refuse_fused_steps)
 from .vector_mapping import VECTOR_ADD, vector_params
 
 __all__ = ["ALIGN", "FORMAT_MAGIC", "FORMAT_VERSION", "DestPattern", "EngineRecord",
@@ -842,9 +842,11 @@ def build_image(program, *, memory_bytes=None):
     ------
     MappingError
         The image would exceed ``memory_bytes`` (the message names the layer
-        whose output no longer fits, or the constants), or a run's gather or
-        scatter has no pattern in the format.
+        whose output no longer fits, or the constants), a run's gather or
+        scatter has no pattern in the format, or a step is a fused block
+        (not in format 6.0: compile with ``fuse=False``).
     """
+    refuse_fused_steps(program, "the program image (format 6.0)")
     config, model = program.config, program.model
     align = alignment(config)
     shapes = _shapes(program)

@@ -80,7 +80,8 @@ def run(args):
         raise InputError(f"--memory-bytes must be positive, not {args.memory_bytes}")
     config, clock_mhz, which = _engine(args)
     model = load_onnx(args.model)
-    program = compile_model(model, config, batch=args.batch)
+    # unfused: the image's format (6.0) has no fused record yet
+    program = compile_model(model, config, batch=args.batch, fuse=False)
     image = build_image(program, memory_bytes=args.memory_bytes)
     print(f"{model.name}: {len(program.steps)} steps for {which} (pin {config.pin}, "
           f"pout {config.pout}, kmax {config.kmax}), batch {args.batch}")

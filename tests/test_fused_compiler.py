@@ -1,0 +1,336 @@
+"""The compiler's fused depthwise + pointwise blocks (docs/engine.md, "Step 4").
+
+On an engine with ``fused_blocks`` a depthwise Conv whose output only the next
+pointwise 1x1 Conv reads compiles with it into one step of fused runs. Here:
+reduced DS-CNN-like and MobileNet-like models (the zoo's torch-style graphs,
+quantized by onnxruntime's quantizer) compile with fused steps and run on the
+simulated board run by run (Verilator, :class:`~fpgacnn.host.engine_driver.
+EngineDriver`), bit-exact against the integer reference, cold and warm (resident
+constants), with and without stream back-pressure, every run's
+``perf_busy_cycles`` the cycle model's; and the pairs the block cannot take
+(at and over each limit) compile unfused, saying why.
+"""
+
+import dataclasses
+import re
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from numpy.testing import assert_array_equal
+
+from fpgacnn.core.contract import descriptor_violations, engine_contract
+from fpgacnn.core.errors import MappingError
+from fpgacnn.core.fused_block import pair_buffer_shape
+from fpgacnn.host.compiler import EngineStep, compile_model
+from fpgacnn.host.cycle_model import layer_cycles
+from fpgacnn.host.onnx_import import load_onnx
+from fpgacnn.host.program_image import build_image
+from fpgacnn.host.quantize import quantize_model
+from fpgacnn.host.reference import ReferenceBackend
+
+from conftest import pynq_z2_engine
+from test_fused_core import FUSED
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+from bench_report import load_zoo  # noqa: E402
+
+ZOO = load_zoo()
+
+
+def ds_cnn_like(c=16, blocks=2, hw=(25, 10), classes=12, seed=0):
+    """DS-CNN (the zoo's ``ds_cnn``) reduced: ``c`` channels, ``blocks`` blocks."""
+    g = ZOO._TorchStyleGraph(seed, opset=17)
+    x = g.relu(g.bn(g.conv("input", "conv1", 1, c, (10, 4), 2, (5, 1), bias=True), "bn1", c),
+               "relu1")
+    oh, ow = hw[0] // 2 + 1, (hw[1] - 2) // 2 + 1
+    for i in range(blocks):
+        s = f"blocks/{i}"
+        x = g.relu(g.bn(g.conv(x, f"{s}/depthwise", c, c, 3, 1, 1, group=c, bias=True),
+                        f"{s}/bn_dw", c), f"{s}/relu_dw")
+        x = g.relu(g.bn(g.conv(x, f"{s}/pointwise", c, c, 1, bias=True), f"{s}/bn_pw", c),
+                   f"{s}/relu_pw")
+    x = g.flatten(g.avgpool(x, "avgpool", (oh, ow)), "flatten")
+    x = g.softmax(g.linear(x, "fc", c, classes), "softmax")
+    return g.model("ds_cnn_like", (1, *hw), x, (classes,))
+
+
+def mobilenet_like(blocks, stem=8, hw=36, classes=2, seed=0, kernel=3, pad=1):
+    """MobileNetV1 (the zoo's ``mobilenet_v1_025``) reduced: a stride-2 stem of ``stem``
+    channels, then ``blocks``, ``(cout, stride)`` each (ReLU6 as torch writes it)."""
+    g = ZOO._TorchStyleGraph(seed, opset=13)
+    x = g.relu6(g.bn(g.conv("input", "features/0/0", 3, stem, 3, 2, 1), "features/0/1", stem),
+                "features/0/2")
+    cin = stem
+    for i, (cout, stride) in enumerate(blocks, start=1):
+        s = f"features/{i}"
+        x = g.relu6(g.bn(g.conv(x, f"{s}/dw", cin, cin, kernel, stride, pad, group=cin),
+                         f"{s}/dw_bn", cin), f"{s}/dw_relu")
+        x = g.relu6(g.bn(g.conv(x, f"{s}/pw", cin, cout, 1), f"{s}/pw_bn", cout),
+                    f"{s}/pw_relu")
+        cin = cout
+    x = g.softmax(g.linear(g.mean_hw(x, "pool"), "classifier", cin, classes), "softmax")
+    return g.model("mobilenet_like", (3, hw, hw), x, (classes,))
+
+
+def quantized(graph, tmp_path, n=8):
+    """The int8 model of the float graph ``graph`` (onnxruntime's static quantizer) and
+    ``n`` seeded float inputs."""
+    float_path = tmp_path / f"{graph.graph.name}_float.onnx"
+    onnx.save(graph, str(float_path))
+    x = ZOO.calibration_data(graph, n, 1)
+    path = quantize_model(float_path, x, tmp_path / f"{graph.graph.name}_int8.onnx")
+    return load_onnx(path), x
+
+
+#: On FUSED (max_channels 32, max_out_channels 16, max_width 16, two blocks of
+#: depthwise memory): block 1 has two output-channel groups (8 -> 32); block 2
+#: is at the pair buffer's channels (32) and runs in column
+#: strips with halos (22 columns; the line buffer holds 20 of 8 tiles); block 3 is stride 2; four blocks' 20 depthwise words
+#: exceed the memory's 16, so one block's are streamed.
+MOBILENET_BLOCKS = [(32, 1), (16, 1), (24, 2), (32, 1)]
+MOBILENET_HW = 44
+
+
+def fused_steps(program):
+    return [s for s in program.steps if isinstance(s, EngineStep) and s.fused]
+
+
+def run_per_run(board, program, x8, *, warm=False, exact_cycles=True):
+    """Run ``program`` on ``board`` run by run (EngineDriver.run_layer, the host steps in
+    numpy): its int8 output; every run's busy cycles the cycle model's where
+    ``exact_cycles`` (no back-pressure)."""
+    from fpgacnn.host.engine_driver import EngineDriver
+    driver = EngineDriver(board)
+    model = program.model
+    tensors = {model.input_tensor: x8}
+    for step in program.steps:
+        if not isinstance(step, EngineStep):
+            tensors[step.output] = step.layer.evaluate(*(tensors[t] for t in step.inputs))
+            continue
+        x = tensors[step.inputs[0]]
+        y = np.empty((len(x8), *step.output_shape), np.int8)
+        for run in step.runs:
+            desc = run.warm_descriptor if warm else run.descriptor
+            predicted = run.warm_predicted_cycles if warm else run.predicted_cycles
+            result = driver.run_layer(dict(desc), run.stream(x, warm=warm), run.out_nbytes,
+                                      timeout=1.0, name=step.name)
+            run.store(y, result.output)
+            if exact_cycles:
+                assert result.busy_cycles == predicted, (step.name, desc)
+        tensors[step.output] = y
+    return tensors[model.output_tensor]
+
+
+def check_program(program):
+    """Every fused run's descriptors pass the contract and are predicted by the cycle
+    model; the step's MACs are the two layers'."""
+    config = program.config
+    for step in fused_steps(program):
+        assert step.mapping == "fused" and step.name == f"{step.layer.name}+{step.pointwise.name}"
+        assert step.macs == step.layer.macs + step.pointwise.macs
+        assert step.output == step.pointwise.output
+        for run in step.runs:
+            descs = [run.descriptor] + ([run.warm_descriptor] if program.resident else [])
+            for desc in descs:
+                assert desc["fused"] == 1 and descriptor_violations(config, desc) == []
+            assert run.predicted_cycles == layer_cycles(config, run.descriptor).cycles
+
+
+# -- compile only --------------------------------------------------------------
+
+def test_ds_cnn_and_mobilenet_like_compile_with_fused_steps(tmp_path):
+    ds, _ = quantized(ds_cnn_like(), tmp_path)
+    program = compile_model(ds, FUSED)
+    assert [s.mapping for s in fused_steps(program)] == ["fused", "fused"]
+    assert len([s for s in program.steps if isinstance(s, EngineStep)]) == 4  # conv1, 2, fc
+    check_program(program)
+    mobile, _ = quantized(mobilenet_like(MOBILENET_BLOCKS, hw=MOBILENET_HW), tmp_path)
+    program = compile_model(mobile, FUSED)
+    steps = fused_steps(program)
+    assert len(steps) == 4
+    check_program(program)
+    first, wide = steps[0], steps[1]
+    assert {r.channels for r in first.runs} == {(0, 16), (16, 32)}  # two output groups
+    assert len({r.in_cols for r in wide.runs}) > 1                  # column strips
+    assert wide.runs[0].descriptor["ci_tiles"] == pair_buffer_shape(FUSED).tiles
+    # the four blocks' depthwise words (2 + 8 + 4 + 6) exceed the memory's 16: the
+    # first fit stay, the others are streamed, on their first warm run too
+    memory = engine_contract(FUSED).fused.depthwise_memory.words
+    assert program.resident and program.depthwise_words <= memory
+    streamed = [s for s in steps if s.runs[0].warm_descriptor["load_weights"]]
+    assert streamed and all(s.runs[0].warm_descriptor["dw_base"] + s.runs[0].descriptor[
+        "ci_tiles"] <= memory for s in streamed)
+    assert all(not r.warm_descriptor["load_weights"] for s in streamed for r in s.runs[1:]
+               if r.channels == s.runs[0].channels)
+
+
+def test_fuse_false_and_engines_without_the_block_compile_unfused(tmp_path):
+    """The same model unfused: with ``fuse=False``, and on an engine without
+    ``fused_blocks``; the image of a fused program is refused, naming the block."""
+    mobile, _ = quantized(mobilenet_like(MOBILENET_BLOCKS[:2], hw=MOBILENET_HW), tmp_path)
+    fused = compile_model(mobile, FUSED)
+    plain = compile_model(mobile, FUSED, fuse=False)
+    without = compile_model(mobile, dataclasses.replace(FUSED, fused_blocks=0))
+    assert len(fused_steps(fused)) == 2
+    for program in (plain, without):
+        assert fused_steps(program) == []
+        assert len([s for s in program.steps if isinstance(s, EngineStep)]) == 6
+        assert all(not s.unfused_reason for s in program.steps if isinstance(s, EngineStep))
+        build_image(program)
+    with pytest.raises(MappingError, match=r"layer '/features/1/dw/Conv\+/features/1/pw/Conv'"
+                                           r": the program image \(format 6\.0\) cannot"):
+        build_image(fused)
+
+
+def _pair_step(program):
+    """The depthwise step of a one-block program and whether it fused."""
+    (step,) = [s for s in program.steps if isinstance(s, EngineStep)
+               and getattr(s.layer, "depthwise", False)]
+    return step
+
+
+@pytest.mark.parametrize("what, blocks, kwargs, reason", [
+    # channels: the pair buffer holds max_channels (32) a pixel
+    ("channels at the limit", [(8, 1)], dict(stem=32), None),
+    ("channels over the limit", [(8, 1)], dict(stem=33),
+     r"33 depthwise channels exceed the pair buffer's 32 \(max_channels\)"),
+    # stride: the pairs take up to spare_bank (2)
+    ("stride at the limit", [(8, 2)], {}, None),
+    ("stride over the limit", [(8, 3)], {}, r"stride 3 \(at most 2"),
+    # pads: the line buffer's pad_top / pad_left up to kmax - 1 (2); over it the
+    # unfused layer is refused too (test_pads_over_the_limit_are_refused_as_unfused)
+    ("pads at the limit", [(8, 1)], dict(pad=2), None),
+    # kernel: up to kmax (3)
+    ("a smaller kernel", [(8, 1)], dict(kernel=2, pad=0), None),
+    ("kernel over kmax", [(8, 1)], dict(kernel=4, pad=1), r"kernel 4x4 exceeds the engine's kmax 3"),
+])
+def test_limits_fuse_at_and_fall_back_over(what, blocks, kwargs, reason, tmp_path):
+    model, _ = quantized(mobilenet_like(blocks, hw=16, **kwargs), tmp_path, n=2)
+    try:
+        program = compile_model(model, FUSED)
+    except MappingError as e:  # the unfused layers' own limits are not the test's
+        pytest.fail(f"{what}: {e}")
+    step = _pair_step(program) if reason else fused_steps(program)[0]
+    if reason is None:
+        assert step.fused, what
+        check_program(program)
+    else:
+        assert not step.fused and step.pointwise is None
+        assert step.unfused_reason.startswith("layer '/features/1/dw/Conv+/features/1/pw/Conv'")
+        assert re.search(reason, step.unfused_reason), step.unfused_reason
+
+
+def test_pads_over_the_limit_are_refused_as_unfused(tmp_path):
+    """Pads past ``kmax - 1``: no run takes them, fused or not; the refusal is the
+    unfused layer's, as on an engine without the block."""
+    model, _ = quantized(mobilenet_like([(8, 1)], hw=16, pad=3), tmp_path, n=2)
+    with pytest.raises(MappingError) as plain:
+        compile_model(model, FUSED, fuse=False)
+    with pytest.raises(MappingError, match=r"layer '/features/1/dw/Conv': pad_top = 3") as fused:
+        compile_model(model, FUSED)
+    assert str(fused.value) == str(plain.value)
+
+
+def test_a_pool_or_a_second_reader_keeps_the_pair_unfused(tmp_path):
+    """A max-pool the engine fuses behind the pointwise, and an Add that reads the
+    depthwise output too: the pair compiles as without the block."""
+    from onnx import helper
+    graph = mobilenet_like([(8, 1)], hw=16)
+    nodes = list(graph.graph.node)
+    pw_relu = next(n for n in nodes if n.name == "/features/1/pw_relu/Clip")
+    mean = next(n for n in nodes if n.op_type == "ReduceMean")
+    pool = helper.make_node("MaxPool", [pw_relu.output[0]], ["pooled"], name="/pool2",
+                            kernel_shape=[2, 2], strides=[2, 2])
+    mean.input[0] = "pooled"
+    graph.graph.node.insert(list(graph.graph.node).index(mean), pool)
+    model, _ = quantized(graph, tmp_path, n=2)
+    step = _pair_step(compile_model(model, FUSED))
+    assert not step.fused and "the max-pool" in step.unfused_reason
+
+    graph = mobilenet_like([(8, 1)], hw=16)
+    nodes = list(graph.graph.node)
+    dw_relu = next(n for n in nodes if n.name == "/features/1/dw_relu/Clip")
+    pw_relu = next(n for n in nodes if n.name == "/features/1/pw_relu/Clip")
+    add = helper.make_node("Add", [dw_relu.output[0], pw_relu.output[0]], ["sum"], name="/add")
+    mean = next(n for n in nodes if n.op_type == "ReduceMean")
+    mean.input[0] = "sum"
+    graph.graph.node.insert(list(graph.graph.node).index(mean), add)
+    model, _ = quantized(graph, tmp_path, n=2)
+    program = compile_model(model, FUSED)
+    assert fused_steps(program) == []  # the depthwise output has two readers: no block
+
+
+# -- on the RTL ----------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def fused_board():
+    from fpgacnn.host.accelerator import open_board
+    board = open_board("sim", FUSED)
+    yield board
+    board.close()
+
+
+def _check_on_board(board, program, model, x):
+    x8 = model.quantize_input(x)
+    want = ReferenceBackend().run_int8(model, x8)
+    board.set_backpressure(0, 0)
+    assert_array_equal(run_per_run(board, program, x8), want, err_msg="cold")
+    if program.resident:
+        assert_array_equal(run_per_run(board, program, x8, warm=True), want, err_msg="warm")
+    board.set_backpressure(300, 400, seed=7)
+    try:
+        assert_array_equal(run_per_run(board, program, x8, exact_cycles=False), want,
+                           err_msg="back-pressure")
+    finally:
+        board.set_backpressure(0, 0)
+
+
+def test_ds_cnn_like_runs_fused_on_the_rtl(fused_board, tmp_path):
+    model, x = quantized(ds_cnn_like(), tmp_path, n=2)
+    program = compile_model(model, FUSED, batch=2)
+    assert len(fused_steps(program)) == 2
+    _check_on_board(fused_board, program, model, x[:2])
+
+
+def test_mobilenet_like_runs_fused_on_the_rtl(fused_board, tmp_path):
+    """Output-channel groups, column strips, stride 2, the pair buffer full, a block's
+    depthwise words streamed on its warm run; and a block over the channel limit
+    unfused beside fused ones (block 1: 33 channels), all bit-exact."""
+    model, x = quantized(mobilenet_like(MOBILENET_BLOCKS, hw=MOBILENET_HW), tmp_path, n=1)
+    program = compile_model(model, FUSED)
+    assert len(fused_steps(program)) == 4
+    _check_on_board(fused_board, program, model, x[:1])
+    model, x = quantized(mobilenet_like([(8, 1), (16, 1)], stem=33, hw=12), tmp_path, n=1)
+    program = compile_model(model, FUSED)
+    assert [s.fused for s in program.steps if isinstance(s, EngineStep)
+            and getattr(s.layer, "depthwise", True)] == [False, True]
+    _check_on_board(fused_board, program, model, x[:1])
+
+
+PYNQ_FUSED = dataclasses.replace(pynq_z2_engine(), fused_blocks=4)
+
+
+@pytest.mark.slow
+def test_zoo_like_models_run_fused_on_the_pynq_z2_engine(tmp_path):
+    """The PYNQ-Z2's sized engine with four blocks of depthwise memory: DS-CNN's four
+    64-channel blocks (full size) and a MobileNet-like model, bit-exact, cycles the
+    model's."""
+    from fpgacnn.host.accelerator import open_board
+    board = open_board("sim", PYNQ_FUSED)
+    try:
+        model, x = quantized(ds_cnn_like(c=64, blocks=4, hw=(49, 10)), tmp_path, n=1)
+        program = compile_model(model, PYNQ_FUSED)
+        assert len(fused_steps(program)) == 4
+        check_program(program)
+        _check_on_board(board, program, model, x[:1])
+        model, x = quantized(mobilenet_like([(16, 1), (32, 2), (32, 1), (64, 2), (128, 1)],
+                                            hw=32), tmp_path, n=1)
+        program = compile_model(model, PYNQ_FUSED)
+        assert len(fused_steps(program)) == 5
+        check_program(program)
+        _check_on_board(board, program, model, x[:1])
+    finally:
+        board.close()
