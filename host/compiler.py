@@ -319,7 +319,8 @@ class EngineStep:
 
     @property
     def name(self):
-        return self.layer.name if self._last is self.layer else f"{self.layer.name}+{self._last.name}"
+        last = self._last
+        return self.layer.name if last is self.layer else f"{self.layer.name}+{last.name}"
 
     @property
     def inputs(self):
@@ -473,7 +474,8 @@ def _unfusable(config, layer, pw, after, readers):
         return (f"{pw.name!r}'s input zero point {pw.x_zero_point} is not {layer.name!r}'s "
                 f"output zero point {layer.y_zero_point}")
     if _fusable_pool(pw, after, readers):
-        return f"the max-pool {after.name!r} after {pw.name!r} fuses into it (a fused block has no pool)"
+        return (f"the max-pool {after.name!r} after {pw.name!r} fuses into it (a fused block "
+                f"has no pool)")
     return ""
 
 
@@ -492,15 +494,17 @@ def compile_model(model, config, *, batch=1, resident=None, fuse=True):
         (docs/engine.md, "Resident weights"). Default: when the engine can
         (its contract's ``resident_weights``) and the program's weights fit
         its weight buffer together. True where they cannot is a MappingError.
-    fuse : bool
+    fuse : bool or "always"
         On an engine with ``fused_blocks``, compile each depthwise Conv whose
         output only the next pointwise 1x1 Conv reads, with it, into one step
-        of fused runs (:attr:`EngineStep.fused`, docs/engine.md "Step 4");
-        a pair the block cannot take (its channels, kernel, stride, pads, a
-        pool after it, ...) compiles unfused, its reason in the depthwise
-        step's :attr:`EngineStep.unfused_reason`. False: every layer unfused
-        (the program image, format 6.0, has no fused record yet:
-        :func:`refuse_fused_steps`).
+        of fused runs (:attr:`EngineStep.fused`, docs/engine.md "Step 4")
+        where the cycle model predicts fewer cycles than the two unfused
+        (``"always"``: wherever the block takes them). A pair the block cannot
+        take (its channels, kernel, stride, a pool after it, ...) or that is
+        faster unfused compiles unfused, exactly as without the block, the
+        reason in the depthwise step's :attr:`EngineStep.unfused_reason`.
+        False: every layer unfused (the program image, format 6.0, has no
+        fused record yet: :func:`refuse_fused_steps`).
 
     Returns
     -------
@@ -521,25 +525,36 @@ def compile_model(model, config, *, batch=1, resident=None, fuse=True):
     readers[model.output_tensor] = readers.get(model.output_tensor, 0) + 1
     cycles = {}  # the cycle model of each distinct descriptor, once per program
     steps, layers, i = [], model.layers, 0
+    if fuse not in (True, False, "always"):
+        raise InputError(f"fuse must be True, False or 'always', not {fuse!r}")
     fusing = fuse and engine_contract(config).fused is not None
+
+    def convolution(j):
+        """``layers[j]`` compiled as without the block (a max-pool after it fused)."""
+        layer, nxt = layers[j], layers[j + 1] if j + 1 < len(layers) else None
+        pool = nxt if _fusable_pool(layer, nxt, readers) else None
+        return _convolution_step(config, layer, pool, batch, cycles,
+                                 reads_input=layer.inputs == (model.input_tensor,),
+                                 rows=not _feeds_an_add(layer, nxt, readers))
+
+    ready = {}  # index -> its step, compiled unfused to weigh it against a block
     while i < len(layers):
         layer = layers[i]
         nxt, after = (layers[j] if j < len(layers) else None for j in (i + 1, i + 2))
         pw = _pointwise_partner(layer, nxt, readers) if fusing else None
+        reason = ""
         if pw is not None:
-            step = _fused_or_unfused(config, layer, pw, after, batch, cycles, readers)
-            if step.fused:
-                steps.append(step)
+            fused, unfused, reason = _fuse_or_not(
+                config, layer, pw, after, batch, cycles, readers, always=fuse == "always",
+                unfused=lambda j=i: (convolution(j), convolution(j + 1)))
+            if fused is not None:
+                steps.append(fused)
                 i += 2
                 continue
-            reason = step.unfused_reason
-        else:
-            reason = ""
+            if unfused is not None:
+                ready[i], ready[i + 1] = unfused
         if isinstance(layer, (Conv, GroupedConv, DilatedConv)):
-            pool = nxt if _fusable_pool(layer, nxt, readers) else None
-            step = _convolution_step(config, layer, pool, batch, cycles,
-                                     reads_input=layer.inputs == (model.input_tensor,),
-                                     rows=not _feeds_an_add(layer, nxt, readers))
+            step = ready.pop(i, None) or convolution(i)
             step.unfused_reason = reason
             steps.append(step)
             i += 2 if step.pool is not None else 1
@@ -557,17 +572,39 @@ def compile_model(model, config, *, batch=1, resident=None, fuse=True):
     return _make_resident(program, resident, cycles)
 
 
-def _fused_or_unfused(config, layer, pw, after, batch, cycles, readers):
-    """The fused step of the depthwise ``layer`` and its pointwise ``pw``, or, where the
-    block cannot take them, an empty unfused step carrying the reason (the caller
-    then compiles them one by one, exactly as without ``fused_blocks``)."""
+def _fuse_or_not(config, layer, pw, after, batch, cycles, readers, *, always, unfused):
+    """Whether the depthwise ``layer`` and its pointwise ``pw`` run as one fused block:
+    ``(fused step or None, (depthwise step, pointwise step) or None, reason)``.
+
+    Where the block cannot take them (:func:`_unfusable`, or a limit of the
+    engine's that :func:`_fused_step` names), no fused step and the reason.
+    Otherwise, unless ``always``, the pair compiled unfused (``unfused()``, as
+    without the block) is weighed against the block by the cycle model, as the
+    compiler weighs every other choice (the cycles of the runs as compiled,
+    constants loaded): the block's pairs of pixels wait on its pipeline where a
+    pixel has few channels (MobileNet's first, 8-channel block runs at about 15
+    cycles a pair of pixels), so it is not always the faster; the slower of
+    the two is dropped and the reason names both counts. A pair only the block
+    takes (its unfused layers refused) fuses."""
     reason = _unfusable(config, layer, pw, after, readers)
     if not reason:
         try:
-            return _fused_step(config, layer, pw, batch, cycles)
+            fused = _fused_step(config, layer, pw, batch, cycles)
         except MappingError as e:
             reason = str(e)
-    return EngineStep(layer, unfused_reason=reason)
+    if reason:
+        return None, None, reason
+    if always:
+        return fused, None, ""
+    try:
+        steps = unfused()
+    except MappingError:
+        return fused, None, ""
+    block, pair = _predicted(fused), sum(_predicted(s) for s in steps)
+    if block <= pair:
+        return fused, None, ""
+    return None, steps, (f"layer {fused.name!r}: the cycle model predicts {block:,} cycles "
+                         f"fused, {pair:,} unfused")
 
 
 def _fused_step(config, dw, pw, batch, cycles):
@@ -697,9 +734,11 @@ def _place_depthwise(contract, program):
     """Places in the depthwise memory for the fused blocks of a resident program:
     ``(bases, shared, words)``, ``bases`` the ``dw_base`` of each fused step
     (by ``id``) whose depthwise words stay there, ``shared`` the base the others'
-    are streamed to (:func:`_place`: first fit in run order, by words, so that
-    at least ``fused_blocks`` blocks stay, more where they are thinner than
-    ``max_channels``), ``words`` the words of those that stay."""
+    are streamed to (:func:`_place`: first fit in run order, by words, the
+    split that keeps the most words), ``words`` the words of those that stay.
+    Up to ``fused_blocks`` blocks of ``max_channels`` all stay (more where they
+    are thinner); with more, the streamed ones need words of their own to
+    stream to, so ``fused_blocks - 1`` of those stay."""
     blocks = [(id(step), int(step.runs[0].descriptor["ci_tiles"]))
               for step in program.steps if getattr(step, "fused", False)]
     if not blocks:

@@ -22,7 +22,7 @@ import pytest
 from numpy.testing import assert_array_equal
 
 from fpgacnn.core.contract import descriptor_violations, engine_contract
-from fpgacnn.core.errors import MappingError
+from fpgacnn.core.errors import InputError, MappingError
 from fpgacnn.core.fused_block import pair_buffer_shape
 from fpgacnn.host.compiler import EngineStep, compile_model
 from fpgacnn.host.cycle_model import layer_cycles
@@ -87,9 +87,9 @@ def quantized(graph, tmp_path, n=8):
 
 #: On FUSED (max_channels 32, max_out_channels 16, max_width 16, two blocks of
 #: depthwise memory): block 1 has two output-channel groups (8 -> 32); block 2
-#: is at the pair buffer's channels (32) and runs in column
-#: strips with halos (22 columns; the line buffer holds 20 of 8 tiles); block 3 is stride 2; four blocks' 20 depthwise words
-#: exceed the memory's 16, so one block's are streamed.
+#: is at the pair buffer's channels (32) and runs in column strips with halos
+#: (22 columns; the line buffer holds 20 of 8 tiles); block 3 is stride 2; the four
+#: blocks' 20 depthwise words exceed the memory's 16, so one block's are streamed.
 MOBILENET_BLOCKS = [(32, 1), (16, 1), (24, 2), (32, 1)]
 MOBILENET_HW = 44
 
@@ -124,6 +124,11 @@ def run_per_run(board, program, x8, *, warm=False, exact_cycles=True):
     return tensors[model.output_tensor]
 
 
+def unplaced(desc):
+    """A descriptor without the places of its constants (weight_base, param_base)."""
+    return {k: v for k, v in desc.items() if k not in ("weight_base", "param_base")}
+
+
 def check_program(program):
     """Every fused run's descriptors pass the contract and are predicted by the cycle
     model; the step's MACs are the two layers'."""
@@ -143,12 +148,12 @@ def check_program(program):
 
 def test_ds_cnn_and_mobilenet_like_compile_with_fused_steps(tmp_path):
     ds, _ = quantized(ds_cnn_like(), tmp_path)
-    program = compile_model(ds, FUSED)
+    program = compile_model(ds, FUSED, fuse="always")
     assert [s.mapping for s in fused_steps(program)] == ["fused", "fused"]
     assert len([s for s in program.steps if isinstance(s, EngineStep)]) == 4  # conv1, 2, fc
     check_program(program)
     mobile, _ = quantized(mobilenet_like(MOBILENET_BLOCKS, hw=MOBILENET_HW), tmp_path)
-    program = compile_model(mobile, FUSED)
+    program = compile_model(mobile, FUSED, fuse="always")
     steps = fused_steps(program)
     assert len(steps) == 4
     check_program(program)
@@ -167,11 +172,36 @@ def test_ds_cnn_and_mobilenet_like_compile_with_fused_steps(tmp_path):
                if r.channels == s.runs[0].channels)
 
 
+def test_the_cycle_model_chooses_between_a_block_and_its_two_layers(tmp_path):
+    """``fuse=True`` keeps, pair by pair, the fewer predicted cycles: the block or the
+    two layers as without it (whose step then names both counts)."""
+    mobile, _ = quantized(mobilenet_like(MOBILENET_BLOCKS, hw=MOBILENET_HW), tmp_path, n=2)
+    chosen, always, plain = (compile_model(mobile, FUSED, fuse=f) for f in (True, "always", False))
+
+    def cycles(program):
+        return sum(r.predicted_cycles for s in program.steps for r in getattr(s, "runs", ()))
+    assert cycles(chosen) <= min(cycles(always), cycles(plain))
+    check_program(chosen)
+    kept = {s.layer.name for s in fused_steps(chosen)}
+    assert 0 < len(kept) < len(fused_steps(always))  # both choices made on this model
+    for step in plain.steps:
+        if isinstance(step, EngineStep) and step.layer.name not in kept \
+                and getattr(step.layer, "depthwise", False):
+            (mine,) = [s for s in chosen.steps if getattr(s, "layer", None) is step.layer]
+            assert re.fullmatch(r"layer '.*': the cycle model predicts [\d,]+ cycles fused, "
+                                r"[\d,]+ unfused", mine.unfused_reason)
+            # as without the block (where the program placed its constants apart)
+            assert [unplaced(r.descriptor) for r in mine.runs] == \
+                [unplaced(r.descriptor) for r in step.runs]
+    with pytest.raises(InputError, match="fuse must be True, False or 'always'"):
+        compile_model(mobile, FUSED, fuse="yes")
+
+
 def test_fuse_false_and_engines_without_the_block_compile_unfused(tmp_path):
     """The same model unfused: with ``fuse=False``, and on an engine without
     ``fused_blocks``; the image of a fused program is refused, naming the block."""
     mobile, _ = quantized(mobilenet_like(MOBILENET_BLOCKS[:2], hw=MOBILENET_HW), tmp_path)
-    fused = compile_model(mobile, FUSED)
+    fused = compile_model(mobile, FUSED, fuse="always")
     plain = compile_model(mobile, FUSED, fuse=False)
     without = compile_model(mobile, dataclasses.replace(FUSED, fused_blocks=0))
     assert len(fused_steps(fused)) == 2
@@ -192,25 +222,29 @@ def _pair_step(program):
     return step
 
 
+#: The block's limits on FUSED, read from the contract: the pair buffer's channels
+#: (max_channels), the pairs' stride (spare_bank), the kernel (kmax), the pads
+#: (kmax - 1, as every run's).
+CHANNELS = pair_buffer_shape(FUSED).channels
+STRIDE = engine_contract(FUSED).pair_stride
+KMAX = FUSED.kmax
+
+
 @pytest.mark.parametrize("what, blocks, kwargs, reason", [
-    # channels: the pair buffer holds max_channels (32) a pixel
-    ("channels at the limit", [(8, 1)], dict(stem=32), None),
-    ("channels over the limit", [(8, 1)], dict(stem=33),
-     r"33 depthwise channels exceed the pair buffer's 32 \(max_channels\)"),
-    # stride: the pairs take up to spare_bank (2)
-    ("stride at the limit", [(8, 2)], {}, None),
-    ("stride over the limit", [(8, 3)], {}, r"stride 3 \(at most 2"),
-    # pads: the line buffer's pad_top / pad_left up to kmax - 1 (2); over it the
-    # unfused layer is refused too (test_pads_over_the_limit_are_refused_as_unfused)
-    ("pads at the limit", [(8, 1)], dict(pad=2), None),
-    # kernel: up to kmax (3)
-    ("a smaller kernel", [(8, 1)], dict(kernel=2, pad=0), None),
-    ("kernel over kmax", [(8, 1)], dict(kernel=4, pad=1), r"kernel 4x4 exceeds the engine's kmax 3"),
+    ("channels at the limit", [(8, 1)], dict(stem=CHANNELS), None),
+    ("channels over the limit", [(8, 1)], dict(stem=CHANNELS + 1),
+     rf"{CHANNELS + 1} depthwise channels exceed the pair buffer's {CHANNELS} \(max_channels\)"),
+    ("stride at the limit", [(8, STRIDE)], {}, None),
+    ("stride over the limit", [(8, STRIDE + 1)], {}, rf"stride {STRIDE + 1} \(at most {STRIDE}"),
+    ("pads at the limit", [(8, 1)], dict(pad=KMAX - 1), None),
+    ("a smaller kernel", [(8, 1)], dict(kernel=KMAX - 1, pad=0), None),
+    ("kernel over kmax", [(8, 1)], dict(kernel=KMAX + 1, pad=1),
+     rf"kernel {KMAX + 1}x{KMAX + 1} exceeds the engine's kmax {KMAX}"),
 ])
 def test_limits_fuse_at_and_fall_back_over(what, blocks, kwargs, reason, tmp_path):
     model, _ = quantized(mobilenet_like(blocks, hw=16, **kwargs), tmp_path, n=2)
     try:
-        program = compile_model(model, FUSED)
+        program = compile_model(model, FUSED, fuse="always")
     except MappingError as e:  # the unfused layers' own limits are not the test's
         pytest.fail(f"{what}: {e}")
     step = _pair_step(program) if reason else fused_steps(program)[0]
@@ -223,13 +257,38 @@ def test_limits_fuse_at_and_fall_back_over(what, blocks, kwargs, reason, tmp_pat
         assert re.search(reason, step.unfused_reason), step.unfused_reason
 
 
+@pytest.mark.parametrize("blocks", [FUSED.fused_blocks, FUSED.fused_blocks + 1])
+def test_depthwise_memory_holds_fused_blocks_blocks_of_max_channels(blocks, tmp_path):
+    """``fused_blocks`` blocks of ``max_channels`` stay in the depthwise memory (each
+    warm run streams nothing but pixels). With one more, the words of one block
+    are the streamed blocks' to share: ``fused_blocks - 1`` stay, and each of the
+    other two streams its depthwise words with its first warm run."""
+    # (the last pointwise thin, so that every weight fits the weight buffer: resident)
+    widths = [(CHANNELS, 1)] * (blocks - 1) + [(FUSED.pout, 1)]
+    model, _ = quantized(mobilenet_like(widths, stem=CHANNELS, hw=8), tmp_path, n=2)
+    program = compile_model(model, FUSED, fuse="always")
+    steps = fused_steps(program)
+    assert len(steps) == blocks and program.resident
+    check_program(program)
+    tiles = pair_buffer_shape(FUSED).tiles
+    stay = FUSED.fused_blocks if blocks == FUSED.fused_blocks else FUSED.fused_blocks - 1
+    assert program.depthwise_words == stay * tiles
+    bases = [s.runs[0].descriptor["dw_base"] for s in steps]
+    assert bases[:stay] == [i * tiles for i in range(stay)]
+    assert set(bases[stay:]) <= {stay * tiles}
+    first_warm = [s.runs[0].warm_descriptor["load_weights"] for s in steps]
+    assert first_warm == [0] * stay + [1] * (blocks - stay)
+    assert not any(r.warm_descriptor["load_weights"] for s in steps for r in s.runs[1:])
+
+
 def test_pads_over_the_limit_are_refused_as_unfused(tmp_path):
     """Pads past ``kmax - 1``: no run takes them, fused or not; the refusal is the
     unfused layer's, as on an engine without the block."""
-    model, _ = quantized(mobilenet_like([(8, 1)], hw=16, pad=3), tmp_path, n=2)
+    model, _ = quantized(mobilenet_like([(8, 1)], hw=16, pad=KMAX), tmp_path, n=2)
     with pytest.raises(MappingError) as plain:
         compile_model(model, FUSED, fuse=False)
-    with pytest.raises(MappingError, match=r"layer '/features/1/dw/Conv': pad_top = 3") as fused:
+    with pytest.raises(MappingError, match=rf"layer '/features/1/dw/Conv': pad_top = {KMAX}") \
+            as fused:
         compile_model(model, FUSED)
     assert str(fused.value) == str(plain.value)
 
@@ -247,7 +306,7 @@ def test_a_pool_or_a_second_reader_keeps_the_pair_unfused(tmp_path):
     mean.input[0] = "pooled"
     graph.graph.node.insert(list(graph.graph.node).index(mean), pool)
     model, _ = quantized(graph, tmp_path, n=2)
-    step = _pair_step(compile_model(model, FUSED))
+    step = _pair_step(compile_model(model, FUSED, fuse="always"))
     assert not step.fused and "the max-pool" in step.unfused_reason
 
     graph = mobilenet_like([(8, 1)], hw=16)
@@ -259,7 +318,7 @@ def test_a_pool_or_a_second_reader_keeps_the_pair_unfused(tmp_path):
     mean.input[0] = "sum"
     graph.graph.node.insert(list(graph.graph.node).index(mean), add)
     model, _ = quantized(graph, tmp_path, n=2)
-    program = compile_model(model, FUSED)
+    program = compile_model(model, FUSED, fuse="always")
     assert fused_steps(program) == []  # the depthwise output has two readers: no block
 
 
@@ -290,7 +349,7 @@ def _check_on_board(board, program, model, x):
 
 def test_ds_cnn_like_runs_fused_on_the_rtl(fused_board, tmp_path):
     model, x = quantized(ds_cnn_like(), tmp_path, n=2)
-    program = compile_model(model, FUSED, batch=2)
+    program = compile_model(model, FUSED, batch=2, fuse="always")
     assert len(fused_steps(program)) == 2
     _check_on_board(fused_board, program, model, x[:2])
 
@@ -300,13 +359,13 @@ def test_mobilenet_like_runs_fused_on_the_rtl(fused_board, tmp_path):
     depthwise words streamed on its warm run; and a block over the channel limit
     unfused beside fused ones (block 1: 33 channels), all bit-exact."""
     model, x = quantized(mobilenet_like(MOBILENET_BLOCKS, hw=MOBILENET_HW), tmp_path, n=1)
-    program = compile_model(model, FUSED)
+    program = compile_model(model, FUSED, fuse="always")
     assert len(fused_steps(program)) == 4
     _check_on_board(fused_board, program, model, x[:1])
     model, x = quantized(mobilenet_like([(8, 1), (16, 1)], stem=33, hw=12), tmp_path, n=1)
-    program = compile_model(model, FUSED)
+    program = compile_model(model, FUSED, fuse="always")
     assert [s.fused for s in program.steps if isinstance(s, EngineStep)
-            and getattr(s.layer, "depthwise", True)] == [False, True]
+            and getattr(s.layer, "depthwise", False)] == [False, True]
     _check_on_board(fused_board, program, model, x[:1])
 
 
@@ -322,13 +381,13 @@ def test_zoo_like_models_run_fused_on_the_pynq_z2_engine(tmp_path):
     board = open_board("sim", PYNQ_FUSED)
     try:
         model, x = quantized(ds_cnn_like(c=64, blocks=4, hw=(49, 10)), tmp_path, n=1)
-        program = compile_model(model, PYNQ_FUSED)
+        program = compile_model(model, PYNQ_FUSED, fuse="always")
         assert len(fused_steps(program)) == 4
         check_program(program)
         _check_on_board(board, program, model, x[:1])
         model, x = quantized(mobilenet_like([(16, 1), (32, 2), (32, 1), (64, 2), (128, 1)],
                                             hw=32), tmp_path, n=1)
-        program = compile_model(model, PYNQ_FUSED)
+        program = compile_model(model, PYNQ_FUSED, fuse="always")
         assert len(fused_steps(program)) == 5
         check_program(program)
         _check_on_board(board, program, model, x[:1])
