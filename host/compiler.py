@@ -538,6 +538,11 @@ def compile_model(model, config, *, batch=1, resident=None, fuse=True):
                                  rows=not _feeds_an_add(layer, nxt, readers))
 
     ready = {}  # index -> its step, compiled unfused to weigh it against a block
+    # Depthwise memory words left for the blocks the cycle model keeps: a block
+    # past it would stream its depthwise words, which come only with the pointwise
+    # weights (the stream's sections), on every warm run.
+    room = engine_contract(config).fused.depthwise_memory.words \
+        if fusing and fuse is True else None
     while i < len(layers):
         layer = layers[i]
         nxt, after = (layers[j] if j < len(layers) else None for j in (i + 1, i + 2))
@@ -545,9 +550,11 @@ def compile_model(model, config, *, batch=1, resident=None, fuse=True):
         reason = ""
         if pw is not None:
             fused, unfused, reason = _fuse_or_not(
-                config, layer, pw, after, batch, cycles, readers, always=fuse == "always",
+                config, layer, pw, after, batch, cycles, readers, room=room,
                 unfused=lambda j=i: (convolution(j), convolution(j + 1)))
             if fused is not None:
+                if room is not None:
+                    room -= int(fused.runs[0].descriptor["ci_tiles"])
                 steps.append(fused)
                 i += 2
                 continue
@@ -572,20 +579,22 @@ def compile_model(model, config, *, batch=1, resident=None, fuse=True):
     return _make_resident(program, resident, cycles)
 
 
-def _fuse_or_not(config, layer, pw, after, batch, cycles, readers, *, always, unfused):
+def _fuse_or_not(config, layer, pw, after, batch, cycles, readers, *, room, unfused):
     """Whether the depthwise ``layer`` and its pointwise ``pw`` run as one fused block:
     ``(fused step or None, (depthwise step, pointwise step) or None, reason)``.
 
     Where the block cannot take them (:func:`_unfusable`, or a limit of the
     engine's that :func:`_fused_step` names), no fused step and the reason.
-    Otherwise, unless ``always``, the pair compiled unfused (``unfused()``, as
-    without the block) is weighed against the block by the cycle model, as the
-    compiler weighs every other choice (the cycles of the runs as compiled,
-    constants loaded): the block's pairs of pixels wait on its pipeline where a
-    pixel has few channels (MobileNet's first, 8-channel block runs at about 15
-    cycles a pair of pixels), so it is not always the faster; the slower of
-    the two is dropped and the reason names both counts. A pair only the block
-    takes (its unfused layers refused) fuses."""
+    ``room`` None (``fuse="always"``): the block. Otherwise a block whose
+    depthwise words exceed the ``room`` words the depthwise memory has left
+    does not fuse (streamed, they would come with the pointwise weights on
+    every warm run), and the pair compiled unfused (``unfused()``, as without
+    the block) is weighed against the block by the cycle model, as the
+    compiler weighs its other choices (the runs as compiled, constants
+    loaded): the block's pixel pairs wait on its pipeline where a pixel has
+    few channels (MobileNet's first, 8-channel block: about 15 cycles a pair),
+    so it is not always the faster; the slower is dropped, the reason names
+    both counts. A pair only the block takes (its layers refused unfused) fuses."""
     reason = _unfusable(config, layer, pw, after, readers)
     if not reason:
         try:
@@ -594,8 +603,13 @@ def _fuse_or_not(config, layer, pw, after, batch, cycles, readers, *, always, un
             reason = str(e)
     if reason:
         return None, None, reason
-    if always:
+    if room is None:
         return fused, None, ""
+    words = int(fused.runs[0].descriptor["ci_tiles"])
+    if words > room:
+        return None, None, (f"layer {fused.name!r}: its {words} depthwise words exceed the "
+                            f"{room} the depthwise memory has left (fused_blocks "
+                            f"{config.fused_blocks})")
     try:
         steps = unfused()
     except MappingError:

@@ -281,6 +281,29 @@ def test_depthwise_memory_holds_fused_blocks_blocks_of_max_channels(blocks, tmp_
     assert not any(r.warm_descriptor["load_weights"] for s in steps for r in s.runs[1:])
 
 
+def test_by_default_blocks_past_the_depthwise_memory_stay_unfused(tmp_path, fused_board):
+    """``fuse=True`` fuses no more blocks than the depthwise memory holds (a streamed
+    block's depthwise words would come with its pointwise weights on every warm
+    run); the block past it compiles unfused, saying why; the mixed program runs
+    bit-exact, its cycles the model's."""
+    # the memory filled by blocks of max_channels, then a thin one (two input tiles),
+    # so that every weight fits the weight buffer (resident)
+    widths = [(CHANNELS, 1)] * (FUSED.fused_blocks - 1) + [(2 * FUSED.pin, 1), (FUSED.pout, 1)]
+    model, x = quantized(mobilenet_like(widths, stem=CHANNELS, hw=8), tmp_path, n=2)
+    program = compile_model(model, FUSED)
+    pairs = [s for s in program.steps if isinstance(s, EngineStep)
+             and getattr(s.layer, "depthwise", False)]
+    assert [s.fused for s in pairs] == [True] * FUSED.fused_blocks + [False]
+    memory = engine_contract(FUSED).fused.depthwise_memory.words
+    assert re.fullmatch(r"layer '.*': its 2 depthwise words "
+                        rf"exceed the 0 the depthwise memory has left \(fused_blocks "
+                        rf"{FUSED.fused_blocks}\)", pairs[-1].unfused_reason)
+    assert program.resident and program.depthwise_words == memory
+    assert not any(r.warm_descriptor["load_weights"] for s in program.steps
+                   for r in getattr(s, "runs", ()))
+    _check_on_board(fused_board, program, model, x[:1])
+
+
 def test_pads_over_the_limit_are_refused_as_unfused(tmp_path):
     """Pads past ``kmax - 1``: no run takes them, fused or not; the refusal is the
     unfused layer's, as on an engine without the block."""
