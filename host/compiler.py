@@ -503,7 +503,7 @@ def compile_model(model, config, *, batch=1, resident=None, fuse=True):
         take (its channels, kernel, stride, a pool after it, ...) or that is
         faster unfused compiles unfused, exactly as without the block, the
         reason in the depthwise step's :attr:`EngineStep.unfused_reason`.
-        False: every layer unfused (the program image, format 6.0, has no
+        False: every layer unfused (the program image has no
         fused record yet: :func:`refuse_fused_steps`).
 
     Returns
@@ -700,7 +700,7 @@ def refuse_fused_steps(program, what):
     """Raise :class:`~fpgacnn.core.errors.MappingError` naming the first fused step of
     ``program`` that ``what`` (a consumer of compiled programs that does not
     carry the fused descriptor fields yet, e.g. the program image of format
-    6.0) cannot take. Compile with ``fuse=False`` for it instead."""
+    7.0) cannot take. Compile with ``fuse=False`` for it instead."""
     for step in program.steps:
         if getattr(step, "fused", False):
             raise MappingError(f"layer {step.name!r}: {what} cannot carry a fused depthwise + "

@@ -844,9 +844,9 @@ def build_image(program, *, memory_bytes=None):
         The image would exceed ``memory_bytes`` (the message names the layer
         whose output no longer fits, or the constants), a run's gather or
         scatter has no pattern in the format, or a step is a fused block
-        (not in format 6.0: compile with ``fuse=False``).
+        (not in this format: compile with ``fuse=False``).
     """
-    refuse_fused_steps(program, "the program image (format 6.0)")
+    refuse_fused_steps(program, "the program image (format %d.%d)" % FORMAT_VERSION)
     config, model = program.config, program.model
     align = alignment(config)
     shapes = _shapes(program)

@@ -211,7 +211,7 @@ def test_fuse_false_and_engines_without_the_block_compile_unfused(tmp_path):
         assert all(not s.unfused_reason for s in program.steps if isinstance(s, EngineStep))
         build_image(program)
     with pytest.raises(MappingError, match=r"layer '/features/1/dw/Conv\+/features/1/pw/Conv'"
-                                           r": the program image \(format 6\.0\) cannot"):
+                                           r": the program image \(format \d+\.\d+\) cannot"):
         build_image(fused)
 
 
@@ -416,3 +416,25 @@ def test_zoo_like_models_run_fused_on_the_pynq_z2_engine(tmp_path):
         _check_on_board(board, program, model, x[:1])
     finally:
         board.close()
+
+
+def test_memory_bound_reads_a_fused_step(tmp_path):
+    """bench/memory_bound.py's rows of a program with fused steps: one a step, a fused
+    step's cycles its runs' (steady state), its bytes the depthwise's input and
+    the pointwise's output, and no fused step counted again as a fusable pair."""
+    from math import prod
+
+    from bench_helpers import load_bench
+    bench = load_bench("memory_bound")
+    model, _ = quantized(ds_cnn_like(), tmp_path, n=2)
+    program = compile_model(model, FUSED, fuse="always")
+    engine_steps = [s for s in program.steps if isinstance(s, EngineStep)]
+    rows = bench._bounds_and_blocks(program, FUSED.stream_bytes)
+    assert [r[0][0] for r in rows] == [s.name for s in engine_steps]
+    for step, ((name, macs, in_bytes, out_bytes, cycles, *_), fusable) in zip(engine_steps,
+                                                                               rows):
+        assert cycles == sum(r.warm_predicted_cycles for r in step.runs)
+        if step.fused:
+            assert not fusable and macs == step.layer.macs + step.pointwise.macs
+            assert (in_bytes, out_bytes) == (prod(step.layer.input_shape),
+                                             prod(step.pointwise.output_shape))
