@@ -242,10 +242,7 @@ class Accelerator:
     def program(self, batch):
         """The compiled program for batches of ``batch`` images (cached)."""
         if batch not in self._programs:
-            # Unfused: every path here runs the program image, whose format
-            # has no fused record yet (compiler.refuse_fused_steps).
-            self._programs[batch] = compile_model(self.model, self.config, batch=batch,
-                                                  fuse=False)
+            self._programs[batch] = compile_model(self.model, self.config, batch=batch)
         return self._programs[batch]
 
     def image(self, batch):

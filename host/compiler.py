@@ -69,7 +69,7 @@ from .nhwc_flatten import nhwc_flatten
 __all__ = ["BatchImage", "BatchTranspose", "ChannelColumns", "ColumnSlice", "EngineRun",
            "EngineStep", "FusedBlockAsConv", "GemmAsConv", "HostStep", "PixelPacking", "Program",
            "RowsColumns", "compile_model", "constants_residency", "pack_run",
-           "refuse_fused_steps"]
+           "refuse_warm_weight_loads"]
 
 
 @dataclass(frozen=True)
@@ -503,8 +503,7 @@ def compile_model(model, config, *, batch=1, resident=None, fuse=True):
         take (its channels, kernel, stride, a pool after it, ...) or that is
         faster unfused compiles unfused, exactly as without the block, the
         reason in the depthwise step's :attr:`EngineStep.unfused_reason`.
-        False: every layer unfused (the program image has no
-        fused record yet: :func:`refuse_fused_steps`).
+        False: every layer unfused.
 
     Returns
     -------
@@ -696,15 +695,20 @@ class FusedBlockAsConv:
                             name=self.name)
 
 
-def refuse_fused_steps(program, what):
-    """Raise :class:`~fpgacnn.core.errors.MappingError` naming the first fused step of
-    ``program`` that ``what`` (a consumer of compiled programs that does not
-    carry the fused descriptor fields yet, e.g. the program image of format
-    7.0) cannot take. Compile with ``fuse=False`` for it instead."""
+def refuse_warm_weight_loads(program, what):
+    """Raise :class:`~fpgacnn.core.errors.MappingError` naming the first step of
+    ``program`` with a run whose warm descriptor loads weights, which ``what``
+    (the program image: a record's warm run streams its parameters at most)
+    cannot express: a fused block past the depthwise memory, compiled with
+    ``fuse="always"`` (:func:`_make_resident`; the default ``fuse=True`` never
+    makes one)."""
     for step in program.steps:
-        if getattr(step, "fused", False):
-            raise MappingError(f"layer {step.name!r}: {what} cannot carry a fused depthwise + "
-                               f"pointwise block (compile with fuse=False)")
+        for run in getattr(step, "runs", ()):
+            if run.warm_descriptor is not None and run.warm_descriptor["load_weights"]:
+                raise MappingError(
+                    f"layer {step.name!r}: {what} cannot stream a block's depthwise words "
+                    f"on its warm runs (it is past the depthwise memory: compile with "
+                    f"fuse=True, which keeps it unfused)")
 
 
 def _place_params(contract, groups):

@@ -79,7 +79,7 @@ from ..core.descriptor import ALL_DESCRIPTOR_FIELDS, complete_descriptor
 from ..core.errors import InputError, MappingError
 from . import conv_views
 from .compiler import (BatchImage, BatchTranspose, ChannelColumns, ColumnSlice, EngineStep,
-                       PixelPacking, ZeroPointColumn, refuse_fused_steps)
+                       PixelPacking, ZeroPointColumn, refuse_warm_weight_loads)
 from .vector_mapping import VECTOR_ADD, vector_params
 
 __all__ = ["ALIGN", "FORMAT_MAGIC", "FORMAT_VERSION", "DestPattern", "EngineRecord",
@@ -861,10 +861,11 @@ def build_image(program, *, memory_bytes=None):
     MappingError
         The image would exceed ``memory_bytes`` (the message names the layer
         whose output no longer fits, or the constants), a run's gather or
-        scatter has no pattern in the format, or a step is a fused block
-        (not in this format: compile with ``fuse=False``).
+        scatter has no pattern in the format, or a run's warm descriptor
+        loads weights (a fused block past the depthwise memory, compiled with
+        ``fuse="always"``: :func:`~fpgacnn.host.compiler.refuse_warm_weight_loads`).
     """
-    refuse_fused_steps(program, "the program image (format %d.%d)" % FORMAT_VERSION)
+    refuse_warm_weight_loads(program, "the program image")
     config, model = program.config, program.model
     align = alignment(config)
     shapes = _shapes(program)

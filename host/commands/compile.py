@@ -80,8 +80,7 @@ def run(args):
         raise InputError(f"--memory-bytes must be positive, not {args.memory_bytes}")
     config, clock_mhz, which = _engine(args)
     model = load_onnx(args.model)
-    # unfused: the image's format has no fused record yet (compiler.refuse_fused_steps)
-    program = compile_model(model, config, batch=args.batch, fuse=False)
+    program = compile_model(model, config, batch=args.batch)
     image = build_image(program, memory_bytes=args.memory_bytes)
     print(f"{model.name}: {len(program.steps)} steps for {which} (pin {config.pin}, "
           f"pout {config.pout}, kmax {config.kmax}), batch {args.batch}")
