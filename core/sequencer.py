@@ -60,6 +60,7 @@ writes below :data:`SEQUENCER_BASE` are dropped and its reads return 0.
 """
 
 from dataclasses import dataclass
+import functools
 import math
 
 from .config import require_config
@@ -155,6 +156,7 @@ def _extra_descriptor_fields(config):
     return fields[len(DESCRIPTOR_FIELDS):]
 
 
+@functools.lru_cache(maxsize=256)  # per configuration: the host asks per record
 def record_fields(config):
     """The words of a run-table record of an engine of ``config``: :data:`RECORD_FIELDS`,
     then a ``desc_<name>`` word for each of the engine's descriptor fields past
@@ -176,6 +178,7 @@ def record_fields(config):
     return tuple(out)
 
 
+@functools.lru_cache(maxsize=256)
 def descriptor_words(config):
     """``(field, record word)`` for each descriptor register of an engine of
     ``config``, in register order: the registers the sequencer writes before a

@@ -19,6 +19,7 @@ from types import MappingProxyType, SimpleNamespace
 import numpy as np
 
 from fpgacnn.core.contract import engine_contract
+from fpgacnn.core.errors import MappingError
 from fpgacnn.core.fused_block import pointwise_tiles
 from fpgacnn.host import integer_ops
 from fpgacnn.host.compiler import (ChannelColumns, ColumnSlice, EngineRun, EngineStep,
@@ -157,4 +158,34 @@ def fused_program(config, c, h, w, blocks, *, batch=1, seed=0):
     return program, x8, y
 
 
-__all__ = ["Block", "fused_program", "fused_run", "random_layers", "reference"]
+def random_chain(config, rng, *, blocks=3):
+    """A random chain for :func:`fused_program` that the engine takes: ``(c, h, w,
+    blocks, batch)``, channels from one to the pair buffer's limit (``max_channels``)
+    and output channels to ``max_out_channels``, strides 1 to the pairs' stride,
+    ``2 x 2`` and ``3 x 3`` kernels (up to ``kmax``), pads of 0 to ``k - 1`` a
+    side; each block drawn until the engine takes it
+    (:func:`~fpgacnn.core.contract.descriptor_violations`, through
+    :func:`~fpgacnn.host.packing.pack_fused_block`)."""
+    contract = engine_contract(config)
+    c = int(rng.integers(1, config.max_channels + 1))
+    h, w = int(rng.integers(2, 8)), int(rng.integers(2, min(config.max_width, 9) + 1))
+    chain, shape = [], (c, h, w)
+    while len(chain) < blocks:
+        k = int(rng.integers(2, config.kmax + 1))
+        block = Block(cout=int(rng.integers(1, config.max_out_channels + 1)), k=k,
+                      stride=int(rng.integers(1, contract.pair_stride + 1)),
+                      pads=tuple(int(p) for p in rng.integers(0, k, 4)),
+                      relu=bool(rng.integers(2)))
+        dw, pw = random_layers(rng, shape[0], block.cout, k, block.relu)
+        try:
+            _, out_shape = fused_run(config, (1, *shape), 0, dw, pw, stride=block.stride,
+                                     pads=block.pads)
+        except MappingError:
+            continue  # no output, or over a limit of the engine: draw again
+        chain.append(block)
+        shape = out_shape
+    return c, h, w, chain, int(rng.integers(1, 3))
+
+
+__all__ = ["Block", "fused_program", "fused_run", "random_chain", "random_layers",
+           "reference"]

@@ -16,7 +16,8 @@ counters are :func:`~fpgacnn.host.cycle_model.sequenced_run_cycles` of its
 table's descriptor, reader and writer fields, exactly.
 """
 
-from types import SimpleNamespace
+import dataclasses
+from types import MappingProxyType, SimpleNamespace
 
 import numpy as np
 import pytest
@@ -37,11 +38,11 @@ from fpgacnn.host.engine_driver import EngineDriver
 from fpgacnn.host.packing import pack_fused_block
 from fpgacnn.host.program_image import (FORMAT_VERSION, EngineRecord, ProgramImage,
                                         build_image)
-from fpgacnn.host.program_runner import record_stream
+from fpgacnn.host.program_runner import record_stream, run_program
 from fpgacnn.host.sequencer_runner import SequencerDriver, run_sequenced
 from fpgacnn.host.sequencer_table import SequencerProgram
 
-from fused_program_helpers import Block, fused_program
+from fused_program_helpers import Block, fused_program, random_chain
 
 #: tests/test_fused_core.py's engine: pin 4, pout 4, kmax 3, 64-bit beats, pairs at
 #: strides 1 and 2 (spare_bank 2), the pair buffer 8 tiles, two blocks' depthwise words.
@@ -65,7 +66,7 @@ CHAINS = {
     "fused": [
         (8, 5, 6, [Block(12, relu=True), Block(5, stride=2), Block(16, k=2, pads=(0, 1, 0, 0))],
          2),
-        (32, 4, 5, [Block(16, pads=(0, 0, 1, 1)), Block(32, stride=2),
+        (32, 4, 5, [Block(16, pads=(0, 0, 1, 1)), Block(16, stride=2),
                     Block(7, relu=True)], 1),
         (3, 7, 7, [Block(4, stride=2, pads=(1, 1, 1, 1)), Block(8, k=2, pads=(1, 1, 0, 0))],
          3),
@@ -258,6 +259,82 @@ def test_fused_chains_run_on_the_sequencer_bit_exact(board, memory):
     finally:
         board.set_memory_timing()
     assert modelled > 0 or bandwidth < config.stream_bytes
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_random_fused_chains_on_the_sequencer(board, seed):
+    """Random chains (random_chain: channels to the pair buffer's limit, strides to the
+    pairs', kernels, pads, zero points, batches), at each memory of MEMORIES."""
+    config = ENGINES[board.config_name]
+    rng = np.random.default_rng(1000 + seed)
+    c, h, w, blocks, batch = random_chain(config, rng)
+    program, x8, want = fused_program(config, c, h, w, blocks, batch=batch, seed=seed)
+    image = build_image(program)
+    driver = EngineDriver(board, expected=config)
+    seq_driver = SequencerDriver(board, config)
+    try:
+        for latency, bandwidth in MEMORIES:
+            board.set_memory_timing(latency=latency, bytes_per_cycle=bandwidth)
+            sequenced = SequencerProgram(image)
+            for warm in (False, True) if program.resident else (False,):
+                y, _ = run_sequenced(sequenced, program, driver, seq_driver, x8, warm=warm,
+                                     timeout_of=_timeout)
+                assert_array_equal(y, want, err_msg=f"{blocks} warm={warm} "
+                                                    f"memory={latency, bandwidth}")
+                if bandwidth >= config.stream_bytes:
+                    _cycles_as_modelled(sequenced, warm)
+    finally:
+        board.set_memory_timing()
+
+
+def test_fused_chains_run_record_by_record_through_the_dma(board):
+    """The host's path (program_runner, EngineDriver.run_layer: the fused registers
+    written by the driver), the same chains: bit-exact, each run's busy cycles its
+    record's predicted cycles."""
+    config = ENGINES[board.config_name]
+    driver = EngineDriver(board, expected=config)
+    for index in range(len(CHAINS[board.config_name])):
+        program, image, x8, want = _image(board.config_name, index)
+        y, reports = run_program(image, program, driver, x8, timeout_of=_timeout)
+        assert_array_equal(y, want, err_msg=f"chain {index}")
+        for report in reports:
+            assert report["cycles"] == report["predicted_cycles"], report
+
+
+def _with_dw_base(program, step, dw_base):
+    """``program`` with step ``step``'s run at depthwise-memory word ``dw_base`` (not
+    checked: the engine's descriptor check judges it)."""
+    run = program.steps[step].runs[0]
+    desc = MappingProxyType(dict(run.descriptor, dw_base=dw_base))
+    program.steps[step].runs[0] = dataclasses.replace(run, descriptor=desc,
+                                                      warm_descriptor=None)
+    return dataclasses.replace(program, resident=False)
+
+
+def test_a_fused_record_at_and_over_the_depthwise_memory(board):
+    """At the limit (the block's words end on the memory's last word) the chain runs
+    bit-exact; one word over, the engine refuses the record the sequencer wrote
+    (its desc_dw_base), the error naming the layer and the field, and the board
+    runs the next program as before."""
+    config = ENGINES[board.config_name]
+    words = engine_contract(config).fused.depthwise_memory.words
+    driver = EngineDriver(board, expected=config)
+    seq_driver = SequencerDriver(board, config)
+    program, _, x8, want = _image(board.config_name, 0)
+    tiles = program.steps[1].runs[0].descriptor["ci_tiles"]
+    at_limit = _with_dw_base(program, 1, words - tiles)
+    y, _ = run_sequenced(SequencerProgram(build_image(at_limit)), at_limit, driver, seq_driver,
+                         x8, timeout_of=_timeout)
+    assert_array_equal(y, want)
+    over = _with_dw_base(program, 1, words - tiles + 1)
+    with pytest.raises(BackendError, match=r"layer 'block1'.*dw_base = "
+                                           rf"{words - tiles + 1}"):
+        run_sequenced(SequencerProgram(build_image(over)), over, driver, seq_driver, x8,
+                      timeout_of=_timeout)
+    program, _, x8, want = _image(board.config_name, 1)
+    y, _ = run_sequenced(SequencerProgram(build_image(program)), program, driver, seq_driver,
+                         x8, timeout_of=_timeout)
+    assert_array_equal(y, want)
 
 
 def _cycles_as_modelled(sequenced, warm):
