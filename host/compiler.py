@@ -456,9 +456,9 @@ def _pointwise_partner(layer, nxt, readers):
     return nxt
 
 
-def _unfusable(config, layer, pw, after, readers):
+def _unfusable(layer, pw, after, readers):
     """Why the depthwise ``layer`` and its pointwise partner ``pw`` cannot run as one
-    fused block on ``config``'s engine, "" when nothing the block's shape alone
+    fused block, "" when nothing the block's shape alone
     rules out (the engine's limits are then :func:`_fused_step`'s to check).
 
     The pointwise must be a plain 1x1 (stride 1, no pads: the pair buffer holds
@@ -594,7 +594,7 @@ def _fuse_or_not(config, layer, pw, after, batch, cycles, readers, *, room, unfu
     few channels (MobileNet's first, 8-channel block: about 15 cycles a pair),
     so it is not always the faster; the slower is dropped, the reason names
     both counts. A pair only the block takes (its layers refused unfused) fuses."""
-    reason = _unfusable(config, layer, pw, after, readers)
+    reason = _unfusable(layer, pw, after, readers)
     if not reason:
         try:
             fused = _fused_step(config, layer, pw, batch, cycles)
