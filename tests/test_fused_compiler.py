@@ -197,6 +197,23 @@ def test_the_cycle_model_chooses_between_a_block_and_its_two_layers(tmp_path):
         compile_model(mobile, FUSED, fuse="yes")
 
 
+def test_fpgacnn_compile_shows_the_fused_steps_and_why_a_pair_is_not(tmp_path, capsys):
+    """``fpgacnn compile`` on an engine with the block: a fused step's row says
+    ``fused``, an unfused pair's the reason under its depthwise row."""
+    from fpgacnn.host.cli import main
+    config = tmp_path / "fused.toml"
+    config.write_text("[engine]\n" + "".join(f"{k} = {v}\n" for k, v in FUSED.as_dict().items()))
+    widths = [(CHANNELS, 1)] * (FUSED.fused_blocks - 1) + [(2 * FUSED.pin, 1), (FUSED.pout, 1)]
+    quantized(mobilenet_like(widths, stem=CHANNELS, hw=8), tmp_path, n=2)
+    onnx_path = tmp_path / "mobilenet_like_int8.onnx"  # (written by quantized)
+    assert main(["compile", str(onnx_path), "--config", str(config)]) == 0
+    rows = capsys.readouterr().out.splitlines()
+    fused = [r for r in rows if " engine  fused " in r]
+    assert len(fused) == FUSED.fused_blocks
+    (why,) = [i for i, r in enumerate(rows) if r.startswith("      not fused: ")]
+    assert "/features/3/dw/Conv " in rows[why - 1] and "depthwise memory has left" in rows[why]
+
+
 def test_fuse_false_and_engines_without_the_block_compile_unfused(tmp_path):
     """The same model unfused: with ``fuse=False``, and on an engine without
     ``fused_blocks``; every one of them laid out as a program image."""
