@@ -11,7 +11,7 @@ runs that record and starts the sequencer again at the next one
 (docs/program.md, "How a program runs").
 
 Both sides read this module: the gateware decodes the registers of
-:func:`build_sequencer_regmap` and the record words of :data:`RECORD_FIELDS`;
+:func:`build_sequencer_regmap` and the record words of :func:`record_fields`;
 the host (:mod:`fpgacnn.host.sequencer_table`) writes the records and drives
 the registers.
 
@@ -76,10 +76,9 @@ from .vector_fields import VECTOR_FIELDS
 
 __all__ = ["SEQUENCER_BASE", "SEQUENCER_MAGIC", "RECORD_FIELDS", "VECTOR_RECORD_FIELDS",
            "RECORD_ENGINE", "RECORD_HOST", "RECORD_VECTOR", "RECORD_SKIP", "RECORD_INDEX_BITS",
-           "MAX_RECORDS",
-           "COUNTER_WORDS", "RecordField", "descriptor_words", "engine_descriptor",
-           "record_fields",
-           "record_bytes", "record_word", "build_sequencer_regmap"]
+           "MAX_RECORDS", "COUNTER_WORDS", "RecordField", "descriptor_words",
+           "engine_descriptor", "record_fields", "record_bytes", "record_word",
+           "build_sequencer_regmap"]
 
 #: Byte address of the sequencer's first register: the upper half of the 4 KiB window.
 SEQUENCER_BASE = 0x800

@@ -55,8 +55,8 @@ PAIRS_FUSED = EngineConfig(pin=4, pout=4, kmax=3, stream_width=64, max_width=16,
                            max_channels=16, max_out_channels=16, writer_words=2, spare_bank=1,
                            pixel_pairs=1, fused_blocks=1)
 #: The same engines without the block.
-PLAIN = {"fused": EngineConfig(**{**FUSED.__dict__, "fused_blocks": 0}),
-         "pairs": EngineConfig(**{**PAIRS_FUSED.__dict__, "fused_blocks": 0})}
+PLAIN = {"fused": dataclasses.replace(FUSED, fused_blocks=0),
+         "pairs": dataclasses.replace(PAIRS_FUSED, fused_blocks=0)}
 
 #: Chains per engine: (input channels, height, width, blocks, batch). Channels over
 #: whole tiles, part of a tile, the pair buffer's limit (32 on FUSED, 16 on

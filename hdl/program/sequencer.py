@@ -1,7 +1,7 @@
 """The program sequencer: a network program's engine runs, one after another (issue 16).
 
-It walks a range of the run table (:data:`fpgacnn.core.sequencer.RECORD_FIELDS`)
-in board memory. For each record::
+It walks a range of the run table (:func:`fpgacnn.core.sequencer.record_fields`
+of its engine) in board memory. For each record::
 
     FETCH    read the record into a register, R bytes a read (the memory port's
              read_bytes) where the table is R-aligned (the host's always is),
