@@ -17,8 +17,9 @@ they fit: what BENCHMARKS.md section 5 measures on the RTL).
 
 The fused columns are the floors of the fused depthwise + pointwise block
 designed in docs/engine.md ("The fused depthwise + pointwise block",
-built on the convolution core, not yet in the compiler): a depthwise layer whose output only the next 1x1 convolution
-reads runs with it as one block that reads the depthwise input and writes
+built on the convolution core, compiled on engines with ``fused_blocks``,
+none of the sized ones: "Step 4"): a depthwise layer whose output only the
+next 1x1 convolution reads runs with it as one block that reads the depthwise input and writes
 the pointwise output, nothing between them; its floor ``max(pw MACs /
 peak, dw MACs / U, in_bytes / B, out_bytes / B)`` with the depthwise on a
 unit of its own of ``U`` products a cycle, and ``max(dw MACs / D + pw MACs
@@ -82,7 +83,8 @@ def _bounds_and_blocks(program, bytes_per_cycle):
     rows = []
     for n, step in enumerate(steps):
         after = steps[n + 1] if n + 1 < len(steps) else None
-        fusable = (isinstance(step.layer, GroupedConv) and step.layer.depthwise
+        # (a step compiled fused already is a block: its row has both layers)
+        fusable = (not step.fused and isinstance(step.layer, GroupedConv) and step.layer.depthwise
                    and after is not None and isinstance(after.layer, Conv)
                    and after.layer.kernel == (1, 1) and after.inputs[0] == step.output
                    and readers.get(step.output) == 1)

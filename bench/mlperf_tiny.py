@@ -19,9 +19,12 @@ reports:
 - lane use: the MACs / the products of the windows issued (``compute_cycles``
   x peak), i.e. the utilization the array would have if it issued every
   cycle; block-diagonal zeros, idle lanes and the 1x1 remap's waste are the rest;
-- the depthwise layers' utilization and their share of cycles and MACs;
+- the depthwise layers' utilization and their share of cycles and MACs (a
+  depthwise layer fused with the pointwise after it, on an engine with
+  ``fused_blocks``, is one ``fused`` step: its MACs are the block's, not
+  a depthwise layer's);
 - per layer (for the ``--detail`` engines): mapping (dense, im2col,
-  grouped/k, depthwise/k, dilated, gemm), runs, cycles, utilization and the bound.
+  grouped/k, depthwise/k, dilated, gemm, fused), runs, cycles, utilization and the bound.
 
 The bound of a layer is derived from the cycle model
 (:func:`fpgacnn.host.cycle_model.layer_cycles`) run by run. A run's cycles
@@ -355,10 +358,16 @@ def compile_network(name, model, engine, batch):
             for p in parts:
                 parts[p] += split[p]
         layer = step.layer
+        fused = getattr(step, "fused", False)
+        shape = describe_layer(layer)
+        if fused:  # the depthwise and the pointwise after it, one engine step
+            shape += " + " + describe_layer(step.pointwise).split(" @")[0]
         result.layers.append(LayerResult(
-            name=step.name, op=step.op, shape=describe_layer(layer),
+            name=step.name, op=step.op, shape=shape,
             mapping=getattr(step, "mapping", "dense"),
-            depthwise=isinstance(layer, GroupedConv) and layer.depthwise,
+            # A fused block's depthwise half runs in the depthwise unit beside the
+            # array, its MACs counted with the pointwise's: not a depthwise layer here.
+            depthwise=isinstance(layer, GroupedConv) and layer.depthwise and not fused,
             runs=len(step.runs), macs=step.macs, cycles=cycles, parts=parts))
     return result
 

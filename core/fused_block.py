@@ -196,9 +196,9 @@ def depthwise_on_vector_lanes(config):
 
     While the block has the lanes the fused residual Add
     (:mod:`~fpgacnn.core.fused_add_fields`), which computes on them too, cannot
-    have them: where this is True a program's fused block run must not enable
-    the fused Add (the compiler's rule, step 4; the vector unit gives the lanes
-    to the block).
+    have them: where this is True a program's fused block run does not enable
+    the fused Add (:func:`fpgacnn.host.fused_add.fusions` leaves the Add a vector
+    record; the vector unit gives the lanes to the block).
     """
     require_config(config)
     return bool(config.fused_blocks) and read_bytes(config) >= depthwise_lanes(config)

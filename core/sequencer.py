@@ -11,7 +11,7 @@ runs that record and starts the sequencer again at the next one
 (docs/program.md, "How a program runs").
 
 Both sides read this module: the gateware decodes the registers of
-:func:`build_sequencer_regmap` and the record words of :data:`RECORD_FIELDS`;
+:func:`build_sequencer_regmap` and the record words of :func:`record_fields`;
 the host (:mod:`fpgacnn.host.sequencer_table`) writes the records and drives
 the registers.
 
@@ -28,6 +28,16 @@ below it, on the same AXI4-Lite port)::
     seq_control   start, abort (write 1 to pulse)
     seq_status    busy, done, host, error, index (16)               (ro)
     seq_cycles    cycles from the last start to its stop            (ro)
+
+On an engine whose descriptor has registers past
+:data:`~fpgacnn.core.descriptor.DESCRIPTOR_FIELDS` (register map 2.6, an
+engine generated with ``fused_blocks``: the fused block's five fields), a
+record carries a ``desc_<name>`` word for each of them too, after
+``counters`` (:func:`record_fields`): every word of :data:`RECORD_FIELDS`
+keeps its offset on every engine, and an engine without the block keeps its
+record and its sequencer's Verilog byte for byte. The sequencer writes the
+engine's descriptor registers in register order
+(:func:`descriptor_words`), whatever their words' places.
 
 A record of op ``RECORD_VECTOR`` is a layer between the convolutions (a
 residual Add, a max or average pool, a copy) that the vector unit runs from
@@ -50,10 +60,13 @@ writes below :data:`SEQUENCER_BASE` are dropped and its reads return 0.
 """
 
 from dataclasses import dataclass
+import functools
 import math
 
 from .config import require_config
-from .descriptor import DESCRIPTOR_FIELDS
+from .contract import engine_contract
+from .descriptor import ALL_DESCRIPTOR_FIELDS, DESCRIPTOR_FIELDS, complete_descriptor
+from .errors import MappingError
 from .fused_add_fields import FUSED_ADD_FIELDS
 from .memory_port import read_bytes
 from .pixel_reader_fields import READER_FIELDS
@@ -63,9 +76,9 @@ from .vector_fields import VECTOR_FIELDS
 
 __all__ = ["SEQUENCER_BASE", "SEQUENCER_MAGIC", "RECORD_FIELDS", "VECTOR_RECORD_FIELDS",
            "RECORD_ENGINE", "RECORD_HOST", "RECORD_VECTOR", "RECORD_SKIP", "RECORD_INDEX_BITS",
-           "MAX_RECORDS",
-           "COUNTER_WORDS", "RecordField",
-           "record_bytes", "record_word", "build_sequencer_regmap"]
+           "MAX_RECORDS", "COUNTER_WORDS", "RecordField", "descriptor_words",
+           "engine_descriptor", "record_fields", "record_bytes", "record_word",
+           "build_sequencer_regmap"]
 
 #: Byte address of the sequencer's first register: the upper half of the 4 KiB window.
 SEQUENCER_BASE = 0x800
@@ -131,21 +144,95 @@ def _vector_fields():
 #: The words of a RECORD_VECTOR record after ``op``: the vector unit's fields, then
 #: ``counters`` at the offset of an engine record's.
 VECTOR_RECORD_FIELDS = _vector_fields()
+
+
+def _extra_descriptor_fields(config):
+    """The engine's descriptor fields past :data:`DESCRIPTOR_FIELDS` (its contract's
+    list, in register order: the fused block's on a 2.6 engine, else none)."""
+    fields = engine_contract(config).descriptor_fields
+    # The 2.5 fields lead every engine's list: their words are RECORD_FIELDS'.
+    assert fields[:len(DESCRIPTOR_FIELDS)] == DESCRIPTOR_FIELDS
+    return fields[len(DESCRIPTOR_FIELDS):]
+
+
+@functools.lru_cache(maxsize=256)  # per configuration: the host asks per record
+def record_fields(config):
+    """The words of a run-table record of an engine of ``config``: :data:`RECORD_FIELDS`,
+    then a ``desc_<name>`` word for each of the engine's descriptor fields past
+    :data:`~fpgacnn.core.descriptor.DESCRIPTOR_FIELDS`
+    (:attr:`~fpgacnn.core.contract.EngineContract.descriptor_fields`: the fused
+    block's, register map 2.6). Added after ``counters`` so that every other word
+    keeps its offset (:func:`record_word`) on every engine.
+
+    Returns
+    -------
+    tuple of RecordField
+    """
+    require_config(config)
+    out = list(RECORD_FIELDS)
+    offset = len(RECORD_FIELDS)
+    for i, f in enumerate(_extra_descriptor_fields(config)):
+        out.append(RecordField(f"desc_{f.name}", offset + i, 1,
+                               f"the desc_{f.name} register's word"))
+    return tuple(out)
+
+
+@functools.lru_cache(maxsize=256)
+def descriptor_words(config):
+    """``(field, record word)`` for each descriptor register of an engine of
+    ``config``, in register order: the registers the sequencer writes before a
+    run and the record words it writes them from (:func:`record_fields`)."""
+    fields = engine_contract(config).descriptor_fields
+    return tuple((f, record_word(f"desc_{f.name}", config)) for f in fields)
+
+
+def engine_descriptor(config, desc, name):
+    """``desc`` completed to the fields of an engine of ``config`` (its contract's
+    :attr:`~fpgacnn.core.contract.EngineContract.descriptor_fields`: the registers
+    the sequencer writes).
+
+    Raises
+    ------
+    MappingError
+        ``desc`` sets a field the engine has no register for (a fused block's on an
+        engine generated without ``fused_blocks``): dropping it would run another
+        layer.
+    """
+    desc = complete_descriptor(desc, ALL_DESCRIPTOR_FIELDS)
+    fields = engine_contract(config).descriptor_fields
+    absent = [f.name for f in ALL_DESCRIPTOR_FIELDS
+              if f not in fields and int(desc[f.name]) != f.default]
+    if absent:
+        raise MappingError(f"{name}: the engine has no descriptor field {', '.join(absent)} "
+                           f"(generated without fused_blocks)")
+    return {f.name: desc[f.name] for f in fields}
+
+
 _BY_NAME = {f.name: f for f in RECORD_FIELDS + VECTOR_RECORD_FIELDS}
 
 
-def record_word(name):
-    """The word offset of record field ``name``."""
-    return _BY_NAME[name].offset
+def record_word(name, config=None):
+    """The word offset of record field ``name`` (a word past :data:`RECORD_FIELDS`,
+    such as ``desc_fused``, of the record of an engine of ``config``:
+    :func:`record_fields`; ``KeyError`` where that engine's record has none)."""
+    if name in _BY_NAME:
+        return _BY_NAME[name].offset
+    if config is None:
+        raise KeyError(f"{name}: not a word of every engine's record (give the config)")
+    for f in record_fields(config):
+        if f.name == name:
+            return f.offset
+    raise KeyError(f"{name}: not a word of this engine's run-table record")
 
 
 def record_bytes(config):
-    """Bytes of one record for ``config``: the fields, padded to whole memory reads
-    (R bytes, :func:`~fpgacnn.core.memory_port.read_bytes`: the sequencer fetches a
-    record R bytes a read where its table is R-aligned) of whole 32-bit words."""
+    """Bytes of one record for ``config``: the fields (:func:`record_fields`), padded
+    to whole memory reads (R bytes, :func:`~fpgacnn.core.memory_port.read_bytes`: the
+    sequencer fetches a record R bytes a read where its table is R-aligned) of whole
+    32-bit words."""
     require_config(config)
     unit = math.lcm(4, read_bytes(config))
-    return -(-4 * len(RECORD_FIELDS) // unit) * unit
+    return -(-4 * len(record_fields(config)) // unit) * unit
 
 
 def build_sequencer_regmap(config):

@@ -58,16 +58,18 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..core.contract import engine_contract
+from ..core.contract import descriptor_violations, engine_contract
 from ..core.errors import InputError, MappingError
+from ..core.fused_block import pointwise_tiles
 from . import conv_views, packing
 from .cycle_model import layer_cycles
 from .layers import Add, Conv, DilatedConv, Gemm, GroupedConv, MaxPool
 from .nhwc_flatten import nhwc_flatten
 
 __all__ = ["BatchImage", "BatchTranspose", "ChannelColumns", "ColumnSlice", "EngineRun",
-           "EngineStep", "GemmAsConv", "HostStep", "PixelPacking", "Program", "RowsColumns",
-           "compile_model", "constants_residency", "pack_run"]
+           "EngineStep", "FusedBlockAsConv", "GemmAsConv", "HostStep", "PixelPacking", "Program",
+           "RowsColumns", "compile_model", "constants_residency", "pack_run",
+           "refuse_warm_weight_loads"]
 
 
 @dataclass(frozen=True)
@@ -263,12 +265,17 @@ class EngineRun:
         """The run's input stream for the step input ``x``: the packed weights
         (when the descriptor loads them, or ``load_weights`` says so), then the
         pixels; ``warm``: as :attr:`warm_descriptor` wants it (the parameters
-        at most)."""
+        at most, or every constant where it loads weights: a fused block whose
+        depthwise words are streamed, :func:`_make_resident`)."""
         xs = self.gather(x)
         if xs.shape != self.in_shape:
             raise InputError(f"the run was compiled for input {self.in_shape}, not {xs.shape} "
                              f"(compile the program for this batch)")
         pixels = self.pack_pixels(xs)
+        if warm and self.warm_descriptor["load_weights"]:
+            # a fused block whose depthwise words have no place of their own in
+            # the depthwise memory streams every constant on its first warm run
+            return np.concatenate((self.weights, pixels))
         if warm:
             if self.warm_descriptor["load_params"]:
                 return np.concatenate((self.weights[:self.params_nbytes], pixels))
@@ -284,19 +291,36 @@ class EngineRun:
 
 @dataclass
 class EngineStep:
-    """A Conv (or Gemm, as a 1x1 convolution) on the engine, maybe with a fused max-pool."""
+    """A Conv (or Gemm, as a 1x1 convolution) on the engine, maybe with a fused max-pool,
+    or a fused depthwise + pointwise block (``layer`` the depthwise, ``pointwise``
+    the 1x1 Conv after it: :attr:`fused`)."""
 
     layer: object
     pool: object = None
     runs: list = field(default_factory=list)
     #: How the layer reaches the engine: ``"dense"``, ``"dilated"`` (zeros between
     #: taps), ``"im2col"`` (taps folded into channels), ``"grouped/k"`` (``k``
-    #: groups per block-diagonal view), ``"gemm"``.
+    #: groups per block-diagonal view), ``"gemm"``, ``"fused"`` (a fused block).
     mapping: str = "dense"
+    #: The pointwise 1x1 Conv of a fused block (None otherwise).
+    pointwise: object = None
+    #: Why a depthwise layer whose output only a pointwise Conv reads did not fuse
+    #: with it on an engine with ``fused_blocks`` (the limit it broke); "" otherwise.
+    unfused_reason: str = ""
+
+    @property
+    def fused(self):
+        """Whether the step is a fused depthwise + pointwise block (descriptor ``fused``)."""
+        return self.pointwise is not None
+
+    @property
+    def _last(self):
+        return self.pool or self.pointwise or self.layer
 
     @property
     def name(self):
-        return self.layer.name if self.pool is None else f"{self.layer.name}+{self.pool.name}"
+        last = self._last
+        return self.layer.name if last is self.layer else f"{self.layer.name}+{last.name}"
 
     @property
     def inputs(self):
@@ -304,26 +328,30 @@ class EngineStep:
 
     @property
     def output(self):
-        return (self.pool or self.layer).output
+        return self._last.output
 
     @property
     def output_shape(self):
-        """Per-image shape of the step's output (after the fused pool)."""
-        return (self.pool or self.layer).output_shape
+        """Per-image shape of the step's output (after the fused pool or pointwise)."""
+        return self._last.output_shape
 
     @property
     def macs(self):
-        return self.layer.macs
+        return self.layer.macs + (self.pointwise.macs if self.fused else 0)
 
     @property
     def op(self):
+        if self.fused:
+            return f"{self.layer.op}+{self.pointwise.op}"
         return self.layer.op if self.pool is None else f"{self.layer.op}+MaxPool"
 
     @property
     def clamp(self):
-        lo, hi = self.layer.lo, self.layer.hi
+        """The output clamp (of a fused block: the pointwise's; the depthwise's is the
+        descriptor's ``dw_clamp_lo``/``dw_clamp_hi``)."""
+        lo, hi = self._last.lo, self._last.hi
         if self.pool is not None:  # clamps commute with max: apply both at once
-            lo, hi = max(lo, self.pool.lo), min(hi, self.pool.hi)
+            lo, hi = max(self.layer.lo, lo), min(self.layer.hi, hi)
         return lo, hi
 
 
@@ -364,7 +392,8 @@ class Program:
     ``weight_words`` of the buffer are taken. ``param_words``: the words of
     the parameter buffer taken by the channel groups whose parameters stay
     there too (``param_base``; an engine with ``param_words``), whose warm
-    runs stream no constants at all.
+    runs stream no constants at all. ``depthwise_words``: the same for the
+    fused blocks' depthwise words (``dw_base``).
     """
 
     model: object
@@ -374,6 +403,10 @@ class Program:
     resident: bool = False
     weight_words: int = 0
     param_words: int = 0
+    #: Words of the depthwise memory taken by the fused blocks whose depthwise
+    #: words stay there (``dw_base``; resident programs on an engine with
+    #: ``fused_blocks``); the others' are streamed to the words after them.
+    depthwise_words: int = 0
 
 
 class _Plan(NamedTuple):
@@ -405,7 +438,48 @@ def _fusable_pool(layer, pool, readers):
             and max(layer.lo, pool.lo) <= min(layer.hi, pool.hi))
 
 
-def compile_model(model, config, *, batch=1, resident=None):
+def _pointwise_partner(layer, nxt, readers):
+    """The pointwise 1x1 Conv ``nxt`` when it alone reads the depthwise ``layer``'s output
+    and could take its place in a fused block (docs/engine.md, "Step 4"); None when
+    the pair is not a block at all (no reason to tell).
+
+    Found as :func:`_feeds_an_add` finds an Add's convolution: the next layer,
+    the only reader. A Relu or clamp between them is already the depthwise's
+    clamp (the importer folds it into ``lo``/``hi``), which the block applies
+    (``dw_clamp_lo``/``dw_clamp_hi``)."""
+    if not (isinstance(layer, GroupedConv) and layer.depthwise
+            and layer.weight.shape[0] == layer.group):
+        return None  # (a channel multiplier: not one output channel a channel)
+    if not (isinstance(nxt, Conv) and nxt.kernel == (1, 1) and nxt.inputs == (layer.output,)
+            and readers.get(layer.output, 0) == 1):
+        return None
+    return nxt
+
+
+def _unfusable(layer, pw, after, readers):
+    """Why the depthwise ``layer`` and its pointwise partner ``pw`` cannot run as one
+    fused block, "" when nothing the block's shape alone
+    rules out (the engine's limits are then :func:`_fused_step`'s to check).
+
+    The pointwise must be a plain 1x1 (stride 1, no pads: the pair buffer holds
+    the depthwise's output pixels one for one), its input zero point the
+    depthwise's output zero point (one tensor between them), and not followed by
+    a max-pool the engine would fuse behind it (a fused run has no pool: fusing
+    the block would send the pool to the host)."""
+    if layer.dilation != (1, 1):
+        return f"dilation {layer.dilation[0]}x{layer.dilation[1]} (the block's window is dense)"
+    if pw.stride != (1, 1) or any(pw.pads):
+        return f"{pw.name!r} has stride {pw.stride} or pads {pw.pads} (a fused pointwise has none)"
+    if pw.x_zero_point != layer.y_zero_point:
+        return (f"{pw.name!r}'s input zero point {pw.x_zero_point} is not {layer.name!r}'s "
+                f"output zero point {layer.y_zero_point}")
+    if _fusable_pool(pw, after, readers):
+        return (f"the max-pool {after.name!r} after {pw.name!r} fuses into it (a fused block "
+                f"has no pool)")
+    return ""
+
+
+def compile_model(model, config, *, batch=1, resident=None, fuse=True):
     """Compile ``model`` for an engine generated with ``config``.
 
     Parameters
@@ -420,6 +494,16 @@ def compile_model(model, config, *, batch=1, resident=None):
         (docs/engine.md, "Resident weights"). Default: when the engine can
         (its contract's ``resident_weights``) and the program's weights fit
         its weight buffer together. True where they cannot is a MappingError.
+    fuse : bool or "always"
+        On an engine with ``fused_blocks``, compile each depthwise Conv whose
+        output only the next pointwise 1x1 Conv reads, with it, into one step
+        of fused runs (:attr:`EngineStep.fused`, docs/engine.md "Step 4")
+        where the cycle model predicts fewer cycles than the two unfused
+        (``"always"``: wherever the block takes them). A pair the block cannot
+        take (its channels, kernel, stride, a pool after it, ...) or that is
+        faster unfused compiles unfused, exactly as without the block, the
+        reason in the depthwise step's :attr:`EngineStep.unfused_reason`.
+        False: every layer unfused.
 
     Returns
     -------
@@ -440,15 +524,44 @@ def compile_model(model, config, *, batch=1, resident=None):
     readers[model.output_tensor] = readers.get(model.output_tensor, 0) + 1
     cycles = {}  # the cycle model of each distinct descriptor, once per program
     steps, layers, i = [], model.layers, 0
+    if fuse not in (True, False, "always"):
+        raise InputError(f"fuse must be True, False or 'always', not {fuse!r}")
+    fusing = fuse and engine_contract(config).fused is not None
+
+    def convolution(j):
+        """``layers[j]`` compiled as without the block (a max-pool after it fused)."""
+        layer, nxt = layers[j], layers[j + 1] if j + 1 < len(layers) else None
+        pool = nxt if _fusable_pool(layer, nxt, readers) else None
+        return _convolution_step(config, layer, pool, batch, cycles,
+                                 reads_input=layer.inputs == (model.input_tensor,),
+                                 rows=not _feeds_an_add(layer, nxt, readers))
+
+    ready = {}  # index -> its step, compiled unfused to weigh it against a block
+    # Depthwise memory words left for the blocks the cycle model keeps: a block
+    # past it would stream its depthwise words, which come only with the pointwise
+    # weights (the stream's sections), on every warm run.
+    room = engine_contract(config).fused.depthwise_memory.words \
+        if fusing and fuse is True else None
     while i < len(layers):
         layer = layers[i]
+        nxt, after = (layers[j] if j < len(layers) else None for j in (i + 1, i + 2))
+        pw = _pointwise_partner(layer, nxt, readers) if fusing else None
+        reason = ""
+        if pw is not None:
+            fused, unfused, reason = _fuse_or_not(
+                config, layer, pw, after, batch, cycles, readers, room=room,
+                unfused=lambda j=i: (convolution(j), convolution(j + 1)))
+            if fused is not None:
+                if room is not None:
+                    room -= int(fused.runs[0].descriptor["ci_tiles"])
+                steps.append(fused)
+                i += 2
+                continue
+            if unfused is not None:
+                ready[i], ready[i + 1] = unfused
         if isinstance(layer, (Conv, GroupedConv, DilatedConv)):
-            pool = layers[i + 1] if i + 1 < len(layers) else None
-            pool = pool if _fusable_pool(layer, pool, readers) else None
-            nxt = layers[i + 1] if i + 1 < len(layers) else None
-            step = _convolution_step(config, layer, pool, batch, cycles,
-                                     reads_input=layer.inputs == (model.input_tensor,),
-                                     rows=not _feeds_an_add(layer, nxt, readers))
+            step = ready.pop(i, None) or convolution(i)
+            step.unfused_reason = reason
             steps.append(step)
             i += 2 if step.pool is not None else 1
         elif isinstance(layer, Gemm):
@@ -463,6 +576,139 @@ def compile_model(model, config, *, batch=1, resident=None):
             i += 1
     program = Program(model, config, steps, batch)
     return _make_resident(program, resident, cycles)
+
+
+def _fuse_or_not(config, layer, pw, after, batch, cycles, readers, *, room, unfused):
+    """Whether the depthwise ``layer`` and its pointwise ``pw`` run as one fused block:
+    ``(fused step or None, (depthwise step, pointwise step) or None, reason)``.
+
+    Where the block cannot take them (:func:`_unfusable`, or a limit of the
+    engine's that :func:`_fused_step` names), no fused step and the reason.
+    ``room`` None (``fuse="always"``): the block. Otherwise a block whose
+    depthwise words exceed the ``room`` words the depthwise memory has left
+    does not fuse (streamed, they would come with the pointwise weights on
+    every warm run), and the pair compiled unfused (``unfused()``, as without
+    the block) is weighed against the block by the cycle model, as the
+    compiler weighs its other choices (the runs as compiled, constants
+    loaded): the block's pixel pairs wait on its pipeline where a pixel has
+    few channels (MobileNet's first, 8-channel block: about 15 cycles a pair),
+    so it is not always the faster; the slower is dropped, the reason names
+    both counts. A pair only the block takes (its layers refused unfused) fuses."""
+    reason = _unfusable(layer, pw, after, readers)
+    if not reason:
+        try:
+            fused = _fused_step(config, layer, pw, batch, cycles)
+        except MappingError as e:
+            reason = str(e)
+    if reason:
+        return None, None, reason
+    if room is None:
+        return fused, None, ""
+    words = int(fused.runs[0].descriptor["ci_tiles"])
+    if words > room:
+        return None, None, (f"layer {fused.name!r}: its {words} depthwise words exceed the "
+                            f"{room} the depthwise memory has left (fused_blocks "
+                            f"{config.fused_blocks})")
+    try:
+        steps = unfused()
+    except MappingError:
+        return fused, None, ""
+    block, pair = _predicted(fused), sum(_predicted(s) for s in steps)
+    if block <= pair:
+        return fused, None, ""
+    return None, steps, (f"layer {fused.name!r}: the cycle model predicts {block:,} cycles "
+                         f"fused, {pair:,} unfused")
+
+
+def _fused_step(config, dw, pw, batch, cycles):
+    """The engine step of a fused block: :class:`FusedBlockAsConv`'s runs, planned as
+    any convolution's (output-channel groups of the pointwise, column strips of
+    the depthwise's input with their halos, the batch), each checked against the
+    contract (:func:`~fpgacnn.host.packing.fused_block_descriptor`).
+
+    Raises
+    ------
+    MappingError
+        The block does not fit the engine; the message names the layer and the limit.
+    """
+    block = FusedBlockAsConv(dw, pw)
+    step = EngineStep(dw, mapping="fused", pointwise=pw)
+    plans = _strip_plans(config, block, False, batch)
+    step.runs = _compile_runs(config, block, plans, pool=False, clamp=step.clamp, cycles=cycles)
+    return step
+
+
+class FusedBlockAsConv:
+    """A depthwise Conv and the pointwise 1x1 Conv after it presented as one convolution
+    to the run planning (:func:`_strip_plans`: the depthwise's input, kernel, stride
+    and pads; the pointwise's output channels): the one place that knows how a
+    block's run is described and packed.
+
+    Parameters
+    ----------
+    dw : fpgacnn.host.layers.GroupedConv
+        The depthwise layer (``group`` = its channels = its output channels).
+    pw : fpgacnn.host.layers.Conv
+        The 1x1 Conv that alone reads its output.
+    """
+
+    fused = True
+    depthwise = False
+
+    def __init__(self, dw, pw):
+        self.dw, self.pw = dw, pw
+        self.name = f"{dw.name}+{pw.name}"
+        cout, c = pw.weight.shape[:2]
+        # The kernel as the strips see it (C' outputs, C inputs, the depthwise's
+        # taps): a shape without memory; the block's weights are dw's and pw's.
+        self.weight = np.broadcast_to(np.int8(0), (cout, c, *dw.kernel))
+        self.input_shape, self.output_shape = dw.input_shape, pw.output_shape
+        self.stride, self.pads, self.x_zero_point = dw.stride, dw.pads, dw.x_zero_point
+
+    def descriptor(self, config, plan, *, load_weights):
+        """The checked descriptor of the run ``plan`` (a :class:`_Plan` of this block)."""
+        c0, c1 = plan.channels
+        dw, pw = self.dw, self.pw
+        return packing.fused_block_descriptor(
+            config, plan.x_shape, dw.kernel, c1 - c0, x_zp=dw.x_zero_point,
+            dw_y_zp=dw.y_zero_point, dw_clamp=(dw.lo, dw.hi), y_zp=pw.y_zero_point,
+            clamp=(pw.lo, pw.hi), stride=dw.stride, pads=plan.pads, load_weights=load_weights,
+            name=f"layer {self.name!r}")
+
+    def pack(self, config, channels):
+        """The constants of output channels ``channels`` (``(c0, c1)``): ``(data,
+        params_nbytes)`` (:func:`~fpgacnn.host.packing.pack_fused_weights`)."""
+        c0, c1 = channels
+        dw, pw = self.dw, self.pw
+        layer = dict(w=dw.weight, bias=dw.bias, mult=dw.mult, shift=dw.shift,
+                     y_zp=dw.y_zero_point)
+        point = dict(w=pw.weight[c0:c1], bias=pw.bias[c0:c1], mult=pw.mult[c0:c1],
+                     shift=pw.shift[c0:c1])
+        return packing.pack_fused_weights(config, dw.x_zero_point, layer, point, name=self.name)
+
+    def pixel_packing(self, config, plan):
+        """The :class:`PixelPacking` of a run: the depthwise's input, as a depthwise run's."""
+        c = self.dw.input_shape[0]
+        return PixelPacking(config, x_zp=self.dw.x_zero_point,
+                            w_shape=(c, c, *(int(k) for k in self.dw.kernel)),
+                            stride=tuple(self.dw.stride), pads=tuple(plan.pads), remap=0,
+                            name=self.name)
+
+
+def refuse_warm_weight_loads(program, what):
+    """Raise :class:`~fpgacnn.core.errors.MappingError` naming the first step of
+    ``program`` with a run whose warm descriptor loads weights, which ``what``
+    (the program image: a record's warm run streams its parameters at most)
+    cannot express: a fused block past the depthwise memory, compiled with
+    ``fuse="always"`` (:func:`_make_resident`; the default ``fuse=True`` never
+    makes one)."""
+    for step in program.steps:
+        for run in getattr(step, "runs", ()):
+            if run.warm_descriptor is not None and run.warm_descriptor["load_weights"]:
+                raise MappingError(
+                    f"layer {step.name!r}: {what} cannot stream a block's depthwise words "
+                    f"on its warm runs (it is past the depthwise memory: compile with "
+                    f"fuse=True, which keeps it unfused)")
 
 
 def _place_params(contract, groups):
@@ -481,7 +727,14 @@ def _place_params(contract, groups):
     nothing stays, and every run's parameters go to word 0, as before."""
     if not contract.resident_params:
         return {}, 0
-    words = contract.params.words
+    return _place(contract.params.words, groups)
+
+
+def _place(words, groups):
+    """First-fit places of ``groups`` (``(key, size)`` in run order) in a buffer of
+    ``words`` words, the streamed groups sharing its last words: ``(bases,
+    shared)``, for the split that keeps the most words resident
+    (:func:`_place_params`)."""
     best = ({}, 0, -1)  # bases, shared, resident words
     for shared_words in sorted({co for _, co in groups} | {0}):
         bases, used = {}, 0
@@ -495,12 +748,31 @@ def _place_params(contract, groups):
     return best[0], best[1]
 
 
+def _place_depthwise(contract, program):
+    """Places in the depthwise memory for the fused blocks of a resident program:
+    ``(bases, shared, words)``, ``bases`` the ``dw_base`` of each fused step
+    (by ``id``) whose depthwise words stay there, ``shared`` the base the others'
+    are streamed to (:func:`_place`: first fit in run order, by words, the
+    split that keeps the most words), ``words`` the words of those that stay.
+    Up to ``fused_blocks`` blocks of ``max_channels`` all stay (more where they
+    are thinner); with more, the streamed ones need words of their own to
+    stream to, so ``fused_blocks - 1`` of those stay."""
+    blocks = [(id(step), int(step.runs[0].descriptor["ci_tiles"]))
+              for step in program.steps if getattr(step, "fused", False)]
+    if not blocks:
+        return {}, 0, 0
+    bases, shared = _place(contract.fused.depthwise_memory.words, blocks)
+    return bases, shared, sum(ci for key, ci in blocks if key in bases)
+
+
 def _make_resident(program, resident, cycles):
     """``program`` with a place in the weight buffer for each channel group's
     weights (in the order they first run), a place in the parameter buffer for
     each group's parameters where the engine keeps them (:func:`_place_params`),
-    and each run's warm descriptor, or as it is when it should not or cannot be
-    resident."""
+    a place in the depthwise memory for each fused block's depthwise words where
+    they fit (:func:`_place_depthwise`; the others' are streamed, on the first
+    warm run of their block too) and each run's warm descriptor, or as it is
+    when it should not or cannot be resident."""
     contract = engine_contract(program.config)
     bases, words, groups = {}, 0, []
     for step in program.steps:
@@ -520,10 +792,12 @@ def _make_resident(program, resident, cycles):
                f"its weights take {words} words of the weight buffer's {contract.weights.words}")
         raise MappingError(f"model {program.model.name!r} cannot keep its weights resident: {why}")
     param_bases, shared = _place_params(contract, groups)
+    dw_bases, dw_shared, dw_words = _place_depthwise(contract, program)
     # The group whose parameters the shared words hold: a streamed run loads its
     # own unless they are still there (the run before it in the shared words
     # was the same group's: a column strip's, or one between resident groups).
-    in_shared = None
+    # The same for the fused block whose depthwise words the shared words hold.
+    in_shared = in_dw_shared = None
     for step in program.steps:
         runs = []
         for run in getattr(step, "runs", ()):
@@ -534,6 +808,16 @@ def _make_resident(program, resident, cycles):
             if key not in param_bases:
                 in_shared = key
             warm = dict(cold, load_weights=0, load_params=int(load_params))
+            if getattr(step, "fused", False):
+                block = id(step)
+                cold["dw_base"] = warm["dw_base"] = dw_bases.get(block, dw_shared)
+                if block not in dw_bases and block != in_dw_shared:
+                    # its depthwise words come only with the weights (the stream's
+                    # sections: docs/engine.md "Step 3")
+                    warm.update(load_weights=1, load_params=0)
+                if block not in dw_bases:
+                    in_dw_shared = block
+                _check_fused(program.config, step, cold, warm)
             for desc in (cold, warm):
                 memo = tuple(sorted(desc.items()))
                 if memo not in cycles:
@@ -548,7 +832,18 @@ def _make_resident(program, resident, cycles):
             step.runs = runs
     program.resident, program.weight_words = True, words
     program.param_words = sum(co for key, co in groups if key in param_bases)
+    program.depthwise_words = dw_words
     return program
+
+
+def _check_fused(config, step, *descriptors):
+    """Raise a MappingError naming the block and the limit where a fused run's placed
+    descriptor breaks the contract (the places are the compiler's own, so this
+    is a guard: :func:`~fpgacnn.core.contract.descriptor_violations`)."""
+    for desc in descriptors:
+        violations = descriptor_violations(config, desc)
+        if violations:
+            raise MappingError(f"layer {step.name!r}: {violations[0][1]}")
 
 
 def constants_residency(program, warm):
@@ -737,24 +1032,17 @@ def _compile_runs(config, conv, plans, *, pool, clamp, cycles, pack=True, remap=
     runs, weights, loaded = [], {}, None
     for plan in plans:
         c0, c1 = plan.channels
-        w_shape = (c1 - c0, *conv.weight.shape[1:])
-        depthwise = getattr(conv, "depthwise", False)
-        geo = packing.map_layer(config, plan.x_shape, w_shape, stride=conv.stride,
-                                pads=plan.pads, pool=pool, depthwise=depthwise, remap=remap,
-                                name=f"layer {conv.name!r}")
+        # The run order is fixed: a run that follows one of its own channel group
+        # finds the group's weights in the engine.
+        parts = _fused_run if getattr(conv, "fused", False) else _conv_run
+        desc, pixel_packing, constants = parts(config, conv, plan, pool=pool, clamp=clamp,
+                                               remap=remap, load_weights=plan.channels != loaded)
+        loaded = plan.channels
         if not pack:
             weights[plan.channels] = None
         elif plan.channels not in weights:
-            weights[plan.channels] = packing.pack_weights(
-                config, conv.weight[c0:c1], conv.bias[c0:c1], conv.x_zero_point,
-                conv.mult[c0:c1], conv.shift[c0:c1], remap=geo["remap"], depthwise=depthwise,
-                name=conv.name)
+            weights[plan.channels] = constants()
             weights[plan.channels].flags.writeable = False  # shared by the group's runs
-        # The run order is fixed: a run that follows one of its own channel group
-        # finds the group's weights in the engine.
-        desc = packing.layer_descriptor(geo, x_zp=conv.x_zero_point, y_zp=conv.y_zero_point,
-                                        clamp=clamp, load_weights=plan.channels != loaded)
-        loaded = plan.channels
         key = tuple(sorted(desc.items()))
         if key not in cycles:
             cycles[key] = layer_cycles(config, desc).cycles
@@ -762,12 +1050,42 @@ def _compile_runs(config, conv, plans, *, pool, clamp, cycles, pack=True, remap=
             channels=plan.channels, descriptor=MappingProxyType(desc), gather=plan.gather,
             scatter=plan.scatter, weights=weights[plan.channels], predicted_cycles=cycles[key],
             out_nbytes=packing.output_nbytes(config, desc), in_shape=tuple(plan.x_shape),
-            pads=plan.pads, pack_pixels=PixelPacking(
-                config, x_zp=conv.x_zero_point, w_shape=tuple(int(d) for d in w_shape),
-                stride=tuple(conv.stride), pads=tuple(plan.pads), remap=int(geo["remap"]),
-                name=conv.name),
+            pads=plan.pads, pack_pixels=pixel_packing,
             unpack=functools.partial(_unpack, config, desc, c1 - c0)))
     return runs
+
+
+def _conv_run(config, conv, plan, *, pool, clamp, remap, load_weights):
+    """``(descriptor, PixelPacking, constants)`` of a convolution's run ``plan``, mapped
+    and checked (:func:`~fpgacnn.host.packing.map_layer`); ``constants()`` packs its
+    channel group's parameters and weights."""
+    c0, c1 = plan.channels
+    w_shape = (c1 - c0, *conv.weight.shape[1:])
+    depthwise = getattr(conv, "depthwise", False)
+    geo = packing.map_layer(config, plan.x_shape, w_shape, stride=conv.stride, pads=plan.pads,
+                            pool=pool, depthwise=depthwise, remap=remap,
+                            name=f"layer {conv.name!r}")
+    desc = packing.layer_descriptor(geo, x_zp=conv.x_zero_point, y_zp=conv.y_zero_point,
+                                    clamp=clamp, load_weights=load_weights)
+    pixel_packing = PixelPacking(
+        config, x_zp=conv.x_zero_point, w_shape=tuple(int(d) for d in w_shape),
+        stride=tuple(conv.stride), pads=tuple(plan.pads), remap=int(geo["remap"]),
+        name=conv.name)
+
+    def constants():
+        return packing.pack_weights(
+            config, conv.weight[c0:c1], conv.bias[c0:c1], conv.x_zero_point, conv.mult[c0:c1],
+            conv.shift[c0:c1], remap=geo["remap"], depthwise=depthwise, name=conv.name)
+    return desc, pixel_packing, constants
+
+
+def _fused_run(config, block, plan, *, pool, clamp, remap, load_weights):
+    """:func:`_conv_run` of a :class:`FusedBlockAsConv`'s run (never pooled or remapped:
+    the pointwise half always takes the ``kmax`` block's remap)."""
+    assert not pool and remap is None and clamp == (block.pw.lo, block.pw.hi)
+    desc = block.descriptor(config, plan, load_weights=load_weights)
+    return desc, block.pixel_packing(config, plan), \
+        lambda: block.pack(config, plan.channels)[0]
 
 
 def _unpack(config, desc, channels, raw):
@@ -776,7 +1094,9 @@ def _unpack(config, desc, channels, raw):
 
 def _channel_groups(config, layer, ci_tiles):
     """Output-channel groups whose parameters and weights fit the buffers (one
-    group for a depthwise view, whose output tiles pair with its input tiles)."""
+    group for a depthwise view, whose output tiles pair with its input tiles; a
+    fused block's output tile takes a weight word per remap window of its
+    pointwise half, :func:`~fpgacnn.core.fused_block.pointwise_tiles`)."""
     cout = layer.weight.shape[0]
     contract = engine_contract(config)
     if getattr(layer, "depthwise", False):
@@ -785,7 +1105,8 @@ def _channel_groups(config, layer, ci_tiles):
             raise MappingError(f"layer {layer.name!r}: {co_tiles} output tiles of a depthwise "
                                f"run exceed the engine's {contract.max_co_tiles}")
         return [(0, cout)]
-    co_tiles_max = contract.max_co_tiles_for(ci_tiles)
+    words = pointwise_tiles(config, ci_tiles) if getattr(layer, "fused", False) else ci_tiles
+    co_tiles_max = contract.max_co_tiles_for(words)
     if co_tiles_max < 1:
         raise MappingError(f"layer {layer.name!r}: the weights of even one output tile "
                            f"({ci_tiles} input tiles) exceed the weight buffer's "
@@ -830,7 +1151,8 @@ def _strip_plans(config, layer, pooled, batch, remap=None):
     sy, sx = layer.stride
     top, left, bottom, right = layer.pads
     contract = engine_contract(config)
-    block = 0 if getattr(layer, "depthwise", False) else \
+    # (a fused block's input is the depthwise's: never remapped)
+    block = 0 if getattr(layer, "depthwise", False) or getattr(layer, "fused", False) else \
         packing.remap_block(config, cin, (kh, kw), remap)
     ci_tiles = _input_tiles(config, cin, block)
     groups = _channel_groups(config, layer, ci_tiles)

@@ -15,7 +15,11 @@ for one engine configuration:
   image stride, batch), so b's bytes are the output's moved by one constant,
   a whole number of the stage's units;
 - the output overlaps neither b nor any tensor the engine records read;
-- the fields fit.
+- the fields fit;
+- the runs are no fused depthwise + pointwise block's where the block
+  requantizes its depthwise sums on the vector unit's lanes
+  (:func:`~fpgacnn.core.fused_block.depthwise_on_vector_lanes`): the fused
+  Add computes on those lanes too.
 
 Everything else stays as it was: the engine records write the operand, the
 vector unit (or the host) does the Add. The per-run path (the DMA, the UART
@@ -26,6 +30,7 @@ from dataclasses import dataclass, replace
 
 from ..core.fields import fields_fit
 from ..core.fused_add_fields import FUSED_ADD_FIELDS, fused_add_unit, has_fused_add
+from ..core.fused_block import depthwise_on_vector_lanes
 from .program_image import EngineRecord, VectorRecord
 
 __all__ = ["Fusion", "fusions", "fused_record", "run_reads"]
@@ -67,6 +72,9 @@ def _fusion(image, add_index):
     conv = last.dest.tensor
     if any(records[i].dest.tensor != conv for i in runs) or conv not in (add.a, add.b):
         return None
+    if depthwise_on_vector_lanes(config) and any(records[i].descriptor.get("fused", 0)
+                                                 for i in runs):
+        return None  # the block's depthwise half has the lanes the Add would compute on
     other = add.b if conv == add.a else add.a
     t = image.tensors
     a, b, y = t[conv], t[other], t[add.out]

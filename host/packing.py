@@ -35,7 +35,8 @@ from ..core.fused_block import pair_buffer_run
 
 __all__ = ["map_layer", "pack_layer", "layer_descriptor", "pack_weights", "pack_pixels",
            "unpack_output", "output_nbytes", "input_nbytes", "remap_group", "remap_block",
-           "pack_depthwise_words", "pack_fused_block"]
+           "pack_depthwise_words", "pack_fused_block", "fused_block_descriptor",
+           "pack_fused_weights"]
 
 #: The descriptor fields that do not shape a run, at values inside every range.
 _NEUTRAL_FIELDS = dict(x_zp=0, y_zp=0, clamp_lo=-128, clamp_hi=127, load_weights=1)
@@ -581,11 +582,134 @@ def pack_depthwise_words(config, w, bias, x_zp, mult, shift, *, name="block"):
     return np.concatenate([_pad_to_beat(word, config.stream_bytes) for word in words])
 
 
+def fused_block_descriptor(config, x_shape, dw_kernel, cout, *, x_zp, dw_y_zp,
+                           dw_clamp=(-128, 127), y_zp, clamp=(-128, 127), stride=1,
+                           pads=(0, 0, 0, 0), load_weights=True, load_params=False, dw_base=0,
+                           weight_base=0, param_base=0, name="block"):
+    """The descriptor of a fused depthwise + pointwise block run, from the shapes alone,
+    checked against the engine's contract (docs/engine.md, "Step 3").
+
+    The geometry half of :func:`pack_fused_block`, for the compiler, which packs
+    the block's constants once (:func:`pack_fused_weights`) and each run's
+    pixels on its own.
+
+    Parameters
+    ----------
+    config : fpgacnn.core.config.EngineConfig
+    x_shape : (int, int, int, int)
+        ``(N, C, H, W)`` of the depthwise layer's input (of the run).
+    dw_kernel : (int, int)
+        The depthwise kernel ``(KH, KW)``.
+    cout : int
+        Output channels of the pointwise layer (of the run).
+    x_zp, dw_y_zp, dw_clamp, y_zp, clamp
+        The depthwise's input zero point, output zero point and clamp; the
+        pointwise's output zero point and clamp.
+    stride, pads
+        The depthwise layer's (the pointwise is 1x1, stride 1, unpadded).
+    load_weights, load_params, dw_base, weight_base, param_base
+        As for :func:`pack_fused_block`.
+    name : str
+        Named in errors.
+
+    Returns
+    -------
+    dict
+        Every descriptor field of the engine's (``fused`` 1, ``pixel_pairs`` 1).
+
+    Raises
+    ------
+    InputError
+        Bad pads.
+    MappingError
+        The block does not fit the engine (the pair buffer's channels, ``kmax``,
+        the stride, the depthwise memory, ...); the message names the limit.
+    """
+    if engine_contract(config).fused is None:
+        raise MappingError(f"{name}: the engine was generated without fused_blocks")
+    n, c, h, width = (int(d) for d in x_shape)
+    tiles, _ = pair_buffer_run(config, c, name=name)
+    kh, kw = (int(k) for k in dw_kernel)
+    if kh > config.kmax or kw > config.kmax:
+        raise MappingError(f"{name}: kernel {kh}x{kw} exceeds the engine's kmax {config.kmax}")
+    sy, sx = _pair(stride, "stride", name)
+    if sy != sx:
+        raise MappingError(f"{name}: stride {sy}x{sx} is not square; the engine has one stride")
+    pads = tuple(int(p) for p in pads)
+    if len(pads) != 4 or min(pads) < 0:
+        raise InputError(f"{name}: pads must be four non-negative integers "
+                         f"(top, left, bottom, right), not {pads!r}")
+    out_h = (h + pads[0] + pads[2] - kh) // sy + 1
+    out_w = (width + pads[1] + pads[3] - kw) // sx + 1
+    if out_h < 1 or out_w < 1:
+        raise MappingError(f"{name}: the {kh}x{kw} kernel does not fit the padded "
+                           f"{h}x{width} input (no output)")
+    x_zp = _scalar(x_zp, "x_zp", name, -128, 127)
+    dy_zp = _scalar(dw_y_zp, "dw y_zp", name, -128, 127)
+    y_zp = _scalar(y_zp, "y_zp", name, -128, 127)
+    dlo, dhi = (_scalar(v, "dw clamp", name, -128, 127) for v in dw_clamp)
+    lo, hi = (_scalar(v, "clamp", name, -128, 127) for v in clamp)
+    if lo > hi or dlo > dhi:
+        raise MappingError(f"{name}: a clamp's lower bound is above its upper one")
+    desc = dict(in_h=h + zero_point_rows(h, out_h, sy, pads[0]), in_w=width, ci_tiles=tiles,
+                co_tiles=math.ceil(int(cout) / config.pout), out_h=out_h, out_w=out_w,
+                stride=sy, pad_top=pads[0], pad_left=pads[1], batch=n, x_zp=x_zp, y_zp=y_zp,
+                clamp_lo=lo, clamp_hi=hi, pool=0, load_weights=int(bool(load_weights)),
+                load_params=int(bool(load_params) and not load_weights),
+                weight_base=int(weight_base), depthwise=0, pixel_pairs=1,
+                param_base=int(param_base), fused=1, dw_base=int(dw_base), dw_y_zp=dy_zp,
+                dw_clamp_lo=dlo, dw_clamp_hi=dhi)
+    violations = descriptor_violations(config, desc)
+    if violations:
+        raise MappingError(f"{name}: {violations[0][1]}")
+    return desc
+
+
+def pack_fused_weights(config, x_zp, dw, pw, *, name="block"):
+    """The constants of a fused block run's stream with ``load_weights``: the pointwise
+    parameters, the depthwise words (:func:`pack_depthwise_words`), the pointwise
+    weights (the ``kmax`` block's remap layout, input zero point the depthwise's
+    ``y_zp``), each section in whole beats.
+
+    Parameters
+    ----------
+    config : fpgacnn.core.config.EngineConfig
+    x_zp : int
+        The depthwise layer's input zero point.
+    dw, pw : mapping
+        As for :func:`pack_fused_block`.
+    name : str
+        Named in errors.
+
+    Returns
+    -------
+    data : numpy.ndarray of uint8
+    params_nbytes : int
+        Bytes of the pointwise parameters at its start (what ``load_params``
+        alone streams).
+    """
+    wd_, wp = (_int8_array(d["w"], what, name, 4)
+               for d, what in ((dw, "depthwise weights"), (pw, "pointwise weights")))
+    c = wd_.shape[0]
+    if wd_.shape[1] != 1 or wp.shape[1:] != (c, 1, 1):
+        raise InputError(f"{name}: a block of {c} channels takes a ({c}, 1, KH, KW) depthwise "
+                         f"and a (C', {c}, 1, 1) pointwise kernel, not {wd_.shape} and {wp.shape}")
+    dy_zp = _scalar(dw["y_zp"], "dw y_zp", name, -128, 127)
+    section = _weight_section(config, wp, *_parameters(wp, pw.get("bias"), dy_zp, pw["mult"],
+                                                       pw["shift"], name), config.kmax)
+    split = math.ceil(wp.shape[0] / config.pout) * engine_contract(config).param_beats \
+        * config.stream_bytes
+    words = pack_depthwise_words(config, wd_, dw.get("bias"), x_zp, dw["mult"], dw["shift"],
+                                 name=name)
+    return np.concatenate([section[:split], words, section[split:]]), split
+
+
 def pack_fused_block(config, x, x_zp, dw, pw, *, stride=1, pads=(0, 0, 0, 0),
                      load_weights=True, load_params=False, dw_base=0, weight_base=0,
                      param_base=0, name="block"):
     """Pack a fused depthwise + pointwise block run (descriptor ``fused``) of an engine
-    with ``fused_blocks`` (docs/engine.md, "Step 3").
+    with ``fused_blocks`` (docs/engine.md, "Step 3"):
+    :func:`fused_block_descriptor`, :func:`pack_fused_weights` and the pixels.
 
     Parameters
     ----------
@@ -628,58 +752,23 @@ def pack_fused_block(config, x, x_zp, dw, pw, *, stride=1, pads=(0, 0, 0, 0),
         The block does not fit the engine; the message names the limit.
     """
     x = _int8_array(x, "input", name, 4)
-    x_zp = _scalar(x_zp, "x_zp", name, -128, 127)
     wd_, wp = (_int8_array(d["w"], what, name, 4)
                for d, what in ((dw, "depthwise weights"), (pw, "pointwise weights")))
     n, c, h, width = x.shape
     if wd_.shape[:2] != (c, 1) or wp.shape[1:] != (c, 1, 1):
         raise InputError(f"{name}: a block of {c} channels takes a ({c}, 1, KH, KW) depthwise "
                          f"and a (C', {c}, 1, 1) pointwise kernel, not {wd_.shape} and {wp.shape}")
-    contract = engine_contract(config)
-    if contract.fused is None:
-        raise MappingError(f"{name}: the engine was generated without fused_blocks")
-    tiles, _ = pair_buffer_run(config, c, name=name)
-    kh, kw = wd_.shape[2:]
-    if kh > config.kmax or kw > config.kmax:
-        raise MappingError(f"{name}: kernel {kh}x{kw} exceeds the engine's kmax {config.kmax}")
-    sy, sx = _pair(stride, "stride", name)
-    if sy != sx:
-        raise MappingError(f"{name}: stride {sy}x{sx} is not square; the engine has one stride")
-    pads = tuple(int(p) for p in pads)
-    if len(pads) != 4 or min(pads) < 0:
-        raise InputError(f"{name}: pads must be four non-negative integers "
-                         f"(top, left, bottom, right), not {pads!r}")
-    out_h = (h + pads[0] + pads[2] - kh) // sy + 1
-    out_w = (width + pads[1] + pads[3] - kw) // sx + 1
-    if out_h < 1 or out_w < 1:
-        raise MappingError(f"{name}: the {kh}x{kw} kernel does not fit the padded "
-                           f"{h}x{width} input (no output)")
-    dy_zp = _scalar(dw["y_zp"], "dw y_zp", name, -128, 127)
-    y_zp = _scalar(pw["y_zp"], "y_zp", name, -128, 127)
-    dlo, dhi = (_scalar(v, "dw clamp", name, -128, 127) for v in dw.get("clamp", (-128, 127)))
-    lo, hi = (_scalar(v, "clamp", name, -128, 127) for v in pw.get("clamp", (-128, 127)))
-    if lo > hi or dlo > dhi:
-        raise MappingError(f"{name}: a clamp's lower bound is above its upper one")
-    desc = dict(in_h=h + zero_point_rows(h, out_h, sy, pads[0]), in_w=width, ci_tiles=tiles,
-                co_tiles=math.ceil(wp.shape[0] / config.pout), out_h=out_h, out_w=out_w,
-                stride=sy, pad_top=pads[0], pad_left=pads[1], batch=n, x_zp=x_zp, y_zp=y_zp,
-                clamp_lo=lo, clamp_hi=hi, pool=0, load_weights=int(bool(load_weights)),
-                load_params=int(bool(load_params) and not load_weights),
-                weight_base=int(weight_base), depthwise=0, pixel_pairs=1,
-                param_base=int(param_base), fused=1, dw_base=int(dw_base), dw_y_zp=dy_zp,
-                dw_clamp_lo=dlo, dw_clamp_hi=dhi)
-    violations = descriptor_violations(config, desc)
-    if violations:
-        raise MappingError(f"{name}: {violations[0][1]}")
-    pixels = pack_pixels(config, x, x_zp, (c, c, kh, kw), stride=stride, pads=pads, remap=False,
-                         name=name)
-    # The pointwise half: the kmax block's remap, its input zero point the depthwise's output's.
-    section = _weight_section(config, wp, *_parameters(wp, pw.get("bias"), dy_zp, pw["mult"],
-                                                       pw["shift"], name), config.kmax)
-    split = desc["co_tiles"] * contract.param_beats * config.stream_bytes
-    if not load_weights:
-        return desc, (np.concatenate([section[:split], pixels]) if desc["load_params"]
-                      else pixels)
-    words = pack_depthwise_words(config, wd_, dw.get("bias"), x_zp, dw["mult"], dw["shift"],
-                                 name=name)
-    return desc, np.concatenate([section[:split], words, section[split:], pixels])
+    desc = fused_block_descriptor(
+        config, x.shape, wd_.shape[2:], wp.shape[0], x_zp=x_zp, dw_y_zp=dw["y_zp"],
+        dw_clamp=dw.get("clamp", (-128, 127)), y_zp=pw["y_zp"], clamp=pw.get("clamp", (-128, 127)),
+        stride=stride, pads=pads, load_weights=load_weights, load_params=load_params,
+        dw_base=dw_base, weight_base=weight_base, param_base=param_base, name=name)
+    pixels = pack_pixels(config, x, desc["x_zp"], (c, c, *wd_.shape[2:]), stride=stride,
+                         pads=pads, remap=False, name=name)
+    if load_weights:
+        constants, _ = pack_fused_weights(config, desc["x_zp"], dw, pw, name=name)
+        return desc, np.concatenate([constants, pixels])
+    if desc["load_params"]:
+        constants, split = pack_fused_weights(config, desc["x_zp"], dw, pw, name=name)
+        return desc, np.concatenate([constants[:split], pixels])
+    return desc, pixels

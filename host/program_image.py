@@ -31,7 +31,10 @@ follow each other. The padding channels are never read as data: a run's
 padding lanes meet zero weights.
 
 **Engine records** are what the engine's address generation and sequencer
-read (docs/program.md): the run's descriptor (:data:`DESCRIPTOR_FIELDS` order),
+read (docs/program.md): the run's descriptor (stored as every field some engine
+has, :data:`~fpgacnn.core.descriptor.ALL_DESCRIPTOR_FIELDS` order, the fused
+block's five 0 on an engine without it; read back as the fields of the image's
+engine, ``EngineContract.descriptor_fields``),
 its constants (offset and bytes, and the parameter bytes a warm run streams
 alone), a **source pattern** (how the pixel section of its input stream is
 read from a tensor: a channel range, the taps folded into channels, a column
@@ -71,11 +74,12 @@ import numpy as np
 
 from ..core.arena import input_pixel_bytes, pixel_bytes
 from ..core.config import EngineConfig
-from ..core.descriptor import DESCRIPTOR_FIELDS, complete_descriptor
+from ..core.contract import engine_contract
+from ..core.descriptor import ALL_DESCRIPTOR_FIELDS, complete_descriptor
 from ..core.errors import InputError, MappingError
 from . import conv_views
 from .compiler import (BatchImage, BatchTranspose, ChannelColumns, ColumnSlice, EngineStep,
-                       PixelPacking, ZeroPointColumn)
+                       PixelPacking, ZeroPointColumn, refuse_warm_weight_loads)
 from .vector_mapping import VECTOR_ADD, vector_params
 
 __all__ = ["ALIGN", "FORMAT_MAGIC", "FORMAT_VERSION", "DestPattern", "EngineRecord",
@@ -94,8 +98,11 @@ FORMAT_MAGIC = int.from_bytes(b"FCNP", "little")
 #: tensor table holds pixel-row views (``<tensor>/rows<w>``); 6.0: the header's engine
 #: parameters gain ``param_words``, and a record's descriptor the field ``param_base``;
 #: 7.0: a vector record's ``pixels`` is its window (``kernel_rows kernel_cols
-#: stride_rows stride_cols pad_top pad_left``) and ``maximum`` (max pools).
-FORMAT_VERSION = (7, 0)
+#: stride_rows stride_cols pad_top pad_left``) and ``maximum`` (max pools); 8.0: the
+#: header's engine parameters gain ``fused_blocks``, and a record's descriptor the
+#: fused block's fields (``fused dw_base dw_y_zp dw_clamp_lo dw_clamp_hi``, 0 on an
+#: engine without it: the descriptor is every field some engine has).
+FORMAT_VERSION = (8, 0)
 #: Alignment in bytes of every region and of every tensor image (a memory burst); an
 #: engine whose words (``pin`` or ``pout`` bytes) do not divide it aligns to the
 #: least common multiple (:func:`alignment`), so that every address is a whole word.
@@ -242,11 +249,11 @@ class EngineRecord:
     dest: DestPattern
 
     def words(self):
-        desc = complete_descriptor(self.descriptor)
+        desc = complete_descriptor(self.descriptor, ALL_DESCRIPTOR_FIELDS)
         head = [RECORD_ENGINE, self.step, self.const_offset, self.const_nbytes,
                 self.params_nbytes, self.out_nbytes, self.predicted_cycles,
                 self.warm_predicted_cycles, self.warm_load_params]
-        return (head + [int(desc[f.name]) for f in DESCRIPTOR_FIELDS]
+        return (head + [int(desc[f.name]) for f in ALL_DESCRIPTOR_FIELDS]
                 + _words(self.source) + _words(self.layout) + _words(self.dest))
 
     def warm_descriptor(self):
@@ -345,11 +352,14 @@ class FoldRecord(HostRecord):
 
 
 #: Words of every record (engine records are the longest; host records are padded).
-RECORD_WORDS = 9 + len(DESCRIPTOR_FIELDS) + SourcePattern.nwords() + PixelLayout.nwords() \
+RECORD_WORDS = 9 + len(ALL_DESCRIPTOR_FIELDS) + SourcePattern.nwords() + PixelLayout.nwords() \
     + DestPattern.nwords()
 
 
-def _parse_record(words):
+def _parse_record(words, fields_of_engine, index):
+    """Record ``index`` from its words; an engine record's descriptor holds the fields
+    of the image's engine (``fields_of_engine``, its contract's ``descriptor_fields``),
+    those it has not (the fused block's, on an engine without it) checked 0."""
     kind = int(words[0])
     host_kinds = {cls.KIND: cls for cls in (HostRecord, VectorRecord, FoldRecord)}
     if kind in host_kinds:
@@ -359,8 +369,14 @@ def _parse_record(words):
         raise InputError(f"program image: unknown record kind {kind}")
     head = [int(w) for w in words[1:9]]
     i = 9
-    desc = {f.name: int(words[i + j]) for j, f in enumerate(DESCRIPTOR_FIELDS)}
-    i += len(DESCRIPTOR_FIELDS)
+    every = {f.name: int(words[i + j]) for j, f in enumerate(ALL_DESCRIPTOR_FIELDS)}
+    i += len(ALL_DESCRIPTOR_FIELDS)
+    desc = {f.name: every[f.name] for f in fields_of_engine}
+    extra = [f"{f.name} {every[f.name]}" for f in ALL_DESCRIPTOR_FIELDS
+             if f not in fields_of_engine and every[f.name] != f.default]
+    if extra:
+        raise InputError(f"program image: record {index} sets {', '.join(extra)}, which its "
+                         f"engine has no registers for (generated without fused_blocks)")
     source = SourcePattern.from_words(words[i:])
     i += SourcePattern.nwords()
     layout = PixelLayout.from_words(words[i:])
@@ -392,6 +408,7 @@ class Header(_Words):
     spare_bank: int
     pixel_pairs: int
     param_words: int
+    fused_blocks: int
     batch: int
     resident: int
     records_offset: int
@@ -484,8 +501,9 @@ class ProgramImage:
         self.tensors = [TensorPlace.from_words(tw[i * TensorPlace.nwords():])
                         for i in range(h.tensors)]
         rw = self._words(h.records_offset, h.records * RECORD_WORDS)
-        self.records = [_parse_record(rw[i * RECORD_WORDS:(i + 1) * RECORD_WORDS])
-                        for i in range(h.records)]
+        fields_of_engine = engine_contract(h.config).descriptor_fields
+        self.records = [_parse_record(rw[i * RECORD_WORDS:(i + 1) * RECORD_WORDS],
+                                      fields_of_engine, i) for i in range(h.records)]
         self._config = h.config  # built once: the runner asks for it every run
         # The input's and the output's views, and each input fold's gather
         # and views, made once: the host writes and reads them every inference.
@@ -842,9 +860,12 @@ def build_image(program, *, memory_bytes=None):
     ------
     MappingError
         The image would exceed ``memory_bytes`` (the message names the layer
-        whose output no longer fits, or the constants), or a run's gather or
-        scatter has no pattern in the format.
+        whose output no longer fits, or the constants), a run's gather or
+        scatter has no pattern in the format, or a run's warm descriptor
+        loads weights (a fused block past the depthwise memory, compiled with
+        ``fuse="always"``: :func:`~fpgacnn.host.compiler.refuse_warm_weight_loads`).
     """
+    refuse_warm_weight_loads(program, "the program image")
     config, model = program.config, program.model
     align = alignment(config)
     shapes = _shapes(program)
@@ -960,8 +981,7 @@ def build_image(program, *, memory_bytes=None):
     arena_nbytes = _align(arena.end, align)
     total = arena_offset + arena_nbytes
 
-    # (the header's parameters: an engine parameter added since format 6.0,
-    # fused_blocks, is not in it yet, docs/engine.md "Step 3")
+    # The header's engine parameters: every EngineConfig field it names, in its order.
     header = Header(FORMAT_MAGIC, *FORMAT_VERSION, *(getattr(config, f.name)
                                                      for f in fields(EngineConfig)
                                                      if f.name in _HEADER_NAMES),

@@ -32,16 +32,15 @@ sequencer adds ``seq_memory``, the buffer's address on the board.
 
 import numpy as np
 
-from ..core.descriptor import DESCRIPTOR_FIELDS, complete_descriptor
 from ..core.errors import MappingError
 from ..core.fused_add_fields import FUSED_ADD_FIELDS
 from ..core.memory_port import words_per_read
 from ..core.pixel_reader_fields import READER_FIELDS
 from ..core.pixel_writer_fields import WRITER_FIELDS
 from ..core.regmap import build_regmap
-from ..core.sequencer import (COUNTER_WORDS, MAX_RECORDS, RECORD_ENGINE, RECORD_FIELDS,
-                              RECORD_HOST, RECORD_SKIP, RECORD_VECTOR, record_bytes,
-                              record_word)
+from ..core.sequencer import (COUNTER_WORDS, MAX_RECORDS, RECORD_ENGINE, RECORD_HOST,
+                              RECORD_SKIP, RECORD_VECTOR, descriptor_words, engine_descriptor,
+                              record_bytes, record_fields, record_word)
 from .cycle_model import sequenced_run_cycles, vector_run_cycles
 from .fused_add import fused_record, fusions, run_reads
 from .pixel_reader_setup import reader_fields, wide_fields
@@ -115,9 +114,9 @@ def hardware_record(image, record, *, warm, counters, regs=None, fusion=None):
         The record's 32-bit words (as unsigned values) and whether the
         sequencer runs it (else: RECORD_HOST).
     """
-    words = [0] * len(RECORD_FIELDS)
-    words[record_word("op")] = RECORD_HOST
     config = image.config
+    words = [0] * len(record_fields(config))
+    words[record_word("op")] = RECORD_HOST
     if fusion is not None and record is image.records[fusion.add]:
         words[record_word("op")] = RECORD_SKIP
         words[record_word("counters")] = counters
@@ -137,7 +136,8 @@ def hardware_record(image, record, *, warm, counters, regs=None, fusion=None):
     reader = wide_fields(config, reader) or reader
     # A beat a cycle where the writer has the mode and the destination allows it.
     writer = wide_writer_fields(config, writer) or writer
-    desc = complete_descriptor(record.warm_descriptor() if warm else record.descriptor)
+    desc = engine_descriptor(config, record.warm_descriptor() if warm else record.descriptor,
+                             f"the engine record of step {record.step}")
     if desc["load_weights"]:
         const_nbytes = record.const_nbytes
     elif desc["load_params"]:
@@ -150,8 +150,8 @@ def hardware_record(image, record, *, warm, counters, regs=None, fusion=None):
         return words, False
     regs = build_regmap(config) if regs is None else regs
     words[record_word("op")] = RECORD_ENGINE
-    for f in DESCRIPTOR_FIELDS:
-        words[record_word(f"desc_{f.name}")] = regs.encode(f"desc_{f.name}", int(desc[f.name]))
+    for f, at in descriptor_words(config):  # the engine's registers, fused block's too
+        words[at] = regs.encode(f"desc_{f.name}", int(desc[f.name]))
     words[record_word("const_base")] = record.const_offset // pin
     words[record_word("const_words")] = const_nbytes // pin
     for f in READER_FIELDS:
@@ -262,7 +262,7 @@ class SequencerProgram:
             self.one_start[warm] = _one_start_span(self.image.records, flags)
             if rows:
                 block = np.zeros((nrec, rbytes), np.uint8)
-                block[:, :4 * len(RECORD_FIELDS)] = np.stack(
+                block[:, :4 * len(record_fields(config))] = np.stack(
                     [np.array(words, "<u4").view(np.uint8) for words in rows])
                 self.memory[off:off + nrec * rbytes] = block.reshape(-1)
         self._skipped = {warm: {f.add for f in fused} for warm, fused in self.fused.items()}
@@ -378,10 +378,12 @@ class SequencerProgram:
         return [int(v) for v in self.memory[off:off + 4 * COUNTER_WORDS].view("<u4")]
 
     def table_word(self, index, name, *, warm=False):
-        """Word ``name`` (:data:`~fpgacnn.core.sequencer.RECORD_FIELDS`: ``reader_wide``,
-        ``const_words``, ...) of record ``index`` in a run table, read from board memory."""
-        at = self.table_words[warm] * self.config.pin + index * record_bytes(self.config)
-        return int(self.memory[at:at + 4 * len(RECORD_FIELDS)].view("<u4")[record_word(name)])
+        """Word ``name`` (:func:`~fpgacnn.core.sequencer.record_fields`: ``reader_wide``,
+        ``const_words``, ``desc_fused``, ...) of record ``index`` in a run table, read
+        from board memory."""
+        config = self.config
+        at = self.table_words[warm] * config.pin + index * record_bytes(config)
+        return int(self.memory[at + 4 * record_word(name, config):][:4].view("<u4")[0])
 
     def _table_fields(self, index, prefix, spec, warm):
         return {f.name: self.table_word(index, f"{prefix}_{f.name}", warm=warm) for f in spec}
@@ -414,9 +416,9 @@ class SequencerProgram:
         writes it (decoded from board memory)."""
         config, regs = self.config, self._regs
         at = self.table_words[warm] * config.pin + index * record_bytes(config)
-        words = self.memory[at:at + 4 * len(RECORD_FIELDS)].view("<u4")
-        return {f.name: regs.decode(f"desc_{f.name}", int(words[record_word(f"desc_{f.name}")]))
-                ["value"] for f in DESCRIPTOR_FIELDS}
+        words = self.memory[at:at + 4 * len(record_fields(config))].view("<u4")
+        return {f.name: regs.decode(f"desc_{f.name}", int(words[i]))["value"]
+                for f, i in descriptor_words(config)}
 
     def clear_counters(self):
         """Zero the counters region (so a record the sequencer skipped reads 0), those

@@ -28,7 +28,9 @@ from cocotbext.axi import (AxiLiteBus, AxiLiteMaster, AxiStreamBus, AxiStreamFra
                            AxiStreamSink, AxiStreamSource)
 
 from ..core.config import EngineConfig
-from ..core.descriptor import DESCRIPTOR_FIELDS, complete_descriptor
+from ..core.contract import engine_contract
+from ..core.descriptor import DESCRIPTOR_FIELDS
+from ..core.sequencer import engine_descriptor
 from ..core.regmap import build_regmap
 from ..core.errors import BackendError
 
@@ -207,12 +209,15 @@ class EngineTB:
     # -- layer runs -----------------------------------------------------------------------
 
     async def write_descriptor(self, desc):
-        """Write every ``desc_*`` register from a mapping of descriptor field values."""
+        """Write every ``desc_*`` register of the engine (its contract's
+        ``descriptor_fields``: with ``fused_blocks`` the fused block's too) from a
+        mapping of descriptor field values; a fused field set on an engine without
+        the registers is refused (``MappingError``), not dropped."""
         missing = [f.name for f in DESCRIPTOR_FIELDS if f.name not in desc and f.default is None]
         if missing:
             raise ValueError(f"descriptor lacks {', '.join(missing)}")
-        desc = complete_descriptor(desc)
-        for f in DESCRIPTOR_FIELDS:
+        desc = engine_descriptor(self.config, desc, "the descriptor")
+        for f in engine_contract(self.config).descriptor_fields:
             if self.regs[f"desc_{f.name}"].access != "const":
                 await self.write(f"desc_{f.name}", int(desc[f.name]))
 
@@ -234,7 +239,7 @@ class EngineTB:
         Parameters
         ----------
         desc : mapping
-            Descriptor field values (``fpgacnn.core.descriptor.DESCRIPTOR_FIELDS``).
+            Descriptor field values (the engine's ``descriptor_fields``).
         data : bytes
             The input stream (docs/engine.md), a whole number of beats.
         timeout_cycles : int, optional

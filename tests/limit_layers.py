@@ -307,9 +307,9 @@ def _dense_refusal_with(config, case, block):
     c = engine_contract(config)
     k = config.kmax
     if case.op == "Gemm":
-        kernel, stride, pads, h, w = (1, 1), (1, 1), (0, 0, 0, 0), 1, 1
+        kernel, stride, pads, h = (1, 1), (1, 1), (0, 0, 0, 0), 1
     else:
-        kernel, stride, pads, h, w = case.kernel, case.stride, case.pads, case.h, case.w
+        kernel, stride, pads, h = case.kernel, case.stride, case.pads, case.h
     kh, kw = kernel
     broken = []
     if kh > k or kw > k:
@@ -480,7 +480,8 @@ def _one_depthwise_run(config, case):
     if "depthwise" not in mapping_kinds(config, case) or \
             case.cin > depthwise_run_channels(config):
         return False
-    (kh, kw), (sy, sx), (t, l, b, r) = case.kernel, case.stride, case.pads
+    kw, sx = case.kernel[1], case.stride[1]
+    l, r = case.pads[1], case.pads[3]
     ow = _out(case.w, kw, sx, l, r)
     in_w = max(1, min(case.w, (ow - 1) * sx - l + kw))
     return c.line_words(in_w, math.ceil(case.cin / config.pin)) <= c.line_buffer.words \
@@ -517,7 +518,8 @@ def _one_run(config, case, block=None):
         remap = _remapped(config, case.cin, (1, 1))
         per_row = c.widest_row(ci) // (k if remap else 1)
         return math.ceil(case.batch / per_row) * (k if remap else 1) <= ROW_FIELD_MAX
-    (kh, kw), (sy, sx), (t, l, b, r) = case.kernel, case.stride, case.pads
+    kw, sx = case.kernel[1], case.stride[1]
+    l, r = case.pads[1], case.pads[3]
     ow = _out(case.w, kw, sx, l, r)
     used = ow - ow % 2 if case.pool else ow
     if block:
@@ -574,7 +576,7 @@ class _Draw:
 
     def conv(self, **fixed):
         """A random small Conv; ``fixed`` overrides any field."""
-        k, pin, pout = self.config.kmax, self.config.pin, self.config.pout
+        pin, pout = self.config.pin, self.config.pout
         kernel = fixed.get("kernel") or self.kernel()
         cin = fixed.get("cin") or self.int(1, 2 * pin + 1)
         p = dict(op="Conv", cin=cin, kernel=kernel, stride=self.stride(), pads=self.pads(),

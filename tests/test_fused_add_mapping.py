@@ -97,3 +97,20 @@ def test_each_check_keeps_the_add_unfused(case):
     else:
         _moved(image, add.a, offset=t[add.a].offset + 1)
     assert fusions(image) == []
+
+
+def test_an_add_after_a_fused_block_on_the_vector_lanes_is_not_fused():
+    """Where a fused block's depthwise half requantizes on the vector unit's lanes
+    (docs/engine.md, "Increment 6"), the fused Add, which computes on them too, is
+    not fused into the block's runs: the Add stays a vector record."""
+    from fpgacnn.core.fused_block import depthwise_on_vector_lanes
+    cfg = EngineConfig(pin=4, pout=4, kmax=3, stream_width=64, max_width=16, max_channels=32,
+                       max_out_channels=16, spare_bank=2, pixel_pairs=1, fused_blocks=2)
+    assert depthwise_on_vector_lanes(cfg) and has_fused_add(cfg)
+    image = _image(random_cnn(0), cfg)
+    (fusion,) = fusions(image)  # a plain convolution's runs: the Add fuses
+    for i in fusion.runs:  # the same runs as a fused block's
+        image.records[i] = dataclasses.replace(
+            image.records[i], descriptor=dict(image.records[i].descriptor, fused=1))
+    assert fusions(image) == []  # (the run table's, SequencerProgram's, reads these)
+    assert image.records[fusion.add].fusable  # the program allows it, the lanes are taken

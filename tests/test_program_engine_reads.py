@@ -2,18 +2,18 @@
 addresses on the read port, for a port as wide as ``pin`` (any ``pin``, a power
 of two or not) and for one a beat wide where ``pin`` is narrower (R-aligned
 reads, each client's word shifted to its low bytes), and the record those reads
-assemble, a word a read or R bytes a read."""
+assemble, a word a read or R bytes a read (on an engine with the fused block,
+its five more descriptor words too)."""
 
 import numpy as np
 import pytest
 from amaranth.sim import Simulator
 
 from fpgacnn.core.config import EngineConfig
-from fpgacnn.core.descriptor import DESCRIPTOR_FIELDS
 from fpgacnn.core.memory_port import read_bytes
 from fpgacnn.core.regmap import build_regmap
-from fpgacnn.core.sequencer import (RECORD_ENGINE, RECORD_FIELDS, build_sequencer_regmap,
-                                    record_bytes, record_word)
+from fpgacnn.core.sequencer import (RECORD_ENGINE, build_sequencer_regmap, descriptor_words,
+                                    record_bytes, record_fields, record_word)
 from fpgacnn.hdl.program.program_engine import ProgramEngine
 
 from test_axi_lite import Manager
@@ -25,6 +25,10 @@ CONFIGS = {
     # pin 4 in 8-byte beats: R = 8, two words a read.
     "pin4-beat8": EngineConfig(pin=4, pout=4, kmax=1, stream_width=64, max_width=4,
                                max_channels=8, max_out_channels=4),
+    # the fused block (register map 2.6): a record of 70 words, 26 descriptor registers
+    "fused": EngineConfig(pin=4, pout=4, kmax=3, stream_width=64, max_width=4,
+                          max_channels=8, max_out_channels=4, spare_bank=2, pixel_pairs=1,
+                          fused_blocks=1),
 }
 
 
@@ -89,7 +93,8 @@ def test_the_record_fetch_assembles_the_record_read(name, table):
     seq_regs, regs = build_sequencer_regmap(config), build_regmap(config)
     rng = np.random.default_rng(table)
     image = 0x1800
-    record = rng.integers(0, 1 << 32, len(RECORD_FIELDS), dtype=np.uint64).astype("<u4")
+    record = rng.integers(0, 1 << 32, len(record_fields(config)),
+                          dtype=np.uint64).astype("<u4")
     record[record_word("op")] = RECORD_ENGINE
     # past the engine's widest row, whatever the other words say: refused
     at_in_w = record_word("desc_in_w")
@@ -136,7 +141,7 @@ def test_the_record_fetch_assembles_the_record_read(name, table):
                 break
         result["status"] = status
         result["desc"] = {f.name: await host.read(regs.address(f"desc_{f.name}"))
-                          for f in DESCRIPTOR_FIELDS}
+                          for f, _ in descriptor_words(config)}
 
     sim = Simulator(dut)
     sim.add_clock(1e-8)
@@ -144,9 +149,10 @@ def test_the_record_fetch_assembles_the_record_read(name, table):
     sim.add_testbench(bench)
     sim.run()
     assert result["status"]["error"] and result["status"]["index"] == 0, result["status"]
-    for f in DESCRIPTOR_FIELDS:
+    for f, at in descriptor_words(config):
         name = f"desc_{f.name}"
         if regs[name].access == "const":  # a field this engine does not have
             continue
+        assert at == record_word(name, config)
         assert regs.decode(name, result["desc"][f.name]) == regs.decode(
-            name, int(record[record_word(name)])), f.name
+            name, int(record[at])), f.name

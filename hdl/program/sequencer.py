@@ -1,13 +1,15 @@
 """The program sequencer: a network program's engine runs, one after another (issue 16).
 
-It walks a range of the run table (:data:`fpgacnn.core.sequencer.RECORD_FIELDS`)
-in board memory. For each record::
+It walks a range of the run table (:func:`fpgacnn.core.sequencer.record_fields`
+of its engine) in board memory. For each record::
 
     FETCH    read the record into a register, R bytes a read (the memory port's
              read_bytes) where the table is R-aligned (the host's always is),
              else a pin-byte word a read (the first record of a start: the
              next ones are fetched while the run before them ends)
     DESC     write the run's descriptor registers on the engine's register bus
+             (the engine's own list, register order: with fused_blocks the
+             fused block's five too, :func:`~fpgacnn.core.sequencer.descriptor_words`)
              (the pixel reader started as the record was decoded, on the run's
              constants or its pixels: its reads go out meanwhile),
     START    once the reader has its first beat (or has sent all it will),
@@ -54,13 +56,13 @@ from amaranth.utils import exact_log2
 
 from ...core.config import require_config
 from ...core.memory_port import read_bytes, words_per_read
-from ...core.descriptor import DESCRIPTOR_FIELDS
 from ...core.pixel_reader_fields import READER_FIELDS, reader_layout
 from ...core.fused_add_fields import FUSED_ADD_FIELDS, fused_add_layout
 from ...core.pixel_writer_fields import WRITER_FIELDS, writer_layout
 from ...core.regmap import ADDR_WIDTH, build_regmap
 from ...core.sequencer import (COUNTER_WORDS, RECORD_ENGINE, RECORD_HOST, RECORD_INDEX_BITS,
-                               RECORD_SKIP, RECORD_VECTOR, record_bytes, record_word)
+                               RECORD_SKIP, RECORD_VECTOR, descriptor_words, record_bytes,
+                               record_word)
 from ...core.vector_fields import VECTOR_FIELDS, vector_layout
 from ..bus.axi_lite import RegisterBusSignature
 
@@ -180,7 +182,7 @@ class Sequencer(wiring.Component):
         rec = Signal(8 * record_bytes(cfg))
 
         def word(name, k=0):
-            i = record_word(name) + k
+            i = record_word(name, cfg) + k
             return rec[32 * i:32 * i + 32]
 
         def reg_word(name):
@@ -235,13 +237,15 @@ class Sequencer(wiring.Component):
         received = Signal(range(nwords + 1))
         fetched = Signal()  # nxt holds the record at f_base
         skipped = Signal()  # f_base is two records on: the one between is a RECORD_SKIP
-        j = Signal(range(max(len(DESCRIPTOR_FIELDS), COUNTER_WORDS) + 1))
+        # The engine's descriptor registers, in register order, and their record words.
+        desc_fields = descriptor_words(cfg)
+        j = Signal(range(max(len(desc_fields), COUNTER_WORDS) + 1))
         kick = Signal()  # start the reader next cycle (its fields settle first)
         reader_finished, writer_finished = Signal(), Signal()
         counters = Array(Signal(32, name=f"counter{i}") for i in range(COUNTER_WORDS))
-        desc_words = Array(word(f"desc_{f.name}") for f in DESCRIPTOR_FIELDS)
+        desc_words = Array(rec[32 * i:32 * i + 32] for _, i in desc_fields)
         desc_addrs = Array(Const(reg_word(f"desc_{f.name}"), ADDR_WIDTH - 2)
-                           for f in DESCRIPTOR_FIELDS)
+                           for f, _ in desc_fields)
         perf_addrs = Array(Const(reg_word(n), ADDR_WIDTH - 2) for n in
                            ("perf_busy_cycles", "perf_stall_in_cycles", "perf_stall_out_cycles"))
         status = self.engine.r_data
@@ -363,7 +367,7 @@ class Sequencer(wiring.Component):
                              self.engine.w_addr.eq(desc_addrs[j]),
                              self.engine.w_data.eq(desc_words[j])]
                 m.d.sync += j.eq(j + 1)
-                with m.If(j == len(DESCRIPTOR_FIELDS) - 1):
+                with m.If(j == len(desc_fields) - 1):
                     m.next = "START"
                 abortable()
 

@@ -105,6 +105,8 @@ def run(args):
             print(f"  {step.name:<{width}}  {step.op:<16} engine  {step.mapping:<14} "
                   f"{len(step.runs):>4} runs  {cycles:>10,} cycles  "
                   f"{addressed[index]}/{len(step.runs)} addressed")
+            if step.unfused_reason:  # a depthwise + pointwise pair the block did not take
+                print(f"      not fused: {step.unfused_reason}")
         elif index in vector:  # the program engine's vector unit; a host layer elsewhere
             print(f"  {step.name:<{width}}  {step.op:<16} vector (the sequencer's unit)")
         else:
