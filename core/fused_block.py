@@ -2,7 +2,7 @@
 
 docs/engine.md, "The fused depthwise + pointwise block": a depthwise
 convolution's output goes from the :class:`~fpgacnn.hdl.datapath.depthwise_unit.DepthwiseUnit`
-into a :class:`~fpgacnn.hdl.datapath.pair_buffer.PairBuffer` of ``PAIR_BUFFER_SLOTS`` slots,
+into the slots of a :class:`~fpgacnn.hdl.datapath.pair_buffer.PairBuffer`,
 which the main array reads as the 1x1 remap's window. Its sizes follow from
 the configuration here, once; the gateware, its tests and (steps 3 to 5 of
 the design) the contract, the descriptor check and the compiler read them
@@ -17,27 +17,34 @@ from .config import ConfigError, require_config
 from .technology import PARAM_RECORD_BYTES, PARAM_RECORD_FIELDS, products_latency
 from .errors import MappingError
 
-__all__ = ["PAIR_BUFFER_SLOTS", "PairBufferShape", "pair_buffer_shape", "pair_buffer_run", "depthwise_sum_width",
-           "depthwise_unit_latency", "BIAS_BITS", "check_depthwise_sums",
-           "depthwise_word_bytes", "depthwise_memory_words", "pointwise_tiles"]
+__all__ = ["PAIR_BUFFER_SLOTS", "LUT_RAM_WORDS", "PairBufferShape", "pair_buffer_shape",
+           "pair_buffer_run", "depthwise_sum_width", "depthwise_unit_latency", "BIAS_BITS",
+           "check_depthwise_sums", "depthwise_word_bytes", "depthwise_memory_words",
+           "pointwise_tiles"]
 
 #: Bits of a folded bias (the parameter record's ``bias`` field): the requantizing
 #: stage adds it to the depthwise unit's sums, as the array's requantizer does.
 BIAS_BITS = 8 * next(size for name, _, size, _ in PARAM_RECORD_FIELDS if name == "bias")
 
 
-#: Slots of the pair buffer, each a pixel pair's depthwise output. Two would
-#: do if the depthwise side could fill a slot while the pointwise side reads
-#: the other, but it cannot start a pair before the slot is free, and a pair
-#: takes the line buffer's latency twice, ``ci_tiles`` windows and the
-#: depthwise unit's and requantizer's latencies to fill (about 43 cycles at
-#: 64 channels on the PYNQ-Z2's engine) against the pointwise's ``co_tiles *
-#: group`` (32) to read: with two the pair period is the fill's. With four the
-#: depthwise side runs up to three pairs ahead and the pointwise reads back to
-#: back (docs/engine.md, "The pair buffer's slots"). A power of two: the slot
-#: is the address's top bits. The memories are LUT RAM, 32 words deep a LUT
-#: (RAM32M), so up to 32 words a position cost what 8 do.
-PAIR_BUFFER_SLOTS = 4
+#: The most slots of the pair buffer, each a pixel pair's depthwise output.
+#: Two would do if the depthwise side could fill a slot while the pointwise
+#: side reads the other, but it cannot start a pair before its slot is free,
+#: and a pair takes the line buffer's latency twice, ``ci_tiles`` windows
+#: and the depthwise unit's and requantizer's latencies to fill (about 43
+#: cycles at 64 channels on the PYNQ-Z2's engine) against the pointwise's
+#: ``co_tiles * group`` to read (32 there, 8 for MobileNet's 32-channel
+#: block): the depthwise side must run that many pairs ahead for the
+#: pointwise to read back to back. Eight cover the zoo's blocks on the
+#: PYNQ-Z2 (sixteen gain no cycle; docs/engine.md, "The pair buffer's
+#: slots"). A power of two: the slot is the address's top bits.
+PAIR_BUFFER_SLOTS = 8
+
+#: Words of the LUT RAM a pair buffer position is built of (Xilinx RAM32M,
+#: 32 x 6 bits a slice's four LUTs): a memory up to this deep costs what one
+#: of 8 words does, one deeper twice as much (RAM64M, 64 x 3). The slots stop
+#: short of it (at least two), so a buffer of large groups keeps fewer.
+LUT_RAM_WORDS = 32
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,7 +68,9 @@ class PairBufferShape:
         Words a position holds in a slot: ``ceil(tiles / positions)``, the
         most windows the main array reads a slot in for an output tile.
     slots : int
-        Pixel pairs the buffer holds: :data:`PAIR_BUFFER_SLOTS`, a power of two.
+        Pixel pairs the buffer holds, a power of two: :data:`PAIR_BUFFER_SLOTS`,
+        fewer where their memory would be deeper than :data:`LUT_RAM_WORDS`
+        (groups over 4), at least 2.
     depth : int
         Words of each position's memory: ``slots`` slots of ``group`` words,
         each slot on a power of two (the slot is the address's top bits, no adder).
@@ -77,7 +86,8 @@ class PairBufferShape:
 
     @property
     def bytes(self):
-        """Bytes the buffer holds: ``slots`` slots, two pixels, ``positions * group`` words of ``pin``."""
+        """Bytes the buffer holds: ``slots`` slots of two pixels, ``positions * group`` words
+        of ``pin`` each."""
         return self.slots * 2 * self.positions * self.group * self.pin
 
 
@@ -87,12 +97,14 @@ def pair_buffer_shape(config):
     tiles = math.ceil(config.max_channels / config.pin)
     positions = config.kmax * config.kmax
     group = math.ceil(tiles / positions)
-    slots = PAIR_BUFFER_SLOTS
-    if slots < 2 or slots & (slots - 1):
+    most = PAIR_BUFFER_SLOTS
+    if most < 2 or most & (most - 1):
         raise ConfigError(f"the pair buffer's slots are a power of two of at least 2 (the writer "
-                          f"fills one while the reader reads another), not {slots}")
+                          f"fills one while the reader reads another), not {most}")
+    group_bits = (group - 1).bit_length()
+    slots = max(2, min(most, LUT_RAM_WORDS >> group_bits))
     return PairBufferShape(pin=config.pin, channels=config.max_channels, tiles=tiles, positions=positions,
-                           group=group, slots=slots, depth=slots << (group - 1).bit_length())
+                           group=group, slots=slots, depth=slots << group_bits)
 
 
 def pair_buffer_run(config, channels, *, name="layer"):

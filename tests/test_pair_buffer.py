@@ -4,8 +4,8 @@ Step 2 of docs/engine.md's "The fused depthwise + pointwise block". A
 depthwise layer's int8 output (:func:`~fpgacnn.host.integer_ops.conv2d`) is
 written into the buffer a word of ``pin`` channels of two pixels a cycle;
 the reader takes each full slot, oldest first, as the main array would,
-``for co: for ci`` windows, then releases it. Every window's taps of real channels are the
-remap's (:func:`fpgacnn.host.packing.pack_pixels`' layout), and the windows
+``for co: for ci`` windows, then releases it. Every window's taps of real
+channels are the remap's (:func:`fpgacnn.host.packing.pack_pixels`' layout), and the windows
 times the remapped pointwise weight words of
 :func:`~fpgacnn.host.packing.pack_weights` (the array's tap order), plus the
 folded bias, are :func:`~fpgacnn.host.integer_ops.conv_acc` of the pointwise
@@ -13,7 +13,8 @@ layer on that output: stale taps past the channels meet weight 0. Random
 writer gaps and reader pauses, so the slots fill, wait and are read in
 every order; a reader that starts late, so the writer runs every slot
 ahead and waits; channel counts at, under and over ``max_channels``; slot
-counts of 2, 4 and 8.
+counts of 2, 4 and 8, and fewer where a position's memory would outgrow
+a LUT RAM.
 """
 
 import gc
@@ -31,7 +32,8 @@ from fpgacnn.core.config import ConfigError, EngineConfig
 from fpgacnn.core.contract import PARAM_RECORD_FIELDS, engine_contract
 from fpgacnn.core.errors import MappingError
 from fpgacnn.core import fused_block
-from fpgacnn.core.fused_block import PAIR_BUFFER_SLOTS, pair_buffer_run, pair_buffer_shape
+from fpgacnn.core.fused_block import (LUT_RAM_WORDS, PAIR_BUFFER_SLOTS, pair_buffer_run,
+                                      pair_buffer_shape)
 from fpgacnn.hdl.datapath.pair_buffer import PairBuffer
 from fpgacnn.host import integer_ops
 from fpgacnn.host.packing import pack_weights, remap_group
@@ -201,7 +203,8 @@ def test_reader_and_writer_each_hold_the_other():
     and a reader that never pauses against a slow writer (the reader waits)."""
     config = sized("pynq-z2")
     # two words a pair against eight output tiles' reads a slot, three pairs over the slots
-    held = check_block(config, 2 * config.pin, seed=1, width=2 * PAIR_BUFFER_SLOTS + 6,
+    slots = pair_buffer_shape(config).slots
+    held = check_block(config, 2 * config.pin, seed=1, width=2 * slots + 6,
                        cout=8 * config.pout, gaps=0.0, pauses=0.8)
     assert held["writer"] > 20, held
     # eighteen words a pair against two reads a slot
@@ -210,12 +213,12 @@ def test_reader_and_writer_each_hold_the_other():
     assert held["reader"] > 20, held
 
 
-@pytest.mark.parametrize("slots", (2, PAIR_BUFFER_SLOTS, 8))
+@pytest.mark.parametrize("slots", (2, 4, 8))
 def test_the_writer_runs_every_slot_ahead_then_waits(monkeypatch, slots):
     """A reader that starts late: the writer fills every slot back to back, a word a
     cycle, then waits with all of them full until the first release (its next word is
     taken the cycle after it, not before); the reader then reads the slots oldest first
-    (the windows exact). With one pair fewer than it would need the writer never waits.
+    (the windows exact). With exactly as many pairs as slots the writer never waits.
     Two, four and eight slots: the buffer follows the shape's count."""
     monkeypatch.setattr(fused_block, "PAIR_BUFFER_SLOTS", slots)
     config = sized("pynq-z2")
@@ -249,12 +252,30 @@ def test_slot_counts_not_a_power_of_two_of_at_least_two_refused(monkeypatch, slo
 def test_shape_follows_the_configuration():
     config = sized("pynq-z2")
     shape = pair_buffer_shape(config)
+    assert PAIR_BUFFER_SLOTS == 8 and LUT_RAM_WORDS == 32
     assert (shape.channels, shape.tiles, shape.positions, shape.group, shape.slots,
-            shape.depth) == (config.max_channels, 32, 9, 4, PAIR_BUFFER_SLOTS, 16)
-    # four slots of two pixels of max_channels, rounded up to whole groups
-    assert shape.bytes == 4 * 2 * 9 * 4 * 4 >= 4 * 2 * config.max_channels
+            shape.depth) == (config.max_channels, 32, 9, 4, 8, 32)
+    # eight slots of two pixels of max_channels, rounded up to whole groups
+    assert shape.bytes == 8 * 2 * 9 * 4 * 4 >= 8 * 2 * config.max_channels
     # a group of 3 words takes 4 in each slot: the slot is the address's top bits
-    assert pair_buffer_shape(SMALL_K2).group == 3 and pair_buffer_shape(SMALL_K2).depth == 16
+    assert pair_buffer_shape(SMALL_K2).group == 3 and pair_buffer_shape(SMALL_K2).depth == 32
+
+
+@pytest.mark.parametrize("channels, group, slots, depth", [
+    (4 * 9 * 1, 1, 8, 8),        # under a LUT RAM: the most slots
+    (4 * 9 * 4, 4, 8, 32),       # at it (the PYNQ-Z2's)
+    (4 * 9 * 4 + 1, 5, 4, 32),   # over it: fewer slots (the Ultra96-V2's 256 channels: group 8)
+    (4 * 9 * 16, 16, 2, 32),
+    (4 * 9 * 16 + 1, 17, 2, 64),  # the fewest slots, a deeper memory
+])
+def test_slots_keep_a_position_in_one_lut_ram(channels, group, slots, depth):
+    """As many slots as :data:`PAIR_BUFFER_SLOTS` while a position's memory stays within
+    :data:`LUT_RAM_WORDS`, fewer over it, and never under two."""
+    config = EngineConfig(pin=4, pout=4, kmax=3, stream_width=64, max_width=16,
+                          max_channels=channels, max_out_channels=16, spare_bank=2,
+                          pixel_pairs=1)
+    shape = pair_buffer_shape(config)
+    assert (shape.group, shape.slots, shape.depth) == (group, slots, depth)
 
 
 def test_channels_over_the_buffer_refused():
