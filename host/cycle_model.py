@@ -386,11 +386,10 @@ def _fused_row(config, start, out_w, ci, co, group, latency, depth, entry_words,
 
     Pair ``n``'s ``ci`` depthwise windows issue one a cycle after the pair before's,
     once pair ``n - slots``'s slot is released (the pair buffer's ``slots``,
-    :data:`~fpgacnn.core.fused_block.PAIR_BUFFER_SLOTS`): its last pointwise
-    window plus the line buffer's latency less one (the release travels with
-    the reads; its credit is back the cycle after). Its last word is in the pair
-    buffer the line buffer's, the depthwise unit's and the requantizer's latencies
-    after its last window, and
+    :func:`~fpgacnn.core.fused_block.pair_buffer_shape`): its last pointwise window plus the line
+    buffer's latency less one (the release travels with the reads; its credit is
+    back the cycle after). Its last word is in the pair buffer the line buffer's,
+    the depthwise unit's and the requantizer's latencies after its last window, and
     the pointwise issuer begins it the cycle after, or after the pair before: its
     ``co`` groups of ``group`` windows as a pixel-pair position
     (:func:`_pair_row`, output FIFO credits included).
