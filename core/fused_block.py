@@ -17,10 +17,10 @@ from .config import ConfigError, require_config
 from .technology import PARAM_RECORD_BYTES, PARAM_RECORD_FIELDS, products_latency
 from .errors import MappingError
 
-__all__ = ["PAIR_BUFFER_SLOTS", "LUT_RAM_WORDS", "PairBufferShape", "pair_buffer_shape",
-           "pair_buffer_run", "depthwise_sum_width", "depthwise_unit_latency", "BIAS_BITS",
-           "check_depthwise_sums", "depthwise_word_bytes", "depthwise_memory_words",
-           "pointwise_tiles"]
+__all__ = ["PAIR_BUFFER_SLOTS", "LUT_RAM_WORDS",
+           "PairBufferShape", "pair_buffer_shape", "pair_buffer_run", "depthwise_sum_width",
+           "depthwise_unit_latency", "BIAS_BITS", "check_depthwise_sums",
+           "depthwise_word_bytes", "depthwise_memory_words", "pointwise_tiles"]
 
 #: Bits of a folded bias (the parameter record's ``bias`` field): the requantizing
 #: stage adds it to the depthwise unit's sums, as the array's requantizer does.
