@@ -46,6 +46,7 @@ Usage::
 """
 
 import argparse
+import dataclasses
 import datetime
 import subprocess
 import sys
@@ -146,6 +147,9 @@ def main(argv=None):
     parser.add_argument("--unit-shares", nargs="+", type=float, default=[1.0, 0.5],
                         metavar="S", help="the fused blocks' depthwise unit's products a "
                         "cycle, as shares of the array's depthwise rate (peak / pout)")
+    parser.add_argument("--fused-blocks", type=int, default=13, metavar="N",
+                        help="the compiled-with-the-block column: the board's engine with "
+                        "fused_blocks N (where it has pixel_pairs)")
     parser.add_argument("--write", help="replace the section between its markers in this file "
                         "(BENCHMARKS.md section 7)")
     args = parser.parse_args(argv)
@@ -164,6 +168,7 @@ def main(argv=None):
     lines = [f"Command: `python bench/memory_bound.py"
              f"{' --layers ' + ' '.join(args.layers) if args.layers else ''}"
              f"{' --unit-shares ' + shares if args.unit_shares != [1.0, 0.5] else ''}"
+             f"{f' --fused-blocks {args.fused_blocks}' if args.fused_blocks != 13 else ''}"
              f"{' --write BENCHMARKS.md' if args.write else ''}`, "
              f"run {datetime.date.today()} at commit {commit}. Engine layers only, batch 1, "
              "per image; `B` = the board's memory bandwidth each way, its HP port's bytes a "
@@ -174,21 +179,26 @@ def main(argv=None):
              "program's steady-state cycles (the cycle model, = RTL in section 5). Fused: the "
              "ceilings with each depthwise layer and the 1x1 convolution after it as one block "
              "(docs/engine.md \"The fused depthwise + pointwise block\", built on the convolution "
-             "core, not yet in the compiler): "
+             "core and compiled where an engine has it): "
              "the depthwise on the array before the pointwise (at its depthwise rate "
              "D = peak / pout), or on a unit of its own beside it at U products a cycle, a "
              "share of D (the module docstring). Projected: the same blocks with the pointwise "
              "and every other layer at their compiled cycles (today's mapping on the array: the "
              "1x1 remap's lane padding, fills), the depthwise's MACs and the block's memory at "
-             "their floors: what the fused block alone would give.", "",
+             "their floors: what the fused block alone would give. Compiled with the block: "
+             f"the board's engine with `fused_blocks` {args.fused_blocks} (the compiler fuses "
+             "where the cycle model says the block is faster and its depthwise words fit the "
+             "depthwise memory, docs/engine.md \"Step 4\"), its steady-state cycles and "
+             "utilization; no board's sized engine has the block yet.", "",
              "| engine | model | MACs | compiled cycles | utilization | memory-bound layers "
              "| floor (cycles) | ceiling | floor at 2x peak | its ceiling (of 2x peak) "
              "| fused ceiling: depthwise on the array | "
              + " | ".join(f"beside it, U = {u:g} D" for u in args.unit_shares)
              + " | projected, fused: depthwise on the array | "
-             + " | ".join(f"beside it, U = {u:g} D" for u in args.unit_shares) + " |",
+             + " | ".join(f"beside it, U = {u:g} D" for u in args.unit_shares)
+             + " | compiled with the block: cycles | its utilization |",
              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
-             + "---:|" * (2 * len(args.unit_shares) + 1)]
+             + "---:|" * (2 * len(args.unit_shares) + 3)]
     details = []
     for board_name in args.boards:
         board = load_board(board_name)
@@ -210,11 +220,19 @@ def main(argv=None):
             units = [("array", rate)] + [share * rate for share in args.unit_shares]
             fused = [fused_floor(blocks, peak, bandwidth, u, compiled=compiled)
                      for compiled in (False, True) for u in units]
+            with_block = "- | -"
+            if config.pixel_pairs:
+                block_config = dataclasses.replace(config, fused_blocks=args.fused_blocks)
+                block_rows = layer_bounds(compile_model(load_onnx(written[name]["int8"]),
+                                                        block_config), bandwidth)
+                block_cycles = sum(r[4] for r in block_rows)
+                with_block = f"{block_cycles:,.0f} | {macs / (peak * block_cycles):.1%}"
             lines.append(f"| {board_name} (pin {config.pin} x pout {config.pout}, B {bandwidth}) "
                          f"| {name} | {macs:,} | {cycles:,.0f} | {macs / (peak * cycles):.1%} "
                          f"| {memory_bound} / {len(rows)} | {floor:,.0f} | {ceil1:.1%} "
                          f"| {floor2:,.0f} | {ceil2:.1%} | "
-                         + " | ".join(f"{macs / (peak * f):.1%}" for f in fused) + " |")
+                         + " | ".join(f"{macs / (peak * f):.1%}" for f in fused)
+                         + f" | {with_block} |")
             if board_name in args.layers:
                 details += ["", f"**{name}** on {board_name}'s engine, per layer:", "",
                             "| layer | MACs | in / out bytes | compiled cycles | compute floor "

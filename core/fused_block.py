@@ -2,7 +2,7 @@
 
 docs/engine.md, "The fused depthwise + pointwise block": a depthwise
 convolution's output goes from the :class:`~fpgacnn.hdl.datapath.depthwise_unit.DepthwiseUnit`
-into a double-buffered :class:`~fpgacnn.hdl.datapath.pair_buffer.PairBuffer`,
+into the slots of a :class:`~fpgacnn.hdl.datapath.pair_buffer.PairBuffer`,
 which the main array reads as the 1x1 remap's window. Its sizes follow from
 the configuration here, once; the gateware, its tests and (steps 3 to 5 of
 the design) the contract, the descriptor check and the compiler read them
@@ -18,7 +18,8 @@ from .technology import PARAM_RECORD_BYTES, PARAM_RECORD_FIELDS, products_latenc
 from .errors import MappingError
 from .memory_port import read_bytes
 
-__all__ = ["PairBufferShape", "pair_buffer_shape", "pair_buffer_run", "depthwise_sum_width",
+__all__ = ["PAIR_BUFFER_SLOTS", "LUT_RAM_WORDS",
+           "PairBufferShape", "pair_buffer_shape", "pair_buffer_run", "depthwise_sum_width",
            "depthwise_unit_latency", "BIAS_BITS", "check_depthwise_sums",
            "depthwise_word_bytes", "depthwise_memory_words", "pointwise_tiles",
            "depthwise_lanes", "depthwise_on_vector_lanes", "depthwise_term_width"]
@@ -28,9 +29,29 @@ __all__ = ["PairBufferShape", "pair_buffer_shape", "pair_buffer_run", "depthwise
 BIAS_BITS = 8 * next(size for name, _, size, _ in PARAM_RECORD_FIELDS if name == "bias")
 
 
+#: The most slots of the pair buffer, each a pixel pair's depthwise output.
+#: Two would do if the depthwise side could fill a slot while the pointwise
+#: side reads the other, but it cannot start a pair before its slot is free,
+#: and a pair takes the line buffer's latency twice, ``ci_tiles`` windows
+#: and the depthwise unit's and requantizer's latencies to fill (about 43
+#: cycles at 64 channels on the PYNQ-Z2's engine) against the pointwise's
+#: ``co_tiles * group`` to read (32 there, 8 for MobileNet's 32-channel
+#: block): the depthwise side must run that many pairs ahead for the
+#: pointwise to read back to back. Eight cover the zoo's blocks on the
+#: PYNQ-Z2 (sixteen gain no cycle; docs/engine.md, "The pair buffer's
+#: slots"). A power of two: the slot is the address's top bits.
+PAIR_BUFFER_SLOTS = 8
+
+#: Words of the LUT RAM a pair buffer position is built of (Xilinx RAM32M,
+#: 32 x 6 bits a slice's four LUTs): a memory up to this deep costs what one
+#: of 8 words does, one deeper twice as much (RAM64M, 64 x 3). The slots stop
+#: short of it (at least two), so a buffer of large groups keeps fewer.
+LUT_RAM_WORDS = 32
+
+
 @dataclasses.dataclass(frozen=True)
 class PairBufferShape:
-    """The pair buffer of an engine: two halves, each two output pixels of ``channels`` int8.
+    """The pair buffer of an engine: ``slots`` slots, each two output pixels of ``channels`` int8.
 
     Attributes
     ----------
@@ -46,11 +67,15 @@ class PairBufferShape:
         The 1x1 remap's positions, ``kmax * kmax``: a memory each, so that a
         read gives a whole window.
     group : int
-        Words a position holds in a half: ``ceil(tiles / positions)``, the
-        most windows the main array reads a half in for an output tile.
+        Words a position holds in a slot: ``ceil(tiles / positions)``, the
+        most windows the main array reads a slot in for an output tile.
+    slots : int
+        Pixel pairs the buffer holds, a power of two: :data:`PAIR_BUFFER_SLOTS`,
+        fewer where their memory would be deeper than :data:`LUT_RAM_WORDS`
+        (groups over 4), at least 2.
     depth : int
-        Words of each position's memory: two halves of ``group`` words, each
-        half on a power of two (the half is the address's top bit, no adder).
+        Words of each position's memory: ``slots`` slots of ``group`` words,
+        each slot on a power of two (the slot is the address's top bits, no adder).
     """
 
     pin: int
@@ -58,12 +83,14 @@ class PairBufferShape:
     tiles: int
     positions: int
     group: int
+    slots: int
     depth: int
 
     @property
     def bytes(self):
-        """Bytes the buffer holds: two halves, two pixels, ``positions * group`` words of ``pin``."""
-        return 2 * 2 * self.positions * self.group * self.pin
+        """Bytes the buffer holds: ``slots`` slots of two pixels, ``positions * group`` words
+        of ``pin`` each."""
+        return self.slots * 2 * self.positions * self.group * self.pin
 
 
 def pair_buffer_shape(config):
@@ -72,8 +99,14 @@ def pair_buffer_shape(config):
     tiles = math.ceil(config.max_channels / config.pin)
     positions = config.kmax * config.kmax
     group = math.ceil(tiles / positions)
+    most = PAIR_BUFFER_SLOTS
+    if most < 2 or most & (most - 1):
+        raise ConfigError(f"the pair buffer's slots are a power of two of at least 2 (the writer "
+                          f"fills one while the reader reads another), not {most}")
+    group_bits = (group - 1).bit_length()
+    slots = max(2, min(most, LUT_RAM_WORDS >> group_bits))
     return PairBufferShape(pin=config.pin, channels=config.max_channels, tiles=tiles, positions=positions,
-                           group=group, depth=2 << (group - 1).bit_length())
+                           group=group, slots=slots, depth=slots << group_bits)
 
 
 def pair_buffer_run(config, channels, *, name="layer"):

@@ -385,7 +385,8 @@ def _fused_row(config, start, out_w, ci, co, group, latency, depth, entry_words,
     ``pw_ends``.
 
     Pair ``n``'s ``ci`` depthwise windows issue one a cycle after the pair before's,
-    once pair ``n - 2``'s half is released: its last pointwise window plus the line
+    once pair ``n - slots``'s slot is released (the pair buffer's ``slots``,
+    :func:`~fpgacnn.core.fused_block.pair_buffer_shape`): its last pointwise window plus the line
     buffer's latency less one (the release travels with the reads; its credit is
     back the cycle after). Its last word is in the pair buffer the line buffer's,
     the depthwise unit's and the depthwise requantization's latencies after its last
@@ -395,9 +396,10 @@ def _fused_row(config, start, out_w, ci, co, group, latency, depth, entry_words,
     (:func:`_pair_row`, output FIFO credits included).
     """
     lat = engine_contract(config).latency
+    slots = engine_contract(config).fused.pair_buffer.slots
     t = start
     for p in range(-(-out_w // 2)):
-        issue = t if len(pw_ends) < 2 else max(t, pw_ends[-2] + lat.line_buffer - 1)
+        issue = t if len(pw_ends) < slots else max(t, pw_ends[-slots] + lat.line_buffer - 1)
         t = issue + ci
         written = t - 1 + lat.line_buffer + lat.depthwise_unit + lat.depthwise_requant
         begin = written + 1 if not pw_ends else max(written + 1, pw_ends[-1])

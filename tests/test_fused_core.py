@@ -96,6 +96,8 @@ BLOCKS = [
     (4, 12, 5, 8, 3, 2, (0, 0, 1, 1), 1),     # stride 2, pads bottom-right only
     (3, 16, 4, 7, 3, 1, (1, 1, 1, 1), 1),     # output-bound: one tile in, four out
     (32, 4, 4, 6, 3, 1, (1, 1, 1, 1), 1),     # depthwise-bound: eight tiles in, one out
+    (4, 8, 3, 16, 3, 1, (1, 1, 1, 1), 1),     # eight pairs a row of two cycles each: every pair
+                                              # buffer slot full, the depthwise side waiting
 ]
 
 

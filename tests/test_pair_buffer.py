@@ -3,15 +3,18 @@
 Step 2 of docs/engine.md's "The fused depthwise + pointwise block". A
 depthwise layer's int8 output (:func:`~fpgacnn.host.integer_ops.conv2d`) is
 written into the buffer a word of ``pin`` channels of two pixels a cycle;
-the reader takes each full half as the main array would, ``for co: for ci``
-windows, then releases it. Every window's taps of real channels are the
-remap's (:func:`fpgacnn.host.packing.pack_pixels`' layout), and the windows
+the reader takes each full slot, oldest first, as the main array would,
+``for co: for ci`` windows, then releases it. Every window's taps of real
+channels are the remap's (:func:`fpgacnn.host.packing.pack_pixels`' layout), and the windows
 times the remapped pointwise weight words of
 :func:`~fpgacnn.host.packing.pack_weights` (the array's tap order), plus the
 folded bias, are :func:`~fpgacnn.host.integer_ops.conv_acc` of the pointwise
 layer on that output: stale taps past the channels meet weight 0. Random
-writer gaps and reader pauses, so the halves fill, wait and swap in every
-order; channel counts at, under and over ``max_channels``.
+writer gaps and reader pauses, so the slots fill, wait and are read in
+every order; a reader that starts late, so the writer runs every slot
+ahead and waits; channel counts at, under and over ``max_channels``; slot
+counts of 2, 4 and 8, and fewer where a position's memory would outgrow
+a LUT RAM.
 """
 
 import gc
@@ -28,7 +31,9 @@ from fpgacnn.boards.engine_sizing import size_engine
 from fpgacnn.core.config import ConfigError, EngineConfig
 from fpgacnn.core.contract import PARAM_RECORD_FIELDS, engine_contract
 from fpgacnn.core.errors import MappingError
-from fpgacnn.core.fused_block import pair_buffer_run, pair_buffer_shape
+from fpgacnn.core import fused_block
+from fpgacnn.core.fused_block import (LUT_RAM_WORDS, PAIR_BUFFER_SLOTS, pair_buffer_run,
+                                      pair_buffer_shape)
 from fpgacnn.hdl.datapath.pair_buffer import PairBuffer
 from fpgacnn.host import integer_ops
 from fpgacnn.host.packing import pack_weights, remap_group
@@ -67,17 +72,19 @@ def pointwise_words(config, w, bias, x_zp):
     return folded.astype(np.int64), words.reshape(co_tiles, ci_tiles, config.pout, taps)
 
 
-def simulate(config, pairs, tiles, group, co_tiles, *, seed, gaps, pauses):
-    """Write ``pairs`` (each ``[tiles][2][pin]`` int8 words) and read every half ``co_tiles``
-    times over; return the windows read, ``[pair][co][ci] -> (window, window_next)``, and
-    the cycles the writer was held (both halves full) and the reader waited (none full)."""
+def simulate(config, pairs, tiles, group, co_tiles, *, seed, gaps, pauses, reader_from=0):
+    """Write ``pairs`` (each ``[tiles][2][pin]`` int8 words) and read every slot ``co_tiles``
+    times over, the reader idle before cycle ``reader_from``; return the windows read,
+    ``[pair][co][ci] -> (window, window_next)``, and the trace: the cycles the writer was
+    held (every slot full) and the reader waited (none full), the cycle each word was
+    taken in (``"taken"``) and each slot released in (``"released"``)."""
     dut = PairBuffer(config)
     rng = np.random.default_rng(seed)
     pin, taps = config.pin, config.kmax ** 2 * config.pin
     reads = [(co, ci) for co in range(co_tiles) for ci in range(group)]
     got = [[[None] * group for _ in range(co_tiles)] for _ in pairs]
     words = [word for pair in pairs for word in pair]
-    held = {"writer": 0, "reader": 0}
+    held = {"writer": 0, "reader": 0, "taken": [], "released": []}
 
     async def testbench(ctx):
         ctx.set(dut.tiles, tiles)
@@ -86,9 +93,10 @@ def simulate(config, pairs, tiles, group, co_tiles, *, seed, gaps, pauses):
         await ctx.tick()
         ctx.set(dut.start, 0)
         w, valid = 0, False      # the writer: next word, and whether it is offered
-        half, r = 0, 0           # the reader: the half (pair) it is at, its next read
+        half, r = 0, 0           # the reader: the slot (pair) it is at, its next read
         cycle = 0
         while half < len(pairs):
+            awake = cycle >= reader_from
             if not valid and w < len(words) and rng.random() >= gaps:
                 ctx.set(dut.w_stream.payload.as_value(), pack(words[w], 8))
                 valid = True
@@ -97,11 +105,11 @@ def simulate(config, pairs, tiles, group, co_tiles, *, seed, gaps, pauses):
             held["writer"] += valid and not took
             held["reader"] += not ctx.get(dut.r_ready)
             read = release = False
-            if ctx.get(dut.r_ready) and r < len(reads) and rng.random() >= pauses:
+            if awake and ctx.get(dut.r_ready) and r < len(reads) and rng.random() >= pauses:
                 read = True
                 ctx.set(dut.r_ci, reads[r][1])
                 release = r == len(reads) - 1 and rng.random() < 0.5
-            elif ctx.get(dut.r_ready) and r == len(reads) and rng.random() >= pauses:
+            elif awake and ctx.get(dut.r_ready) and r == len(reads) and rng.random() >= pauses:
                 release = True
             ctx.set(dut.r_en, read)
             ctx.set(dut.r_release, release)
@@ -117,9 +125,12 @@ def simulate(config, pairs, tiles, group, co_tiles, *, seed, gaps, pauses):
                 assert not ctx.get(dut.o_valid)
             if release:
                 half, r = half + 1, 0
+                held["released"].append(cycle - 1)
             if took:
                 w, valid = w + 1, False
-            assert cycle < 20 * (len(words) + len(pairs) * len(reads)) + 100, "stuck"
+                held["taken"].append(cycle - 1)
+            assert cycle < 20 * (len(words) + len(pairs) * len(reads)) + reader_from + 100, \
+                "stuck"
 
     sim = Simulator(dut)
     sim.add_clock(1e-8)
@@ -128,7 +139,8 @@ def simulate(config, pairs, tiles, group, co_tiles, *, seed, gaps, pauses):
     return got, held
 
 
-def check_block(config, channels, *, seed, cout=None, width=5, gaps=0.3, pauses=0.3):
+def check_block(config, channels, *, seed, cout=None, width=5, gaps=0.3, pauses=0.3,
+                reader_from=0):
     """A depthwise output of ``channels`` at ``width`` pixels (a row; an odd width ends on a
     single pixel) through the buffer; the windows against the remap and the pointwise."""
     rng = np.random.default_rng(seed)
@@ -153,7 +165,7 @@ def check_block(config, channels, *, seed, cout=None, width=5, gaps=0.3, pauses=
             pair[:, j, :] = flat.reshape(tiles, pin)
         pairs.append(pair)
     got, held = simulate(config, pairs, tiles, group, co_tiles, seed=seed, gaps=gaps,
-                         pauses=pauses)
+                         pauses=pauses, reader_from=reader_from)
 
     acc = integer_ops.conv_acc(y, w, bias, y_zp)[0, :, 0]
     g = group * pin
@@ -187,26 +199,83 @@ def test_remap_windows_bit_exact(board):
 
 
 def test_reader_and_writer_each_hold_the_other():
-    """A writer that never pauses against a slow reader (both halves full, the writer held),
+    """A writer that never pauses against a slow reader (every slot full, the writer held),
     and a reader that never pauses against a slow writer (the reader waits)."""
     config = sized("pynq-z2")
-    # two words a pair against eight output tiles' reads a half
-    held = check_block(config, 2 * config.pin, seed=1, width=6, cout=8 * config.pout,
-                       gaps=0.0, pauses=0.8)
+    # two words a pair against eight output tiles' reads a slot, three pairs over the slots
+    slots = pair_buffer_shape(config).slots
+    held = check_block(config, 2 * config.pin, seed=1, width=2 * slots + 6,
+                       cout=8 * config.pout, gaps=0.0, pauses=0.8)
     assert held["writer"] > 20, held
-    # eighteen words a pair against two reads a half
+    # eighteen words a pair against two reads a slot
     held = check_block(config, 2 * config.kmax ** 2 * config.pin - 3, seed=2, width=6,
                        cout=config.pout, gaps=0.8, pauses=0.0)
     assert held["reader"] > 20, held
 
 
+@pytest.mark.parametrize("slots", (2, 4, 8))
+def test_the_writer_runs_every_slot_ahead_then_waits(monkeypatch, slots):
+    """A reader that starts late: the writer fills every slot back to back, a word a
+    cycle, then waits with all of them full until the first release (its next word is
+    taken the cycle after it, not before); the reader then reads the slots oldest first
+    (the windows exact). With exactly as many pairs as slots the writer never waits.
+    Two, four and eight slots: the buffer follows the shape's count."""
+    monkeypatch.setattr(fused_block, "PAIR_BUFFER_SLOTS", slots)
+    config = sized("pynq-z2")
+    assert pair_buffer_shape(config).slots == slots
+    channels = 3 * config.pin + 1
+    tiles, _ = pair_buffer_run(config, channels)
+    ahead, late = slots * tiles, 2 * slots * tiles + 10
+    # slots + 2 pairs: over the slots, the writer waits
+    held = check_block(config, channels, seed=slots, width=2 * slots + 3, gaps=0.0, pauses=0.0,
+                       reader_from=late)
+    taken, released = held["taken"], held["released"]
+    assert taken[:ahead] == list(range(ahead)), taken
+    assert released[0] >= late
+    assert taken[ahead] == released[0] + 1, (taken, released)
+    assert held["writer"] >= released[0] + 1 - ahead
+    # exactly the slots' pairs: the writer never waits for the late reader
+    held = check_block(config, channels, seed=slots + 1, width=2 * slots, gaps=0.0, pauses=0.0,
+                       reader_from=late)
+    assert held["writer"] == 0 and held["taken"] == list(range(ahead))
+
+
+@pytest.mark.parametrize("slots", (0, 1, 3, 6))
+def test_slot_counts_not_a_power_of_two_of_at_least_two_refused(monkeypatch, slots):
+    monkeypatch.setattr(fused_block, "PAIR_BUFFER_SLOTS", slots)
+    with pytest.raises(ConfigError, match=rf"^the pair buffer's slots are a power of two of at "
+                                          rf"least 2 \(the writer fills one while the reader "
+                                          rf"reads another\), not {slots}$"):
+        pair_buffer_shape(sized("pynq-z2"))
+
+
 def test_shape_follows_the_configuration():
     config = sized("pynq-z2")
     shape = pair_buffer_shape(config)
-    assert (shape.channels, shape.tiles, shape.positions, shape.group, shape.depth) == \
-        (config.max_channels, 32, 9, 4, 8)
-    # two halves of two pixels of max_channels, rounded up to whole groups
-    assert shape.bytes == 2 * 2 * 9 * 4 * 4 >= 2 * 2 * config.max_channels
+    assert PAIR_BUFFER_SLOTS == 8 and LUT_RAM_WORDS == 32
+    assert (shape.channels, shape.tiles, shape.positions, shape.group, shape.slots,
+            shape.depth) == (config.max_channels, 32, 9, 4, 8, 32)
+    # eight slots of two pixels of max_channels, rounded up to whole groups
+    assert shape.bytes == 8 * 2 * 9 * 4 * 4 >= 8 * 2 * config.max_channels
+    # a group of 3 words takes 4 in each slot: the slot is the address's top bits
+    assert pair_buffer_shape(SMALL_K2).group == 3 and pair_buffer_shape(SMALL_K2).depth == 32
+
+
+@pytest.mark.parametrize("channels, group, slots, depth", [
+    (4 * 9 * 1, 1, 8, 8),        # under a LUT RAM: the most slots
+    (4 * 9 * 4, 4, 8, 32),       # at it (the PYNQ-Z2's)
+    (4 * 9 * 4 + 1, 5, 4, 32),   # over it: fewer slots (the Ultra96-V2's 256 channels: group 8)
+    (4 * 9 * 16, 16, 2, 32),
+    (4 * 9 * 16 + 1, 17, 2, 64),  # the fewest slots, a deeper memory
+])
+def test_slots_keep_a_position_in_one_lut_ram(channels, group, slots, depth):
+    """As many slots as :data:`PAIR_BUFFER_SLOTS` while a position's memory stays within
+    :data:`LUT_RAM_WORDS`, fewer over it, and never under two."""
+    config = EngineConfig(pin=4, pout=4, kmax=3, stream_width=64, max_width=16,
+                          max_channels=channels, max_out_channels=16, spare_bank=2,
+                          pixel_pairs=1)
+    shape = pair_buffer_shape(config)
+    assert (shape.group, shape.slots, shape.depth) == (group, slots, depth)
 
 
 def test_channels_over_the_buffer_refused():

@@ -376,7 +376,7 @@ class ConvCore(wiring.Component):
         m.submodules.pair_buffer = pb = PairBuffer(cfg)
         release = pb.r_release
         pair_start = lb.issue & (lb.co == 0) & fused
-        no_half = self._credits(m, "_pair", 2, release, pair_start, start)
+        no_half = self._credits(m, "_pair", fb.pair_buffer.slots, release, pair_start, start)
         lb_en = ~((lb.co == 0) & no_half)
         # The depthwise word of tile `co` (one cycle's read), beside the windows.
         t_read = delayed(m, lb.co, lat - 1, "dw_tile")
@@ -431,7 +431,7 @@ class ConvCore(wiring.Component):
         pw_ox = Signal(lim.col_bits, name="pw_ox")
         pw_oy, pw_n = Signal(16, name="pw_oy"), Signal(16, name="pw_n")
         active, done = Signal(name="pw_active"), Signal(name="pw_done", init=1)
-        avail = Signal(range(3), name="pw_avail")
+        avail = Signal(range(fb.pair_buffer.slots + 1), name="pw_avail")
         first, last = Signal(name="pw_first"), Signal(name="pw_last")
         co_last, second = Signal(name="pw_co_last"), Signal(name="pw_second")
         issue = Signal(name="pw_issue")

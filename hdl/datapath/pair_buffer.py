@@ -1,10 +1,10 @@
-"""The pair buffer of the fused depthwise + pointwise block: the depthwise outputs of two pixels,
-double-buffered, read by the main array as the 1x1 remap's window.
+"""The pair buffer of the fused depthwise + pointwise block: the depthwise outputs of pixel pairs,
+in a ring of slots, read by the main array as the 1x1 remap's window.
 
 docs/engine.md, "The fused depthwise + pointwise block": the depthwise unit
 (requantized on the vector unit's lanes) writes ``pin`` channels of both
-pixels of a pair a cycle into one half; the main array reads the other half
-as the 1x1 remap's window pair, ``kmax x kmax`` positions of ``pin``
+pixels of a pair a cycle into one slot; the main array reads the oldest full
+slot as the 1x1 remap's window pair, ``kmax x kmax`` positions of ``pin``
 channels, once per output tile. Channel ``c`` of a block of ``C`` channels
 is at position ``c div g`` as channel ``c mod g`` of the remapped pixel,
 ``g = group * pin`` (:func:`fpgacnn.host.packing.remap_group`'s ``kmax``
@@ -31,15 +31,18 @@ def pair_words(config):
 
 
 class PairBuffer(wiring.Component):
-    """Two halves of two pixels' ``C`` int8 channels, written a word a cycle, read a window pair a cycle.
+    """``slots`` slots of two pixels' ``C`` int8 channels, written a word a cycle, read a window
+    pair a cycle.
 
-    The writer fills a half with the ``tiles`` words of a pixel pair (word
-    ``w``: channels ``w*pin .. w*pin + pin - 1`` of both pixels); the reader
-    reads the other half's windows ``0 .. group - 1`` in any order and as
-    often as it likes (once per output tile), then releases it. A half is
-    the writer's until its last word is in, then the reader's until it is
-    released: the halves swap when one is full and the reader has taken the
-    other. Taps of channels past ``C`` in a window hold whatever the half
+    The writer fills the slots in turn, each with the ``tiles`` words of a
+    pixel pair (word ``w``: channels ``w*pin .. w*pin + pin - 1`` of both
+    pixels); the reader reads the oldest full slot's windows ``0 .. group -
+    1`` in any order and as often as it likes (once per output tile), then
+    releases it. A slot is the writer's until its last word is in, then the
+    reader's until it is released: the writer runs up to ``slots - 1`` pairs
+    ahead of the pair the reader is at, and waits while every slot is full
+    (:data:`~fpgacnn.core.fused_block.PAIR_BUFFER_SLOTS`: why more than two).
+    Taps of channels past ``C`` in a window hold whatever the slot
     held (the last word's spare channels, an earlier pair's words): the
     remapped pointwise weights there are 0 (:func:`fpgacnn.host.packing.
     pack_weights`), so they contribute nothing.
@@ -48,13 +51,13 @@ class PairBuffer(wiring.Component):
     ----------
     config : EngineConfig
         The engine: ``pin``, ``kmax``, ``max_channels``
-        (:func:`~fpgacnn.core.fused_block.pair_buffer_shape`), with
-        ``pixel_pairs``.
+        (:func:`~fpgacnn.core.fused_block.pair_buffer_shape`, which also
+        gives the slots), with ``pixel_pairs``.
 
     Members
     -------
     start : In(1)
-        A new block run: both halves empty, the writer and the reader at half 0.
+        A new block run: every slot empty, the writer and the reader at slot 0.
     tiles : In(range(1, shape.tiles + 1))
         Words of a pixel of the run (:func:`~fpgacnn.core.fused_block.pair_buffer_run`),
         held from ``start``.
@@ -62,15 +65,16 @@ class PairBuffer(wiring.Component):
         Words of a position (the remap's windows), held from ``start``.
     w_stream : In(stream.Signature(pair_words(config)))
         The words of each pixel pair in order, ``tiles`` a pair. Ready while
-        the writer's half is not full.
+        the writer's slot is not full.
     r_ready : Out(1)
-        A full half is the reader's.
+        A full slot is the reader's: the oldest.
     r_en : In(1)
-        Read window ``r_ci`` of the reader's half (only while ``r_ready``).
+        Read window ``r_ci`` of the reader's slot (only while ``r_ready``).
     r_ci : In(range(shape.group))
     r_release : In(1)
-        The reader is done with its half (only while ``r_ready``; with the
-        last ``r_en`` or after it): it goes back to the writer.
+        The reader is done with its slot (only while ``r_ready``; with the
+        last ``r_en`` or after it): it goes back to the writer, and the
+        reader moves to the next slot.
     o_valid : Out(1)
     o_window, o_window_next : Out(data.ArrayLayout(signed(8), kmax*kmax*pin))
         The window of the read :attr:`latency` cycles before, of the first and
@@ -86,8 +90,8 @@ class PairBuffer(wiring.Component):
     Latency
     -------
     :attr:`latency` = 1: the distributed memories' read, registered. A word
-    written is readable (as part of a full half) the cycle after the write
-    of the half's last word.
+    written is readable (as part of a full slot) the cycle after the write
+    of the slot's last word.
     """
 
     def __init__(self, config):
@@ -126,17 +130,19 @@ class PairBuffer(wiring.Component):
         m = Module()
         cfg, shape = self._config, self._shape
         pin = cfg.pin
-        ci_bits = (shape.group - 1).bit_length()  # the half is the address's next bit
+        ci_bits = (shape.group - 1).bit_length()  # the slot is the address's next bits
 
-        full = [Signal(name=f"full{h}") for h in range(2)]
-        w_half, r_half = Signal(), Signal()
+        full = Signal(shape.slots, name="full")
+        # The slots in turn: counters that wrap at a power of two.
+        w_slot = Signal(range(shape.slots), name="w_slot")
+        r_slot = Signal(range(shape.slots), name="r_slot")
         # The writer's place: window `w_ci` of position `w_pos`, and the words left of the pair.
         w_ci = Signal(range(shape.group), name="w_ci")
         w_pos = Signal(range(shape.positions), name="w_pos")
         w_left = Signal(range(shape.tiles), name="w_left")
 
         w = self.w_stream
-        m.d.comb += w.ready.eq(~Cat(*full).bit_select(w_half, 1))
+        m.d.comb += w.ready.eq(~full.bit_select(w_slot, 1))
         fire = w.valid & w.ready
         pair_done = fire & (w_left == 0)
         with m.If(fire):
@@ -147,24 +153,25 @@ class PairBuffer(wiring.Component):
             m.d.sync += w_left.eq(w_left - 1)
         with m.If(pair_done):
             m.d.sync += [w_ci.eq(0), w_pos.eq(0), w_left.eq(self.tiles - 1),
-                         w_half.eq(~w_half)]
-        m.d.comb += self.r_ready.eq(Cat(*full).bit_select(r_half, 1))
+                         w_slot.eq(w_slot + 1)]
+        m.d.comb += self.r_ready.eq(full.bit_select(r_slot, 1))
         with m.If(self.r_release):
-            m.d.sync += r_half.eq(~r_half)
-        # (a release and a pair's end are of different halves: the writer's is not full)
-        for h in range(2):
-            with m.If(pair_done & (w_half == h)):
+            m.d.sync += r_slot.eq(r_slot + 1)
+        # (a release and a pair's end are of different slots: the writer's is not full,
+        # the reader's is)
+        for h in range(shape.slots):
+            with m.If(pair_done & (w_slot == h)):
                 m.d.sync += full[h].eq(1)
-            with m.Elif(self.r_release & (r_half == h)):
+            with m.Elif(self.r_release & (r_slot == h)):
                 m.d.sync += full[h].eq(0)
         with m.If(self.start):
-            m.d.sync += [full[0].eq(0), full[1].eq(0), w_half.eq(0), r_half.eq(0),
+            m.d.sync += [full.eq(0), w_slot.eq(0), r_slot.eq(0),
                          w_ci.eq(0), w_pos.eq(0), w_left.eq(self.tiles - 1)]
 
         # A memory a position, distributed RAM: a read a cycle of all of them
         # is the window, and they are small (`depth` words of two pixels' pin bytes).
-        w_addr = Cat(w_ci[:ci_bits], w_half)
-        r_addr = Cat(self.r_ci[:ci_bits], r_half)
+        w_addr = Cat(w_ci[:ci_bits], w_slot)
+        r_addr = Cat(self.r_ci[:ci_bits], r_slot)
         m.d.sync += self.o_valid.eq(self.r_en)
         for t in range(shape.positions):
             mem = m.submodules[f"position{t}"] = Memory(
