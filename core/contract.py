@@ -148,6 +148,14 @@ class Latencies:
         the program engine (:func:`~fpgacnn.core.fused_block.depthwise_on_vector_lanes`)
         are padded to, so that a fused run takes the same cycles on every top;
         else 0.
+    descriptor_check : int
+        Registered stages of the descriptor check
+        (:class:`~fpgacnn.hdl.datapath.descriptor_check.DescriptorCheck`)
+        from the descriptor registers (or its loops' results) to
+        ``status.error``: 2 with ``deep_pipeline`` (each compare registered,
+        then combined; the ECP5's 100 MHz), else 1. A start waits until the
+        check has settled after a descriptor write (docs/engine.md,
+        "Descriptor check"), so this is not in a run's busy cycles.
     """
 
     line_buffer: int
@@ -165,6 +173,7 @@ class Latencies:
     output_fifo_pair_words: int = 0
     depthwise_unit: int = 0
     depthwise_requant: int = 0
+    descriptor_check: int = 1
 
     def pipeline(self, pool):
         """From a group's last window issue to its output word's FIFO write."""
@@ -563,7 +572,9 @@ class EngineContract:
             output_fifo_slack=4,
             output_fifo_pair_words=self.max_co_tiles if c.pixel_pairs else 0,
             depthwise_unit=depthwise_unit_latency(c) if c.fused_blocks else 0,
-            depthwise_requant=requant if c.fused_blocks else 0)
+            depthwise_requant=requant if c.fused_blocks else 0,
+            # the compact arrangement's iCE40 has no logic cells for a second stage
+            descriptor_check=2 if deep else 1)
 
 
 @functools.lru_cache(maxsize=256)

@@ -29,7 +29,11 @@ other engine's map, ROM (2.5) and Verilog are those of 2.5, byte for byte
 ``start`` is refused because the descriptor breaks the engine contract
 (:func:`fpgacnn.core.contract.descriptor_violations`; ``status.error_fields``
 names the fields) or was written during the run before (no field set),
-cleared by the next ``start`` and by a reset. The
+cleared by the next ``start`` and by a reset. A ``start`` is decided on
+the descriptor registers as written: one that comes before the descriptor
+check has settled after the last descriptor write is held (``status.pending``
+and ``busy`` set), not dropped, and decided once it has (docs/engine.md,
+"Descriptor check": the settle rule). The
 performance counters are cleared by an accepted ``start`` and count until
 ``done``; they saturate at ``2**32-1``.
 

@@ -180,9 +180,10 @@ class ConvEngine(wiring.Component):
 
         # The descriptor check reads the registers continuously, full width
         # (before the core narrows them). A start waits while the check is
-        # not ready (`pending`: it runs a few steps after each descriptor
-        # write, more after one of ci_tiles) and is refused if the descriptor
-        # breaks the contract: the core never sees that descriptor.
+        # not ready (`pending`: after each descriptor write until its result
+        # has passed the check's stages and loops, longer after one of
+        # ci_tiles) and is refused if the descriptor breaks the contract: the
+        # core never sees that descriptor.
         m.submodules.check = check = DescriptorCheck(self._config)
         # (the engine's fields: with fused_blocks the fused block's registers too)
         fields = engine_contract(self._config).descriptor_fields
@@ -200,18 +201,17 @@ class ConvEngine(wiring.Component):
         pending = Signal()
         busy = Signal()
         stale = Signal()
-        desc_write_q = Signal()
         m.d.comb += busy.eq(core.busy | start_q | pending)
         # The descriptor registers do not change while busy: a write is
         # ignored, and refuses the next start (`stale`) rather than let it
         # run a descriptor the host did not mean.
         m.d.comb += csr.bus.w_stb.eq(host.w_stb & ~(desc_write & busy))
-        m.d.sync += desc_write_q.eq(desc_write)
 
         want = (csr.control.start & ~core.busy & ~start_q) | pending
-        # The check's result is registered: a cycle after a descriptor write
-        # it is current (but for its loops, which `check.ready` covers).
-        ready = check.ready & ~desc_write_q
+        # `check.ready`: the check's result describes the registers as they
+        # are (its settle counter, restarted by every descriptor write). A
+        # start is decided only then; until then it is held in `pending`.
+        ready = check.ready
         decide = want & ready
         refuse = check.error | stale
         accept = decide & ~refuse

@@ -218,12 +218,14 @@ def test_constant_compare_is_exact():
 @pytest.mark.parametrize("key", UNIT_CONFIGS)
 def test_division_decides_in_a_cycle_per_bit_of_a_bank(key):
     """After a write of ci_tiles, ready rises exactly ``division_cycles`` later (a
-    quotient bit a cycle: 14 on the PYNQ-Z2's 2,754-word banks, where counting
-    took ``words // ci_tiles + 2``) for every ci_tiles in range; 2 cycles for 0."""
+    quotient bit a cycle: 13 + stages on the PYNQ-Z2's 2,754-word banks, where
+    counting took ``words // ci_tiles + 2``) for every ci_tiles in range;
+    ``settle_cycles + 1`` for 0."""
     config = UNIT_CONFIGS[key]
     dut = DescriptorCheck(config)
     c = engine_contract(config)
-    assert dut.division_cycles == c.line_buffer.words.bit_length() + 2 <= dut.max_latency
+    assert dut.division_cycles == c.line_buffer.words.bit_length() + 1 + dut.stages \
+        <= dut.max_latency
     base = complete_descriptor(dict(
         in_h=1, in_w=1, ci_tiles=1, co_tiles=1, out_h=1, out_w=1, stride=1, pad_top=0,
         pad_left=0, batch=1, x_zp=0, y_zp=0, clamp_lo=-128, clamp_hi=127, pool=0,
@@ -248,12 +250,13 @@ def test_division_decides_in_a_cycle_per_bit_of_a_bank(key):
     sim.add_clock(1e-8)
     sim.add_testbench(bench)
     sim.run()
-    assert seen.pop(0) == 2
+    assert seen.pop(0) == dut.settle_cycles + 1
     assert set(seen.values()) == {dut.division_cycles}
 
 
 def test_check_follows_each_write_within_a_few_cycles():
-    """A write of a field other than ci_tiles needs no division: ready within stride + 2 cycles."""
+    """A write of a field other than ci_tiles needs no division: ready within
+    stride + 2 + stages cycles."""
     config = SMALL_ENGINE
     dut = DescriptorCheck(config)
     c = engine_contract(config)
@@ -287,7 +290,7 @@ def test_check_follows_each_write_within_a_few_cycles():
                             # word too far, 3 x 2 from the base (the registered product)
                             ("weight_base", c.weights.words - 3), ("co_tiles", 3)):
             cycles = await write(ctx, name, value)
-            assert cycles <= config.kmax + 3
+            assert cycles <= config.kmax + 2 + dut.stages
             want = {n for n, _ in descriptor_violations(config, dict(good, **{name: value}))}
             assert want and _flagged(ctx.get(dut.fields)) == want, name
             assert ctx.get(dut.error)
@@ -585,7 +588,7 @@ def test_descriptor_written_during_a_run_is_ignored_and_refuses_the_next_start(d
 
 
 def test_descriptor_written_while_a_start_is_pending_refuses_it(driver):
-    """The division after the ci_tiles write lasts ``division_cycles`` (7 to 11 on
+    """The division after the ci_tiles write lasts ``division_cycles`` (7 or 8 on
     these engines): the in_h write right behind the start lands inside it."""
     board, regs = driver.board, driver.regs
     layer = make_layer(driver.config, cin=4, h=3, w=9, cout=4, seed=5)

@@ -65,13 +65,15 @@ class DescriptorCheck(wiring.Component):
         as :func:`~fpgacnn.core.contract.descriptor_violations` states them).
     written : In(1)
         High in the cycle a descriptor register is written (its new value is
-        on ``desc`` from the next cycle): restarts the rows sum.
+        on ``desc`` from the next cycle): restarts the rows sum and the
+        settling.
     ci_tiles_written : In(1)
         High in the cycle ``desc.ci_tiles`` is written: restarts the
         line-buffer division too.
     ready : Out(1)
-        ``fields`` and ``error`` describe ``desc`` as it was a cycle earlier;
-        low while the rows sum or the division runs.
+        ``fields`` and ``error`` describe ``desc`` as it is: low in the cycle
+        of a write and until its result has passed every register stage
+        (and the rows sum and the division have run).
     error : Out(1)
         The descriptor breaks the contract (some bit of ``fields`` is set).
     fields : Out(len(fields))
@@ -80,11 +82,16 @@ class DescriptorCheck(wiring.Component):
 
     Latency
     -------
-    ``error`` and ``fields`` are registered: they follow ``desc`` a cycle
-    later. After ``written``, ``ready`` is low for ``stride + 2`` cycles
-    (with :attr:`checks_rows`); after ``ci_tiles_written`` for
-    :attr:`division_cycles` (2 when ``ci_tiles`` is 0 or past a bank): at
-    most :attr:`max_latency`.
+    :attr:`stages` registered stages (``Latencies.descriptor_check``: 2 with
+    ``deep_pipeline``, every compare registered and then their OR; else 1).
+    A counter, loaded by each write, holds ``ready`` low until the longest
+    register path from ``desc`` has settled: ``ready`` rises
+    :attr:`settle_cycles` + 1 cycles after a write, later after
+    ``written`` with :attr:`checks_rows` (``stride + 2 + stages``: the rows
+    sum) and after ``ci_tiles_written`` (:attr:`division_cycles`; ``1 +
+    settle_cycles`` when ``ci_tiles`` is 0 or past a bank): at most
+    :attr:`max_latency`. The engine acts on a start only while ``ready``
+    (docs/engine.md, "Descriptor check").
 
     Raises
     ------
@@ -116,16 +123,31 @@ class DescriptorCheck(wiring.Component):
         return bool(self._config.deep_pipeline)
 
     @property
+    def stages(self):
+        """Registered stages from the descriptor registers (or a loop's result) to
+        ``fields`` and ``error``: ``engine_contract(config).latency.descriptor_check``."""
+        return engine_contract(self._config).latency.descriptor_check
+
+    @property
+    def settle_cycles(self):
+        """Registers on the longest path from the descriptor registers to ``fields``:
+        :attr:`stages`, one more with resident weights (their registered product).
+        ``ready`` rises ``settle_cycles + 1`` cycles after the cycle of any write,
+        at the earliest."""
+        return self.stages + int(engine_contract(self._config).resident_weights)
+
+    @property
     def division_cycles(self):
         """Cycles ``ready`` stays low after ``ci_tiles_written`` (``ci_tiles`` in range):
-        a quotient bit for each bit of a line-buffer bank's ``words``, plus 2."""
-        return engine_contract(self._config).line_buffer.words.bit_length() + 2
+        a quotient bit for each bit of a line-buffer bank's ``words``, plus 1, plus
+        :attr:`stages` (its result through the stages)."""
+        return engine_contract(self._config).line_buffer.words.bit_length() + 1 + self.stages
 
     @property
     def max_latency(self):
         """Most cycles ``ready`` stays low after ``written`` or ``ci_tiles_written``."""
         stride_steps = (1 << self._config.kmax.bit_length()) - 1
-        return max(self.division_cycles, stride_steps + 3)
+        return max(self.division_cycles, stride_steps + 2 + self.stages, self.settle_cycles + 1)
 
     def elaborate(self, platform):
         m = Module()
@@ -253,9 +275,8 @@ class DescriptorCheck(wiring.Component):
         }
         if c.resident_weights:
             # weight_base + co_tiles * ci_tiles <= words: the product registered
-            # (a cycle, well inside the rows sum's stride + 2 after a write,
-            # which `ready` waits for: resident weights come with checks_rows),
-            # named weight_base when the base is not 0, as the contract does.
+            # (a register more on this path, which settle_cycles counts), named
+            # weight_base when the base is not 0, as the contract does.
             wwords = c.weights.words
             product = Signal(range(c.max_co_tiles * c.max_ci_tiles + 1), name="weight_words")
             co_full = desc.co_tiles[:co_bits + 1]
@@ -316,6 +337,26 @@ class DescriptorCheck(wiring.Component):
             over_capacity["dw_base"] = desc.fused & dover & dbase.any()
 
         # -- registered result ----------------------------------------------
+        # With two stages each compare is registered on its own (a few LUT
+        # levels and a carry chain from the descriptor registers), then
+        # combined (an OR tree) into `fields` and `error`: on the ECP5 the
+        # single stage's path, compares and OR tree in one cycle, was the
+        # critical one (10.5 ns, most of it routing).
+        stages = c.latency.descriptor_check
+        if stages not in (1, 2):
+            raise ValueError(f"a descriptor check of {stages} stages: 1 or 2")
+
+        def staged(value, name):
+            if stages == 1:
+                return value
+            reg = Signal(name=f"{name}_q")
+            m.d.sync += reg.eq(value)
+            return reg
+
+        out_of_range = {name: staged(bad, f"{name}_out_of_range")
+                        for name, bad in out_of_range.items()}
+        over_capacity = {name: staged(over, f"{name}_over_capacity")
+                         for name, over in over_capacity.items()}
         any_out_of_range = Signal()
         m.d.comb += any_out_of_range.eq(Cat(*out_of_range.values()).any())
         bits = []
@@ -330,8 +371,27 @@ class DescriptorCheck(wiring.Component):
             fields.eq(Cat(*bits)),
             error.eq(any_out_of_range | Cat(*over_capacity.values()).any()),
         ]
+
+        # -- settling ---------------------------------------------------------
+        # `settle` counts down the cycles until every register between the
+        # descriptor registers and `fields` holds a result of their current
+        # values: loaded with the longest such path (settle_cycles) by a
+        # write, and held at `stages - 1` while a loop runs (its result then
+        # passes the stages). `ready` is low in the write's own cycle too, so
+        # a start never acts on an unsettled result, whenever it comes.
+        written = self.written | self.ci_tiles_written
+        loops_idle = Signal()
+        m.d.comb += loops_idle.eq(~running & rows_idle)
+        settle = Signal(range(self.settle_cycles + 1), init=self.settle_cycles)
+        floor = Mux(loops_idle, 0, stages - 1)
+        with m.If(written):
+            m.d.sync += settle.eq(self.settle_cycles)
+        with m.Elif(settle > floor):
+            m.d.sync += settle.eq(settle - 1)
+        with m.Else():
+            m.d.sync += settle.eq(floor)
         m.d.comb += [self.fields.eq(fields), self.error.eq(error),
-                     self.ready.eq(~running & rows_idle)]
+                     self.ready.eq((settle == 0) & loops_idle & ~written)]
         return m
 
 
