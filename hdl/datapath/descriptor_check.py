@@ -293,7 +293,11 @@ class DescriptorCheck(wiring.Component):
                     for t in range(1, 1 << len(ci)):
                         with m.Case(t):
                             m.d.comb += group.eq(pointwise_tiles(self._config, t))
-                words_of = Mux(desc.fused, co_full * group, words_of)
+                # co_tiles * group as shifted adds over group's few bits: a `*` here
+                # is a DSP48E1 to synth_xilinx, and the PYNQ-Z2 has none to spare
+                # (docs/engine.md, "Increment 6").
+                pointwise_words = sum(Mux(group[b], co_full << b, 0) for b in range(len(group)))
+                words_of = Mux(desc.fused, pointwise_words, words_of)
             m.d.sync += product.eq(words_of)
             end = Signal(range(2 * wwords + c.max_co_tiles * c.max_ci_tiles + 1),
                          name="weights_end")
