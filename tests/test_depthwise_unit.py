@@ -14,14 +14,11 @@ int8 output. With and without back-pressure; one window pair a cycle.
 
 import gc
 import math
-import re
-import subprocess
 
 import numpy as np
 import pytest
 from numpy.testing import assert_array_equal
 
-from amaranth.back import verilog
 from amaranth.hdl import Module, Signal, signed, unsigned
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
@@ -29,7 +26,6 @@ from amaranth.sim import Simulator
 
 from fpgacnn.boards.board import load_board
 from fpgacnn.boards.engine_sizing import size_engine
-from fpgacnn.boards.synth_stats import yosys_command
 from fpgacnn.core.config import ConfigError, EngineConfig
 from fpgacnn.core.contract import PARAM_RECORD_FIELDS, engine_contract
 from fpgacnn.core.fused_block import BIAS_BITS, depthwise_sum_width
@@ -42,6 +38,7 @@ from fpgacnn.host.packing import pack_weights
 from fpgacnn.host.requant import requant_params
 
 from hdl_pack_helpers import pack, unpack
+from xilinx_cells import xilinx_cells
 
 #: The sized engines of a pin-4 and a pin-8 board (boards/engine_sizing.py), and a 2x2 one.
 BOARDS = ("pynq-z2", "kv260", "k2")
@@ -366,15 +363,5 @@ def test_no_dsp_block(tmp_path):
     """yosys's synth_xilinx maps the products to LUTs, no DSP48E1 (a plain ``*`` would
     take one each: yosys honours no ``use_dsp`` attribute)."""
     config = EngineConfig(pin=1, pout=1, kmax=3, stream_width=32, spare_bank=1, pixel_pairs=1)
-    name = "dw"
-    (tmp_path / f"{name}.v").write_text(verilog.convert(DepthwiseUnit(config), name=name,
-                                                        emit_src=False))
-    script = f"read_verilog {name}.v; synth_xilinx -family xc7 -top {name} -run :map_luts; stat"
-    proc = subprocess.run(yosys_command() + ["-q", "-l", f"{name}.log", "-p", script],
-                          cwd=tmp_path, capture_output=True, text=True)
-    log = (tmp_path / f"{name}.log").read_text() if (tmp_path / f"{name}.log").exists() else ""
-    assert proc.returncode == 0, log[-3000:] + proc.stderr[-2000:]
-    stat = log[log.rindex("Printing statistics"):]
-    cells = {cell: int(n) for n, cell in re.findall(r"^\s+(\d+)\s+(?:[\d.]+\s+)?\$?(\w+)$",
-                                                    stat, re.M)}
+    cells = xilinx_cells(tmp_path, DepthwiseUnit(config), "dw")
     assert cells.get("DSP48E1", 0) == 0 and cells.get("CARRY4", 0) > 0, cells

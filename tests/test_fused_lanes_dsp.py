@@ -6,18 +6,15 @@ engine (``pin`` 1: two lanes lent of the vector unit's four) and the descriptor 
 minutes together: ``slow``; the check's two, 12 s."""
 
 import dataclasses
-import re
-import subprocess
 
 import pytest
 
-from amaranth.back import verilog
-
-from fpgacnn.boards.synth_stats import yosys_command
 from fpgacnn.core.config import EngineConfig
 from fpgacnn.core.fused_block import depthwise_lanes, depthwise_on_vector_lanes
 from fpgacnn.hdl.datapath.conv_core import ConvCore
 from fpgacnn.hdl.program.vector_unit import VectorUnit
+
+from xilinx_cells import xilinx_cells
 
 #: A small pixel-pair engine with the block, whose lanes the program engine lends.
 SMALL = EngineConfig(pin=1, pout=1, kmax=3, stream_width=32, max_width=8, max_channels=4,
@@ -25,30 +22,17 @@ SMALL = EngineConfig(pin=1, pout=1, kmax=3, stream_width=32, max_width=8, max_ch
 PLAIN = dataclasses.replace(SMALL, fused_blocks=0)
 
 
-def xilinx_cells(tmp_path, component, name):
-    """``{cell type: count}`` of ``component`` after ``synth_xilinx -family xc7`` to
-    ``map_luts`` (the DSP blocks are mapped by then)."""
-    (tmp_path / f"{name}.v").write_text(verilog.convert(component, name=name, emit_src=False))
-    script = f"read_verilog {name}.v; synth_xilinx -family xc7 -top {name} -flatten -run :map_luts; stat"
-    proc = subprocess.run(yosys_command() + ["-q", "-l", f"{name}.log", "-p", script],
-                          cwd=tmp_path, capture_output=True, text=True)
-    log = (tmp_path / f"{name}.log").read_text() if (tmp_path / f"{name}.log").exists() else ""
-    assert proc.returncode == 0, log[-3000:] + proc.stderr[-2000:]
-    stat = log[log.rindex("Printing statistics"):]
-    return {cell: int(n) for n, cell in re.findall(r"^\s+(\d+)\s+(?:[\d.]+\s+)?\$?(\w+)$",
-                                                   stat, re.M)}
-
-
 @pytest.mark.slow
 def test_the_lent_lanes_add_no_dsp_block(tmp_path):
     assert depthwise_on_vector_lanes(SMALL) and depthwise_lanes(SMALL) == 2
     # The vector unit: its lanes take the depthwise terms (33 bits, not 32) at no DSP.
-    lent, plain = (xilinx_cells(tmp_path, VectorUnit(c), f"vu{i}")
+    lent, plain = (xilinx_cells(tmp_path, VectorUnit(c), f"vu{i}", flatten=True)
                    for i, c in enumerate((SMALL, PLAIN)))
     assert lent.get("DSP48E1", 0) == plain.get("DSP48E1", 0) > 0, (lent, plain)
     # The core: the block on lent lanes adds none (the depthwise products are LUTs);
     # on its own requantizer, four a lane.
-    own, borrowed, none = (xilinx_cells(tmp_path, ConvCore(c, lent_lanes=lent), f"core{i}")
+    own, borrowed, none = (xilinx_cells(tmp_path, ConvCore(c, lent_lanes=lent), f"core{i}",
+                                        flatten=True)
                            for i, (c, lent) in enumerate(((SMALL, False), (SMALL, True),
                                                           (PLAIN, False))))
     assert borrowed.get("DSP48E1", 0) == none.get("DSP48E1", 0) > 0, (borrowed, none)
@@ -63,6 +47,6 @@ def test_the_descriptor_check_of_a_fused_run_adds_no_dsp_block(tmp_path):
     from fpgacnn.boards.engine_sizing import size_engine
     from fpgacnn.hdl.datapath.descriptor_check import DescriptorCheck
     pynq = size_engine(load_board("pynq-z2")).config  # (a small engine's product is LUTs anyway)
-    fused, plain = (xilinx_cells(tmp_path, DescriptorCheck(c), f"check{i}")
+    fused, plain = (xilinx_cells(tmp_path, DescriptorCheck(c), f"check{i}", flatten=True)
                     for i, c in enumerate((dataclasses.replace(pynq, fused_blocks=2), pynq)))
     assert fused.get("DSP48E1", 0) == plain.get("DSP48E1", 0), (fused, plain)

@@ -4,7 +4,6 @@ operands and random ones; the taking apart of the packed product proven by
 yosys's SAT solver for every pair of products in range; mapped by yosys
 ``synth_xilinx`` to one DSP48E1 a pair, alone and in a MAC array of pairs."""
 
-import re
 import subprocess
 
 import numpy as np
@@ -24,6 +23,7 @@ from fpgacnn.hdl.tech.int8_products import Int8Products
 from fpgacnn.hdl.tech.pair_products import PACKED_SHIFT, PACKED_WIDTH, PairProducts, take_apart
 
 from hdl_pack_helpers import run_pipeline
+from xilinx_cells import xilinx_cells
 
 EXTREMES = (-128, -127, -1, 0, 1, 127)
 
@@ -86,21 +86,10 @@ def test_take_apart_proven_for_every_pair_of_products(tmp_path):
     assert "SAT proof finished - no model found: SUCCESS!" in log
 
 
-def _xilinx_cells(tmp_path, top, name):
-    (tmp_path / f"{name}.v").write_text(verilog.convert(top, name=name, emit_src=False))
-    script = f"read_verilog {name}.v; synth_xilinx -family xc7 -top {name} -run :map_luts; stat"
-    proc = subprocess.run(yosys_command() + ["-q", "-l", f"{name}.log", "-p", script],
-                          cwd=tmp_path, capture_output=True, text=True)
-    log = (tmp_path / f"{name}.log").read_text() if (tmp_path / f"{name}.log").exists() else ""
-    assert proc.returncode == 0, log[-3000:] + proc.stderr[-2000:]
-    stat = log[log.rindex("Printing statistics"):]
-    return {cell: int(n) for n, cell in re.findall(r"^\s+(\d+)\s+(?:[\d.]+\s+)?\$?(\w+)$", stat, re.M)}
-
-
 def test_one_dsp48e1_a_pair(tmp_path):
     """synth_xilinx maps a pair to one DSP48E1, where two plain products take two."""
-    pairs = _xilinx_cells(tmp_path, PairProducts(4), "pairs")
-    plain = _xilinx_cells(tmp_path, Int8Products(8), "plain")
+    pairs = xilinx_cells(tmp_path, PairProducts(4), "pairs")
+    plain = xilinx_cells(tmp_path, Int8Products(8), "plain")
     assert pairs.get("DSP48E1") == 4, pairs
     assert plain.get("DSP48E1") == 8, plain
 
@@ -109,6 +98,6 @@ def test_pair_mac_array_takes_one_dsp48e1_a_tap_and_lane(tmp_path):
     """A MAC array of two windows a cycle: 2 x 9 x 2 products in 18 DSP48E1, as many as
     the plain array of half the products."""
     cfg = EngineConfig(pin=1, pout=2, kmax=3, stream_width=32)
-    pairs = _xilinx_cells(tmp_path, MacArray(cfg, tag_width=2, pairs=True), "pairs")
-    plain = _xilinx_cells(tmp_path, MacArray(cfg, tag_width=2), "plain")
+    pairs = xilinx_cells(tmp_path, MacArray(cfg, tag_width=2, pairs=True), "pairs")
+    plain = xilinx_cells(tmp_path, MacArray(cfg, tag_width=2), "plain")
     assert pairs.get("DSP48E1") == plain.get("DSP48E1") == 9 * 2, (pairs, plain)
