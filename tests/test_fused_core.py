@@ -189,10 +189,13 @@ def test_resident_blocks_run_from_their_bases():
         assert cycles == layer_cycles(FUSED, desc).cycles, desc
 
 
+@pytest.mark.slow
 def test_unfused_runs_on_an_engine_with_the_block_are_as_before():
     """The window multiplexer and the loader's new section leave every other run alone:
     the pixel-pair test layers and a depthwise run, bit-exact with and without pauses,
-    with the model's cycles."""
+    with the model's cycles. (40 s of the Amaranth simulator: slow; the default run
+    keeps unfused runs on engines with the block on Verilator, the models' unfused
+    layers in tests/test_fused_compiler.py and tests/test_fused_program.py.)"""
     from test_hdl_conv_core import check_pair_runs, depthwise_run, pixel_pair_layers
     from fpgacnn.host.packing import pack_layer
     rng = np.random.default_rng(5)
