@@ -22,6 +22,7 @@ from ..core.contract import descriptor_violations, engine_contract
 from ..core.descriptor import ALL_DESCRIPTOR_FIELDS, DESCRIPTOR_FIELDS, complete_descriptor
 from ..core.regmap import RegisterMapError, build_regmap
 from ..core.errors import BackendError, MappingError
+from ..core.sequencer import engine_descriptor
 
 __all__ = ["EngineDriver", "LayerRun", "config_differences", "set_weights_owner", "warm_start",
            "weights_owner"]
@@ -173,14 +174,12 @@ class EngineDriver:
                    if f.name not in descriptor and f.default is None]
         if missing:
             raise BackendError(f"layer {name!r}: descriptor lacks {', '.join(missing)}")
-        descriptor = complete_descriptor(descriptor, ALL_DESCRIPTOR_FIELDS)
         fields = engine_contract(self.config).descriptor_fields
-        absent = [f.name for f in ALL_DESCRIPTOR_FIELDS
-                  if f not in fields and int(descriptor[f.name]) != f.default]
-        if absent:
+        try:
             # (with check=False too: the engine has no register to refuse it by)
-            raise BackendError(f"layer {name!r}: the engine has no descriptor field "
-                               f"{', '.join(absent)} (generated without fused_blocks)")
+            descriptor = engine_descriptor(self.config, descriptor, f"layer {name!r}")
+        except MappingError as e:
+            raise BackendError(str(e)) from None
         if check:
             violations = descriptor_violations(self.config, descriptor)
             if violations:

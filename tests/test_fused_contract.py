@@ -267,3 +267,26 @@ def test_a_driver_reads_the_block_from_a_2_6_rom_with_a_map_without_it():
     assert build_regmap(EngineConfig()).read_config(lambda a: rom.get(a, 0)) == FUSED
     plain = {r.address: r.value for r in build_regmap(PAIRS) if r.access == "const"}
     assert build_regmap(EngineConfig()).read_config(lambda a: plain.get(a, 0)) == PAIRS
+
+
+@pytest.mark.parametrize("check", [True, False])
+def test_a_driver_refuses_a_fused_field_on_an_engine_without_the_registers(check):
+    """``EngineDriver.run_layer`` refuses before it writes anything (check=False too:
+    the engine has no register to refuse it by), one line naming the layer and the
+    field, through the one rule of ``core.sequencer.engine_descriptor``."""
+    from fpgacnn.core.errors import BackendError
+    from fpgacnn.host.engine_driver import EngineDriver
+    rom = {r.address: r.value for r in build_regmap(PAIRS) if r.access == "const"}
+
+    class RomOnly:  # answers the ID ROM; any write would be a run begun
+        def mmio_read(self, addr, timeout=None):
+            return rom.get(addr, 0)
+
+        def mmio_write(self, addr, value, timeout=None):
+            raise AssertionError(f"write to {addr:#x} before the refusal")
+
+    driver = EngineDriver(RomOnly(), expected=PAIRS)
+    with pytest.raises(BackendError, match=r"^layer 'blk': the engine has no descriptor field "
+                                           r"fused, dw_base, dw_y_zp, dw_clamp_lo, dw_clamp_hi "
+                                           r"\(generated without fused_blocks\)$"):
+        driver.run_layer(fused_desc(dw_base=1), b"", 0, timeout=1.0, name="blk", check=check)
