@@ -54,7 +54,10 @@ the sequencer passes, its counters untouched.
 before record ``index``, which the host runs (a host layer, or a run whose
 patterns the reader or writer does not take). ``error``: the engine refused
 record ``index``'s descriptor (the engine's own ``status.error_fields`` say
-why; the engine's registers are the host's again once the sequencer stops).
+why; the engine's registers are the host's again once the sequencer stops),
+or the sequencer refused the record itself: a fused block whose depthwise
+half computes on the vector unit's lanes with a fused Add, which computes on
+the same lanes (:func:`lanes_conflict`; the engine is not started).
 While ``busy``, the engine's registers belong to the sequencer: the host's
 writes below :data:`SEQUENCER_BASE` are dropped and its reads return 0.
 """
@@ -68,6 +71,7 @@ from .contract import engine_contract
 from .descriptor import ALL_DESCRIPTOR_FIELDS, DESCRIPTOR_FIELDS, complete_descriptor
 from .errors import MappingError
 from .fused_add_fields import FUSED_ADD_FIELDS
+from .fused_block import depthwise_on_vector_lanes
 from .memory_port import read_bytes
 from .pixel_reader_fields import READER_FIELDS
 from .pixel_writer_fields import WRITER_FIELDS
@@ -78,7 +82,7 @@ __all__ = ["SEQUENCER_BASE", "SEQUENCER_MAGIC", "RECORD_FIELDS", "VECTOR_RECORD_
            "RECORD_ENGINE", "RECORD_HOST", "RECORD_VECTOR", "RECORD_SKIP", "RECORD_INDEX_BITS",
            "MAX_RECORDS", "COUNTER_WORDS", "RecordField", "descriptor_words",
            "engine_descriptor", "record_fields", "record_bytes", "record_word",
-           "build_sequencer_regmap"]
+           "lanes_conflict", "build_sequencer_regmap"]
 
 #: Byte address of the sequencer's first register: the upper half of the 4 KiB window.
 SEQUENCER_BASE = 0x800
@@ -184,6 +188,19 @@ def descriptor_words(config):
     run and the record words it writes them from (:func:`record_fields`)."""
     fields = engine_contract(config).descriptor_fields
     return tuple((f, record_word(f"desc_{f.name}", config)) for f in fields)
+
+
+def lanes_conflict(config, fused, add_enable):
+    """Whether an engine record of ``config``'s run table asks for two users of the
+    vector unit's lanes at once: a fused block (its ``desc_fused`` word, ``fused``)
+    whose depthwise half is requantized on the lanes
+    (:func:`~fpgacnn.core.fused_block.depthwise_on_vector_lanes`) and a fused Add
+    (``add_enable``), which computes on them too. Such a record would run with one
+    of the two computing on the other's operands, a silently wrong output: the host
+    never writes one (:func:`fpgacnn.host.fused_add.fusions`, and
+    :func:`fpgacnn.host.sequencer_table.hardware_record` refuses it), and the
+    sequencer stops on one with ``error`` before it starts the engine."""
+    return depthwise_on_vector_lanes(config) and bool(fused) and bool(add_enable)
 
 
 def engine_descriptor(config, desc, name):

@@ -435,6 +435,9 @@ def _stopped(sequenced, program, driver, seq_driver, first, end, *, warm, timeou
     at = status["index"]
     if status["error"]:
         name = program.steps[records[at].step].name
+        if sequenced.lanes_conflict(at, warm=warm):
+            raise BackendError(f"layer {name!r}: the sequencer refused record {at}: a fused "
+                               f"Add on a fused block's run, both on the vector unit's lanes")
         desc = sequenced.descriptor(at, warm=warm)  # what the engine was given
         raise driver.refusal(desc, name)
     if not status["done"]:

@@ -34,13 +34,14 @@ import numpy as np
 
 from ..core.errors import MappingError
 from ..core.fused_add_fields import FUSED_ADD_FIELDS
+from ..core.fused_block import depthwise_on_vector_lanes
 from ..core.memory_port import words_per_read
 from ..core.pixel_reader_fields import READER_FIELDS
 from ..core.pixel_writer_fields import WRITER_FIELDS
 from ..core.regmap import build_regmap
 from ..core.sequencer import (COUNTER_WORDS, MAX_RECORDS, RECORD_ENGINE, RECORD_HOST,
                               RECORD_SKIP, RECORD_VECTOR, descriptor_words, engine_descriptor,
-                              record_bytes, record_fields, record_word)
+                              lanes_conflict, record_bytes, record_fields, record_word)
 from .cycle_model import sequenced_run_cycles, vector_run_cycles
 from .fused_add import fused_record, fusions, run_reads
 from .pixel_reader_setup import reader_fields, wide_fields
@@ -130,6 +131,10 @@ def hardware_record(image, record, *, warm, counters, regs=None, fusion=None):
         return words, True
     if not isinstance(record, EngineRecord):
         return words, False
+    if fusion is not None and lanes_conflict(config, record.descriptor.get("fused", 0), 1):
+        raise MappingError(f"the engine record of step {record.step}: a fused Add cannot be "
+                           f"fused into a fused block's run on this engine (both would compute "
+                           f"on the vector unit's lanes)")
     written = record if fusion is None else fused_record(record, fusion)
     reader, writer = reader_fields(image, record), writer_fields(image, written)
     # A beat a cycle where the read port is wider than pin and the section allows it.
@@ -384,6 +389,15 @@ class SequencerProgram:
         config = self.config
         at = self.table_words[warm] * config.pin + index * record_bytes(config)
         return int(self.memory[at + 4 * record_word(name, config):][:4].view("<u4")[0])
+
+    def lanes_conflict(self, index, *, warm=False):
+        """Whether engine record ``index`` of a run table, as board memory holds it, asks
+        for the vector unit's lanes twice (:func:`~fpgacnn.core.sequencer.lanes_conflict`:
+        the sequencer refuses it; a table this class writes never holds one)."""
+        if not depthwise_on_vector_lanes(self.config):
+            return False  # no desc_fused word, or a block with lanes of its own
+        return lanes_conflict(self.config, self.table_word(index, "desc_fused", warm=warm),
+                              self.table_word(index, "add_enable", warm=warm))
 
     def _table_fields(self, index, prefix, spec, warm):
         return {f.name: self.table_word(index, f"{prefix}_{f.name}", warm=warm) for f in spec}

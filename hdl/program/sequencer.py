@@ -61,8 +61,8 @@ from ...core.fused_add_fields import FUSED_ADD_FIELDS, fused_add_layout
 from ...core.pixel_writer_fields import WRITER_FIELDS, writer_layout
 from ...core.regmap import ADDR_WIDTH, build_regmap
 from ...core.sequencer import (COUNTER_WORDS, RECORD_ENGINE, RECORD_HOST, RECORD_INDEX_BITS,
-                               RECORD_SKIP, RECORD_VECTOR, descriptor_words, record_bytes,
-                               record_word)
+                               RECORD_SKIP, RECORD_VECTOR, descriptor_words, lanes_conflict,
+                               record_bytes, record_word)
 from ...core.vector_fields import VECTOR_FIELDS, vector_layout
 from ..bus.axi_lite import RegisterBusSignature
 
@@ -344,7 +344,12 @@ class Sequencer(wiring.Component):
             with m.State("DECODE"):
                 fetch_from(rec_base + nwords)  # the next record, when the run allows
                 op = word("op")
-                with m.If(op == RECORD_ENGINE):
+                engine_op = op == RECORD_ENGINE
+                if lanes_conflict(cfg, True, True):
+                    # A fused block on the vector unit's lanes with a fused Add on them
+                    # too: refused as an unknown op is (error), the engine not started.
+                    engine_op &= ~(word("desc_fused")[0] & word("add_enable")[0])
+                with m.If(engine_op):
                     # The reader starts now: its reads are in flight while the
                     # descriptor is written, and the engine starts on its first beat.
                     has_constants = word("const_words") != 0
