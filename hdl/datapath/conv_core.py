@@ -355,7 +355,8 @@ class ConvCore(wiring.Component):
         """The fused block's datapath (docs/engine.md, "Step 3"): the line buffer's
         window pairs of a fused run through the depthwise unit and its requantizer
         into the pair buffer, and the pointwise issuer that reads the pair buffer's
-        full half into the array. Returns a :class:`_Fused` of the issuer's signals."""
+        full slots (two pixels of the image's raster order: docs/engine.md, "Pairs
+        across rows") into the array. Returns a :class:`_Fused` of the issuer's signals."""
         cfg, con = self._config, engine_contract(self._config)
         fb = con.fused
         pin, k2 = cfg.pin, cfg.kmax * cfg.kmax

@@ -172,15 +172,17 @@ class PairBuffer(wiring.Component):
         w_ci = Signal(range(shape.group), name="w_ci")
         w_pos = Signal(range(shape.positions), name="w_pos")
         w_left = Signal(range(shape.tiles), name="w_left")
-        # The pair's place in the image: its first pixel's column and row, and whether
-        # that pixel is odd in the raster order (it goes to half 1 of `w_slot`, the
-        # second pixel to half 0 of the next slot); registered for the next pair:
-        # whether it has a second pixel, and whether it ends the image.
-        w_x = Signal.like(self.width, name="w_x")
-        w_y = Signal(16, name="w_y")
+        # The pair's place in the image: the pixels of its row from its first on, the
+        # rows after its row (down-counters: their flags are compares with constants),
+        # and whether its first pixel is odd in the raster order (it goes to half 1 of
+        # `w_slot`, the second pixel to half 0 of the next slot).
+        x_left = Signal.like(self.width, name="w_x_left")
+        y_left = Signal(16, name="w_y_left")
         odd = Signal(name="w_odd")
-        second = Signal(name="w_second")
+        second, row_end = Signal(name="w_second"), Signal(name="w_row_end")
         image_end = Signal(name="w_image_end")
+        m.d.comb += [second.eq(x_left > 1), row_end.eq(x_left <= 2),
+                     image_end.eq(row_end & (y_left == 0))]
 
         w = self.w_stream
         next_slot = Signal.like(w_slot, name="w_next_slot")
@@ -200,25 +202,17 @@ class PairBuffer(wiring.Component):
                 m.d.sync += w_ci.eq(w_ci + 1)
             m.d.sync += w_left.eq(w_left - 1)
 
-        def place(x, y):
-            """The flags of the pair at column `x` of row `y`."""
-            return [second.eq(x + 1 < self.width),
-                    image_end.eq((x + 2 >= self.width) & (y == self.height - 1))]
-
         with m.If(pair_done):
             m.d.sync += [w_ci.eq(0), w_pos.eq(0), w_left.eq(self.tiles - 1),
                          # the parity of the next pixel: an image starts even
                          odd.eq(~image_end & (odd ^ ~second))]
             with m.If(slot_full):
                 m.d.sync += w_slot.eq(next_slot)
-            with m.If(w_x + 2 >= self.width):
-                m.d.sync += w_x.eq(0)
-                with m.If(image_end):
-                    m.d.sync += [w_y.eq(0), *place(0, 0)]
-                with m.Else():
-                    m.d.sync += [w_y.eq(w_y + 1), *place(0, w_y + 1)]
+            with m.If(row_end):
+                m.d.sync += [x_left.eq(self.width),
+                             y_left.eq(Mux(image_end, self.height - 1, y_left - 1))]
             with m.Else():
-                m.d.sync += [w_x.eq(w_x + 2), *place(w_x + 2, w_y)]
+                m.d.sync += x_left.eq(x_left - 2)
         m.d.comb += [self.r_ready.eq(full.bit_select(r_slot, 1)),
                      self.q_second.eq(~single.bit_select(self.q_slot, 1)),
                      self.q_last.eq(last.bit_select(self.q_slot, 1))]
@@ -235,7 +229,7 @@ class PairBuffer(wiring.Component):
         with m.If(self.start):
             m.d.sync += [full.eq(0), w_slot.eq(0), r_slot.eq(0),
                          w_ci.eq(0), w_pos.eq(0), w_left.eq(self.tiles - 1),
-                         w_x.eq(0), w_y.eq(0), odd.eq(0), *place(0, 0)]
+                         x_left.eq(self.width), y_left.eq(self.height - 1), odd.eq(0)]
 
         # Two memories a position, one a half of the slots, distributed RAM: a read a
         # cycle of all of them is the window pair, and they are small (`depth` words
