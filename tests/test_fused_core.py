@@ -12,7 +12,6 @@ odd widths, several output tiles, batches, with and without stream pauses.
 """
 
 import dataclasses
-import math
 
 import numpy as np
 import pytest
@@ -221,7 +220,7 @@ def test_unfused_runs_on_an_engine_with_the_block_are_as_before():
     with the model's cycles. (40 s of the Amaranth simulator: slow; the default run
     keeps unfused runs on engines with the block on Verilator, the models' unfused
     layers in tests/test_fused_compiler.py and tests/test_fused_program.py.)"""
-    from test_hdl_conv_core import check_pair_runs, depthwise_run, pixel_pair_layers
+    from test_hdl_conv_core import check_pair_runs, pixel_pair_layers
     from fpgacnn.host.packing import pack_layer
     rng = np.random.default_rng(5)
     layers = pixel_pair_layers(FUSED, rng)
