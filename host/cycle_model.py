@@ -18,10 +18,12 @@ The model follows the engine's schedule at the granularity of rows:
   pairs two pixels a window, ``ceil(out_w/2)`` positions a row, followed word
   by word through the two output FIFOs (docs/engine.md, "Pixel pairs");
 - a fused depthwise + pointwise block (descriptor ``fused``) is followed pair
-  by pair: the line buffer's depthwise windows (``ci_tiles`` a pair, credited
-  by the pair buffer's two halves), the pair's words through the depthwise
-  unit and its requantizer, then the pointwise issuer's ``co_tiles * group``
-  windows as a pixel-pair position (docs/engine.md, "Step 3");
+  by pair: the line buffer's depthwise window pairs (``ci_tiles`` windows a
+  pair, credited by the pair buffer's slots), the pair's words through the
+  depthwise unit and its requantizer into the slots, which pair the image's
+  pixels in raster order (across rows), then the pointwise issuer's
+  ``co_tiles * group`` windows a slot as a pixel-pair position
+  (docs/engine.md, "Step 3", "Pairs across rows");
 - the last results then drain through the pipeline and the output packer,
   and the sink takes the last beat: a DMA a beat a cycle, or the program
   engine's pixel writer (``writer``), whose unit a cycle can keep an
@@ -255,10 +257,11 @@ def layer_cycles(config, desc, *, macs=None, writer=None, reader=None):
         wait_in += start - prev
         groups = _produced(oy, out_w, out_h, co, pool)
         if fused:
-            last_pop, end = _fused_row(config, start, out_w, ci, co, wins, latency, depth,
-                                       entry_words, per_entry_out, pair_pops, last_pop,
-                                       recent, pw_ends)
-            wait_out += pw_ends[-1] - start - issue
+            last_pop, end = _fused_row(config, start, n, oy, out_w, out_h, ci, co, wins,
+                                       latency, depth, entry_words, per_entry_out, pair_pops,
+                                       last_pop, recent, pw_ends)
+            if pw_ends:
+                wait_out += max(0, pw_ends[-1] - start - issue)
         elif pairs:
             last_pop, end = _pair_row(start, out_w, co, wins, latency, depth, entry_words,
                                       per_entry_out, pair_pops, last_pop, recent)
@@ -301,7 +304,8 @@ def layer_cycles(config, desc, *, macs=None, writer=None, reader=None):
         out_end = max(out_end, _last_beat_taken(config, writer, contract, desc, recent,
                                                 image_words // entry_words, beat_entries) + 1)
     done = max(out_end, last_issue + drain + 1, w_end[-1])
-    compute = orows * issue
+    # (a fused run's pointwise issues a slot of two pixels of the image's raster order)
+    compute = batch * -(-out_h * out_w // 2) * co * wins if fused else orows * issue
     tail = done - r_end[-1]
     fill = r_start[0] - t0
     total = done
@@ -377,35 +381,56 @@ def _pair_row(start, out_w, co, wins, latency, depth, entry_words, per_entry_out
     return last_pop, t + wins
 
 
-def _fused_row(config, start, out_w, ci, co, group, latency, depth, entry_words, per_entry_out,
-               pops, last_pop, recent, pw_ends):
-    """One output row of a fused block run (docs/engine.md, "Step 3"), pair by pair:
-    returns ``(last_pop, end)``, ``end`` the cycle after the line buffer's last window
-    of the row (the row bookkeeping's), and appends each pair's pointwise end to
-    ``pw_ends``.
+def _fused_row(config, start, n, oy, out_w, out_h, ci, co, group, latency, depth, entry_words,
+               per_entry_out, pops, last_pop, recent, pw_ends):
+    """Output row ``oy`` of image ``n`` of a fused block run (docs/engine.md, "Step 3",
+    "Pairs across rows"), window pair by window pair: returns ``(last_pop, end)``,
+    ``end`` the cycle after the line buffer's last window of the row (the row
+    bookkeeping's), and appends the pointwise end of each slot the row fills to
+    ``pw_ends`` (slot ``k`` of the run: ``pw_ends[k]``).
 
-    Pair ``n``'s ``ci`` depthwise windows issue one a cycle after the pair before's,
-    once pair ``n - slots``'s slot is released (the pair buffer's ``slots``,
-    :func:`~fpgacnn.core.fused_block.pair_buffer_shape`): its last pointwise window plus the line
-    buffer's latency less one (the release travels with the reads; its credit is
-    back the cycle after). Its last word is in the pair buffer the line buffer's,
-    the depthwise unit's and the depthwise requantization's latencies after its last
-    window (``Latencies.depthwise_requant``, on any top), and
-    the pointwise issuer begins it the cycle after, or after the pair before: its
-    ``co`` groups of ``group`` windows as a pixel-pair position
+    The pair buffer's slots pair the image's pixels in raster order: pixel ``p``
+    in slot ``p div 2`` of the image's ``ceil(pixels / 2)``. Window pair ``(p,
+    p + 1)`` (or ``p`` alone at the end of an odd row) takes the slot of its last
+    pixel unless that is the slot of the pixel before (the single last pixel of a
+    row starting on an odd ``p``); its ``ci`` depthwise windows issue one a cycle
+    after the pair before's, and one that takes slot ``k`` not before slot ``k -
+    slots`` is released (the pair buffer's ``slots``,
+    :func:`~fpgacnn.core.fused_block.pair_buffer_shape`): its last pointwise window
+    plus the line buffer's latency less one (the release travels with the reads;
+    its credit is back the cycle after). Its last word is in the pair buffer the line
+    buffer's, the depthwise unit's and the depthwise requantization's latencies after
+    its last window (``Latencies.depthwise_requant``, on any top). A window pair fills
+    at most one slot (the one its pixel ``p`` or ``p + 1`` completes, or an image's
+    odd last pixel alone); the pointwise issuer begins it the cycle after, or after
+    the slot before: its ``co`` groups of ``group`` windows as a pixel-pair position
     (:func:`_pair_row`, output FIFO credits included).
     """
     lat = engine_contract(config).latency
     slots = engine_contract(config).fused.pair_buffer.slots
+    pixels = out_h * out_w
+    per_image = -(-pixels // 2)
+    base = n * per_image
     t = start
-    for p in range(-(-out_w // 2)):
-        issue = t if len(pw_ends) < slots else max(t, pw_ends[-slots] + lat.line_buffer - 1)
-        t = issue + ci
+    for x in range(0, out_w, 2):
+        p = oy * out_w + x
+        npx = min(2, out_w - x)
+        # the slot of its last pixel, and whether the pair before took it already
+        taken = base + (p + npx - 1) // 2
+        takes = p % 2 == 0 or npx == 2
+        if takes and taken >= slots:
+            t = max(t, pw_ends[taken - slots] + lat.line_buffer - 1)
+        t += ci
         written = t - 1 + lat.line_buffer + lat.depthwise_unit + lat.depthwise_requant
-        begin = written + 1 if not pw_ends else max(written + 1, pw_ends[-1])
-        last_pop, pw_end = _pair_row(begin, 2 if 2 * p + 1 < out_w else 1, co, group, latency,
-                                     depth, entry_words, per_entry_out, pops, last_pop, recent)
-        pw_ends.append(pw_end)
+        # slots complete before and after the pair (an image's odd last alone completes)
+        after = (p + npx) // 2 if p + npx < pixels else per_image
+        if after > p // 2:
+            k = p // 2
+            begin = written + 1 if not pw_ends else max(written + 1, pw_ends[-1])
+            last_pop, pw_end = _pair_row(begin, 2 if 2 * k + 1 < pixels else 1, co, group,
+                                         latency, depth, entry_words, per_entry_out, pops,
+                                         last_pop, recent)
+            pw_ends.append(pw_end)
     return last_pop, t
 
 

@@ -12,7 +12,6 @@ odd widths, several output tiles, batches, with and without stream pauses.
 """
 
 import dataclasses
-import math
 
 import numpy as np
 import pytest
@@ -142,6 +141,31 @@ def test_fused_blocks_back_to_back_with_pauses_are_bit_exact():
     run_blocks(BLOCKS[:4], seed=11, in_pause=0.3, out_pause=0.4)
 
 
+#: Blocks whose slots pair pixels across rows (docs/engine.md, "Pairs across rows"): odd
+#: output widths 1, 3, 5 and 7, odd heights, batches whose images end on a single, and
+#: runs at and over the pair buffer's 8 slots with the depthwise side ahead.
+ACROSS = [
+    (8, 8, 5, 1, 3, 1, (1, 1, 1, 1), 1),      # a pixel a row: each slot two rows'
+    (8, 4, 3, 3, 3, 1, (1, 1, 1, 1), 2),      # 3 x 3, two images of 5 slots, each a single last
+    (16, 12, 4, 5, 3, 1, (1, 1, 1, 1), 3),    # 4 x 5, three images of 10 slots (no single)
+    (4, 8, 5, 7, 3, 1, (1, 1, 1, 1), 1),      # 5 x 7: two-cycle slots, the depthwise side waits
+    (12, 6, 9, 13, 3, 2, (1, 1, 1, 1), 1),    # stride 2: 5 x 7
+    (8, 8, 1, 1, 3, 1, (1, 1, 1, 1), 3),      # one pixel an image: every slot a single
+    (4, 16, 5, 3, 3, 1, (1, 1, 1, 1), 1),     # 15 pixels: exactly the 8 slots, output-bound
+    (4, 16, 6, 3, 3, 1, (1, 1, 1, 1), 1),     # 18 pixels: 9 slots, one over
+    (4, 4, 7, 5, 3, 1, (1, 1, 1, 1), 1),      # a cycle a slot: the pair credits bind
+]
+
+
+@pytest.mark.parametrize("index", range(len(ACROSS)))
+def test_slots_across_rows_are_bit_exact_and_cycles_exact(index):
+    run_blocks([ACROSS[index]], seed=100 + index)
+
+
+def test_slots_across_rows_with_pauses_are_bit_exact():
+    run_blocks([ACROSS[i] for i in (0, 1, 3, 5, 7)], seed=111, in_pause=0.3, out_pause=0.5)
+
+
 def test_the_depthwise_words_are_the_units_weights_then_the_records():
     rng = np.random.default_rng(3)
     c = 6
@@ -196,7 +220,7 @@ def test_unfused_runs_on_an_engine_with_the_block_are_as_before():
     with the model's cycles. (40 s of the Amaranth simulator: slow; the default run
     keeps unfused runs on engines with the block on Verilator, the models' unfused
     layers in tests/test_fused_compiler.py and tests/test_fused_program.py.)"""
-    from test_hdl_conv_core import check_pair_runs, depthwise_run, pixel_pair_layers
+    from test_hdl_conv_core import check_pair_runs, pixel_pair_layers
     from fpgacnn.host.packing import pack_layer
     rng = np.random.default_rng(5)
     layers = pixel_pair_layers(FUSED, rng)
@@ -269,6 +293,14 @@ def test_blocks_on_the_vector_units_lanes_are_bit_exact_and_cycles_exact():
 
 def test_blocks_on_the_vector_units_lanes_with_pauses_are_bit_exact():
     run_blocks(LENT[:4], seed=43, in_pause=0.3, out_pause=0.4, make_dut=CoreOnVectorLanes)
+
+
+def test_slots_across_rows_on_the_vector_units_lanes():
+    """Odd widths and heights, a batch, at the slots: in the model's cycles, then with
+    pauses; bit-exact."""
+    blocks = [ACROSS[i] for i in (1, 3, 6)]
+    run_blocks(blocks, seed=45, make_dut=CoreOnVectorLanes)
+    run_blocks(blocks, seed=46, in_pause=0.3, out_pause=0.4, make_dut=CoreOnVectorLanes)
 
 
 @pytest.mark.parametrize("make_dut", [ConvCore, CoreOnVectorLanes],

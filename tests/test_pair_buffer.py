@@ -72,38 +72,49 @@ def pointwise_words(config, w, bias, x_zp):
     return folded.astype(np.int64), words.reshape(co_tiles, ci_tiles, config.pout, taps)
 
 
-def simulate(config, pairs, tiles, group, co_tiles, *, seed, gaps, pauses, reader_from=0):
-    """Write ``pairs`` (each ``[tiles][2][pin]`` int8 words) and read every slot ``co_tiles``
-    times over, the reader idle before cycle ``reader_from``; return the windows read,
-    ``[pair][co][ci] -> (window, window_next)``, and the trace: the cycles the writer was
-    held (every slot full) and the reader waited (none full), the cycle each word was
-    taken in (``"taken"``) and each slot released in (``"released"``)."""
+def simulate(config, pairs, tiles, group, co_tiles, *, slots, width, height, seed, gaps, pauses,
+             reader_from=0):
+    """Write ``pairs`` (each ``[tiles][2][pin]`` int8 words, the window pairs of images of
+    ``height`` rows of ``width`` pixels) and read each of ``slots`` slots ``co_tiles`` times
+    over, the reader idle before cycle ``reader_from``; return the windows read, ``[slot][co]
+    [ci] -> (window, window_next)``, the slots' flags ``[slot] -> (q_second, q_last)``, and
+    the trace: the cycles the writer was held (a slot full) and the reader waited (none
+    full), the cycle each word was taken in (``"taken"``) and each slot released in
+    (``"released"``)."""
     dut = PairBuffer(config)
     rng = np.random.default_rng(seed)
-    pin, taps = config.pin, config.kmax ** 2 * config.pin
+    taps = config.kmax ** 2 * config.pin
+    nslots = slots
     reads = [(co, ci) for co in range(co_tiles) for ci in range(group)]
-    got = [[[None] * group for _ in range(co_tiles)] for _ in pairs]
+    got = [[[None] * group for _ in range(co_tiles)] for _ in range(nslots)]
+    flags = [None] * nslots
     words = [word for pair in pairs for word in pair]
     held = {"writer": 0, "reader": 0, "taken": [], "released": []}
+    ring = pair_buffer_shape(config).slots
 
     async def testbench(ctx):
         ctx.set(dut.tiles, tiles)
         ctx.set(dut.group, group)
+        ctx.set(dut.width, width)
+        ctx.set(dut.height, height)
         ctx.set(dut.start, 1)
         await ctx.tick()
         ctx.set(dut.start, 0)
         w, valid = 0, False      # the writer: next word, and whether it is offered
-        half, r = 0, 0           # the reader: the slot (pair) it is at, its next read
+        slot, r = 0, 0           # the reader: the slot it is at, its next read
         cycle = 0
-        while half < len(pairs):
+        while slot < nslots:
             awake = cycle >= reader_from
             if not valid and w < len(words) and rng.random() >= gaps:
                 ctx.set(dut.w_stream.payload.as_value(), pack(words[w], 8))
                 valid = True
             ctx.set(dut.w_stream.valid, valid)
+            ctx.set(dut.q_slot, slot % ring)
             took = valid and ctx.get(dut.w_stream.ready)
             held["writer"] += valid and not took
             held["reader"] += not ctx.get(dut.r_ready)
+            if ctx.get(dut.r_ready):
+                flags[slot] = (ctx.get(dut.q_second), ctx.get(dut.q_last))
             read = release = False
             if awake and ctx.get(dut.r_ready) and r < len(reads) and rng.random() >= pauses:
                 read = True
@@ -118,36 +129,41 @@ def simulate(config, pairs, tiles, group, co_tiles, *, seed, gaps, pauses, reade
             if read:
                 assert ctx.get(dut.o_valid)
                 co, ci = reads[r]
-                got[half][co][ci] = (unpack(ctx.get(dut.o_window.as_value()), 8, taps),
+                got[slot][co][ci] = (unpack(ctx.get(dut.o_window.as_value()), 8, taps),
                                      unpack(ctx.get(dut.o_window_next.as_value()), 8, taps))
                 r += 1
             else:
                 assert not ctx.get(dut.o_valid)
             if release:
-                half, r = half + 1, 0
+                slot, r = slot + 1, 0
                 held["released"].append(cycle - 1)
             if took:
                 w, valid = w + 1, False
                 held["taken"].append(cycle - 1)
-            assert cycle < 20 * (len(words) + len(pairs) * len(reads)) + reader_from + 100, \
+            assert cycle < 20 * (len(words) + nslots * len(reads)) + reader_from + 100, \
                 "stuck"
+        # every word of the pairs went in (no pair left unwritten)
+        assert w == len(words)
 
     sim = Simulator(dut)
     sim.add_clock(1e-8)
     sim.add_testbench(testbench)
     sim.run()
-    return got, held
+    return got, flags, held
 
 
-def check_block(config, channels, *, seed, cout=None, width=5, gaps=0.3, pauses=0.3,
-                reader_from=0):
-    """A depthwise output of ``channels`` at ``width`` pixels (a row; an odd width ends on a
-    single pixel) through the buffer; the windows against the remap and the pointwise."""
+def check_block(config, channels, *, seed, cout=None, width=5, height=1, images=1, gaps=0.3,
+                pauses=0.3, reader_from=0):
+    """A depthwise output of ``channels``, ``images`` of ``height`` rows of ``width`` pixels,
+    through the buffer as the line buffer's window pairs (an odd row ends on a single
+    pixel); each slot's two pixels the image's raster order's (an image's odd last pixel
+    alone in its slot), the windows against the remap and the pointwise, the slots' flags
+    (a second pixel, an image's last)."""
     rng = np.random.default_rng(seed)
     pin, k2 = config.pin, config.kmax ** 2
     tiles, group = pair_buffer_run(config, channels)
     assert group * pin == remap_group(config, channels)  # the packing's remap, in words
-    y = rng.integers(-128, 128, size=(1, channels, 1, width)).astype(np.int8)
+    y = rng.integers(-128, 128, size=(images, channels, height, width)).astype(np.int8)
     y_zp = int(rng.integers(-128, 128))
     cout = cout or int(rng.integers(1, 3 * config.pout))
     w = rng.integers(-128, 128, size=(cout, channels, 1, 1)).astype(np.int8)
@@ -155,34 +171,47 @@ def check_block(config, channels, *, seed, cout=None, width=5, gaps=0.3, pauses=
     folded, words = pointwise_words(config, w, bias, y_zp)
     co_tiles = words.shape[0]
     pairs = []
-    for ox in range(0, width, 2):
-        # spare channels of the last word and a missing second pixel: anything (the
-        # requantized sums of zero weights, past the row's end)
-        pair = rng.integers(-128, 128, size=(tiles, 2, pin))
-        for j in range(min(2, width - ox)):
-            flat = pair[:, j, :].reshape(-1)
-            flat[:channels] = y[0, :, 0, ox + j]
-            pair[:, j, :] = flat.reshape(tiles, pin)
-        pairs.append(pair)
-    got, held = simulate(config, pairs, tiles, group, co_tiles, seed=seed, gaps=gaps,
-                         pauses=pauses, reader_from=reader_from)
+    for n in range(images):
+        for oy in range(height):
+            for ox in range(0, width, 2):
+                # spare channels of the last word and a missing second pixel: anything (the
+                # requantized sums of zero weights, past the row's end)
+                pair = rng.integers(-128, 128, size=(tiles, 2, pin))
+                for j in range(min(2, width - ox)):
+                    flat = pair[:, j, :].reshape(-1)
+                    flat[:channels] = y[n, :, oy, ox + j]
+                    pair[:, j, :] = flat.reshape(tiles, pin)
+                pairs.append(pair)
+    pixels = height * width
+    per_image = -(-pixels // 2)
+    got, flags, held = simulate(config, pairs, tiles, group, co_tiles, slots=images * per_image,
+                                width=width, height=height, seed=seed, gaps=gaps, pauses=pauses,
+                                reader_from=reader_from)
 
-    acc = integer_ops.conv_acc(y, w, bias, y_zp)[0, :, 0]
+    acc = integer_ops.conv_acc(y, w, bias, y_zp)
     g = group * pin
-    for n, ox in enumerate(range(0, width, 2)):
-        for j in range(min(2, width - ox)):
-            pixel = y[0, :, 0, ox + j].astype(np.int64)
-            sums = np.zeros(co_tiles * config.pout, np.int64)
-            for co in range(co_tiles):
-                for ci in range(group):
-                    window = got[n][co][ci][j].reshape(k2, pin)
-                    # tap (t, p) is channel t*g + ci*pin + p of the pixel, where it has one
-                    chans = np.arange(k2)[:, None] * g + ci * pin + np.arange(pin)
-                    real = chans < channels
-                    assert_array_equal(window[real], pixel[chans[real]],
-                                       err_msg=f"pixel {ox + j}, output tile {co}, window {ci}")
-                    sums[co * config.pout:(co + 1) * config.pout] += words[co, ci] @ window.ravel()
-            assert_array_equal(sums[:cout] + folded, acc[:, ox + j], err_msg=f"pixel {ox + j}")
+    for n in range(images):
+        for k in range(per_image):
+            slot = n * per_image + k
+            assert flags[slot] == (2 * k + 1 < pixels, k == per_image - 1), \
+                f"image {n}, slot {k}"
+            for j in range(min(2, pixels - 2 * k)):
+                oy, ox = divmod(2 * k + j, width)
+                pixel = y[n, :, oy, ox].astype(np.int64)
+                sums = np.zeros(co_tiles * config.pout, np.int64)
+                for co in range(co_tiles):
+                    for ci in range(group):
+                        window = got[slot][co][ci][j].reshape(k2, pin)
+                        # tap (t, p) is channel t*g + ci*pin + p of the pixel, where it has one
+                        chans = np.arange(k2)[:, None] * g + ci * pin + np.arange(pin)
+                        real = chans < channels
+                        assert_array_equal(window[real], pixel[chans[real]],
+                                           err_msg=f"image {n}, pixel {(oy, ox)}, output tile "
+                                                   f"{co}, window {ci}")
+                        sums[co * config.pout:(co + 1) * config.pout] += \
+                            words[co, ci] @ window.ravel()
+                assert_array_equal(sums[:cout] + folded, acc[n, :, oy, ox],
+                                   err_msg=f"image {n}, pixel {(oy, ox)}")
     return held
 
 
@@ -196,6 +225,37 @@ def test_remap_windows_bit_exact(board):
                                   config.kmax ** 2 * config.pin + config.pin, limit)):
         check_block(config, channels, seed=10 * n + len(board),
                     width=5 if channels < limit else 3, cout=None if channels < limit else 5)
+
+
+@pytest.mark.parametrize("board, width, height, images", [
+    ("pynq-z2", 5, 5, 1),    # DS-CNN's odd maps: 13 slots, the last a single pixel
+    ("pynq-z2", 1, 5, 1),    # a pixel a row: every slot two rows'
+    ("pynq-z2", 3, 4, 2),    # odd rows, an even image: no single; two images
+    ("pynq-z2", 7, 3, 2),    # two odd images: each ends on a single, the next from half 0
+    ("pynq-z2", 1, 1, 3),    # one pixel an image: every slot a single
+    ("k2", 6, 3, 1),         # even rows: the row pairs, as before
+    ("k2", 3, 5, 2),
+])
+def test_pairs_across_rows(board, width, height, images):
+    """Slots of two pixels adjacent in the image's raster order: a row of odd width ends
+    on half a slot that the next row's first pixel completes (its window pairs write
+    half 1 of a slot and half 0 of the next), an image of an odd pixel count ends on a
+    single, and the next image starts a slot. Writer gaps and reader pauses."""
+    config = sized(board)
+    check_block(config, 3 * config.pin + 1, seed=width * 7 + height * 3 + images,
+                width=width, height=height, images=images)
+
+
+@pytest.mark.parametrize("width", (1, 3))
+def test_odd_rows_fill_every_slot_then_wait(width):
+    """A late reader on rows of odd width: the writer fills every slot (a pair that
+    would write half 0 of a full slot waits, as one that would write a full slot's half 1),
+    then goes on as the slots are released; the windows exact."""
+    config = sized("pynq-z2")
+    slots = pair_buffer_shape(config).slots
+    held = check_block(config, 2 * config.pin, seed=width, width=width, height=4 * slots + 1,
+                       gaps=0.0, pauses=0.0, reader_from=200)
+    assert held["writer"] > 50, held
 
 
 def test_reader_and_writer_each_hold_the_other():

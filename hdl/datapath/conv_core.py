@@ -355,7 +355,8 @@ class ConvCore(wiring.Component):
         """The fused block's datapath (docs/engine.md, "Step 3"): the line buffer's
         window pairs of a fused run through the depthwise unit and its requantizer
         into the pair buffer, and the pointwise issuer that reads the pair buffer's
-        full half into the array. Returns a :class:`_Fused` of the issuer's signals."""
+        full slots (two pixels of the image's raster order: docs/engine.md, "Pairs
+        across rows") into the array. Returns a :class:`_Fused` of the issuer's signals."""
         cfg, con = self._config, engine_contract(self._config)
         fb = con.fused
         pin, k2 = cfg.pin, cfg.kmax * cfg.kmax
@@ -372,12 +373,17 @@ class ConvCore(wiring.Component):
                     m.d.comb += group.eq(pointwise_tiles(cfg, t))
         m.d.comb += loader.group.eq(group)
 
-        # ---- the depthwise half: a pair's windows only when a half will be free
+        # ---- the depthwise half: a pair's windows only when the slots it writes are free
         m.submodules.pair_buffer = pb = PairBuffer(cfg)
         release = pb.r_release
-        pair_start = lb.issue & (lb.co == 0) & fused
+        # The slots pair across rows (the pair buffer's raster order): a window pair
+        # takes a slot of its own unless it is the single last pixel of a row that
+        # starts on an odd pixel (an odd row of an odd width), which completes the slot
+        # the pair before it took. Credits count slots taken less slots released.
+        takes = ~(lb.oy[0] & desc.out_w[0] & ~lb.second)
+        pair_start = lb.issue & (lb.co == 0) & fused & takes
         no_half = self._credits(m, "_pair", fb.pair_buffer.slots, release, pair_start, start)
-        lb_en = ~((lb.co == 0) & no_half)
+        lb_en = ~((lb.co == 0) & no_half & takes)
         # The depthwise word of tile `co` (one cycle's read), beside the windows.
         t_read = delayed(m, lb.co, lat - 1, "dw_tile")
         m.d.comb += loader.dw_addr.eq(desc.dw_base[:len(loader.dw_addr)] + t_read)
@@ -412,24 +418,21 @@ class ConvCore(wiring.Component):
                                  rqd.i_shift[lane].eq(recs[p].shift[:6])]
             dw_valid, dw_data = rqd.o_valid, rqd.o_data
         m.d.comb += [pb.start.eq(start), pb.tiles.eq(desc.ci_tiles), pb.group.eq(group),
+                     pb.width.eq(desc.out_w), pb.height.eq(desc.out_h),
                      pb.w_stream.valid.eq(dw_valid)]
         for pixel in range(2):
             for p in range(pin):
                 m.d.comb += pb.w_stream.payload[pixel][p].eq(dw_data[pixel * pin + p])
-        # A pair is readable the cycle after its last word: count them.
-        wfire = pb.w_stream.valid & pb.w_stream.ready
-        wcount = Signal(range(fb.max_tiles + 1), name="pair_words")
-        pair_written = Signal(name="pair_written")
-        m.d.comb += pair_written.eq(wfire & (wcount == desc.ci_tiles - 1))
-        with m.If(wfire):
-            m.d.sync += wcount.eq(Mux(pair_written, 0, wcount + 1))
+        # A slot is readable the cycle after its last word: count them.
+        pair_written = pb.w_full
 
-        # ---- the pointwise issuer: `for co: for g in group` of each full half
+        # ---- the pointwise issuer: `for co: for g in group` of each full slot
         pw_co = Signal(lim.co_bits, name="pw_co")
         pw_g = Signal(range(fb.pair_buffer.group), name="pw_g")
         pw_widx = Signal.like(lb.widx, name="pw_widx")
-        pw_ox = Signal(lim.col_bits, name="pw_ox")
-        pw_oy, pw_n = Signal(16, name="pw_oy"), Signal(16, name="pw_n")
+        # the slot issued (ahead of the pair buffer's reads), and the images done
+        pw_slot = Signal(range(fb.pair_buffer.slots), name="pw_slot")
+        pw_n = Signal(16, name="pw_n")
         active, done = Signal(name="pw_active"), Signal(name="pw_done", init=1)
         avail = Signal(range(fb.pair_buffer.slots + 1), name="pw_avail")
         first, last = Signal(name="pw_first"), Signal(name="pw_last")
@@ -437,7 +440,9 @@ class ConvCore(wiring.Component):
         issue = Signal(name="pw_issue")
         m.d.comb += [
             first.eq(pw_g == 0), last.eq(pw_g == group - 1),
-            co_last.eq(pw_co == desc.co_tiles - 1), second.eq(pw_ox + 1 < desc.out_w),
+            # (the slot's flags, from the pair buffer: its second pixel, an image's end)
+            pb.q_slot.eq(pw_slot), co_last.eq(pw_co == desc.co_tiles - 1),
+            second.eq(pb.q_second),
             issue.eq(self.busy & fused & ~done & (active | (avail != 0))
                      & ~(first & blocked)),
         ]
@@ -454,24 +459,18 @@ class ConvCore(wiring.Component):
             with m.If(last):
                 m.d.sync += pw_g.eq(0)
                 with m.If(co_last):
-                    m.d.sync += [pw_co.eq(0), pw_widx.eq(wbase)]
-                    with m.If(pw_ox + 2 >= desc.out_w):
-                        m.d.sync += pw_ox.eq(0)
-                        with m.If(pw_oy == desc.out_h - 1):
-                            m.d.sync += [pw_oy.eq(0), pw_n.eq(pw_n + 1)]
-                            with m.If(pw_n == desc.batch - 1):
-                                m.d.sync += done.eq(1)
-                        with m.Else():
-                            m.d.sync += pw_oy.eq(pw_oy + 1)
-                    with m.Else():
-                        m.d.sync += pw_ox.eq(pw_ox + 2)
+                    m.d.sync += [pw_co.eq(0), pw_widx.eq(wbase), pw_slot.eq(pw_slot + 1)]
+                    with m.If(pb.q_last):
+                        m.d.sync += pw_n.eq(pw_n + 1)
+                        with m.If(pw_n == desc.batch - 1):
+                            m.d.sync += done.eq(1)
                 with m.Else():
                     m.d.sync += pw_co.eq(pw_co + 1)
             with m.Else():
                 m.d.sync += pw_g.eq(pw_g + 1)
         with m.If(start):
-            m.d.sync += [pw_co.eq(0), pw_g.eq(0), pw_widx.eq(wbase), pw_ox.eq(0), pw_oy.eq(0),
-                         pw_n.eq(0), active.eq(0), avail.eq(0), done.eq(~fused), wcount.eq(0)]
+            m.d.sync += [pw_co.eq(0), pw_g.eq(0), pw_widx.eq(wbase), pw_slot.eq(0),
+                         pw_n.eq(0), active.eq(0), avail.eq(0), done.eq(~fused)]
         # The reads follow the issue by the line buffer's latency less the pair
         # buffer's, so that the window reaches the array when the line buffer's
         # would; the half is released with its last read.
@@ -548,8 +547,11 @@ class ConvCore(wiring.Component):
         oco, opx = Signal(lim.co_bits, name="o_co"), Signal(lim.col_bits, name="o_px")
         opy, on = Signal(16, name="o_py"), Signal(16, name="o_n")
         if self._pairs:
-            # a pixel-pair run's odd column: its words are in the second FIFO
+            # a pixel-pair run's odd column: its words are in the second FIFO; in a fused
+            # run the odd pixel of the image's raster order (its slots pair across rows)
             odd = desc.pixel_pairs & opx[0]
+            if self._fused:
+                odd = desc.pixel_pairs & (opx[0] ^ (desc.fused & opy[0] & desc.out_w[0]))
             fifo = _FifoRead(r_rdy=Mux(odd, fifos[1].r_rdy, fifos[0].r_rdy),
                              r_data=Mux(odd, fifos[1].r_data, fifos[0].r_data),
                              r_en=Signal(name="fifo_r_en"))
