@@ -61,6 +61,7 @@ from conftest import SMALL_ENGINE
 __all__ = ["CONFIGS", "COMPILE_CONFIGS", "TARGETS", "CONV_TARGETS", "GROUPED_TARGETS", "SIDES",
            "REFUSAL_PATTERNS", "LimitCase", "limit_case", "limit_cases", "expected_refusal",
            "single_run_fits", "single_run_fits_as", "mapping_kinds", "depthwise_run_channels", "input_tiles",
+           "views_fold",
            "build_model", "case_input", "layer_case", "regression_96_case"]
 
 #: Engines the limit cases run on, in Verilator. ``k3`` is tests/conftest.py's
@@ -117,13 +118,14 @@ TARGETS = {
               "every channel",
     "dw_resident": "depthwise output tiles (the fewest weight words of any mapping) vs the "
                    "weight buffer: a resident program, or (over) the weights streamed",
-    "group_window": "grouped / depthwise kernels 1..kmax, kmax + 1, strides 1..kmax and not "
-                    "square (over: the taps folded into channels; no depthwise run)",
+    "group_window": "grouped / depthwise kernels 1..kmax, kmax + 1, strides 1..kmax, kmax + 1 "
+                    "and not square, top/left pads 0..kmax - 1, kmax (over: the taps folded "
+                    "into channels; no depthwise run)",
     "group_in": "input channels per group vs pin (n*pin - 1, n*pin, n*pin + 1)",
     "group_out": "output channels per group vs pout (n*pout - 1, n*pout, n*pout + 1; "
                  "depthwise with a channel multiplier)",
     "group_tiles": "one group's input tiles vs max_ci_tiles (over: refused, no view splits "
-                   "a group)",
+                   "a group, unless its taps folded into channels take fewer tiles)",
     "group_view": "all groups as one block-diagonal view: output tiles vs max_co_tiles_for "
                   "its input tiles (weight and parameter buffers; over: two runs or more)",
 }
@@ -371,35 +373,30 @@ def _one_group(case):
                    pool=False)
 
 
-def _as_view(config, case):
-    """A dense ``case`` as a view (host/conv_views.py) presents it: as it is when the
-    window takes its kernel and stride, else its taps folded into channels -- and
-    no other fallback (a view over the stride or pad range is not folded)."""
-    return case if _fits_window(config, case) else im2col_case(case)
-
-
-def _views_refusal(config, case):
-    """The limits a grouped ``case``'s narrowest views (one group each) break as
-    views present them. Where they differ from :func:`expected_refusal` (a stride
-    over ``kmax``, a top/left pad over ``kmax - 1``, input tiles that only the
-    folded taps fit), the views are refused where a Conv would fold its taps:
-    see test_grouped_layer_past_the_window_folds_its_taps; the generator draws
-    such a layer again."""
-    return _dense_refusal(config, _as_view(config, _one_group(case)))
+def views_fold(config, case):
+    """Whether a grouped ``case``'s views fold their taps into channels
+    (host/conv_views.py, ``grouped/<k>/im2col``, docs/runtime.md): when the window
+    does not take its kernel and stride, and, as a dense Conv's im2col fallback,
+    when one group as it is (the narrowest view) breaks a limit no tiling gets past
+    -- a stride over ``kmax``, a top/left pad over ``kmax - 1``, its input tiles."""
+    one = _one_group(case)
+    return not _fits_window(config, one) or \
+        _dense_refusal(config, one, alternatives=False) is not None
 
 
 def mapping_kinds(config, case):
     """How ``case`` may reach the engine: the kinds of ``EngineStep.mapping`` (before
     ``/``) that the contract allows. A depthwise run needs ``depthwise_runs``, one
     input and one output channel per group and a window that takes the kernel and
-    stride; everything else grouped runs as block-diagonal views."""
+    stride as they are (a view that folds its taps has one output channel for
+    ``KH * KW`` inputs); everything else grouped runs as block-diagonal views."""
     if case.op == "Gemm":
         return {"gemm"}
     if case.group == 1:
         return {"dense", "im2col"}
     kinds = {"grouped"}
     if (engine_contract(config).depthwise_runs and case.cin == case.group == case.cout
-            and _fits_window(config, case)):
+            and not views_fold(config, case)):
         kinds.add("depthwise")
     return kinds
 
@@ -463,12 +460,13 @@ def single_run_fits(config, case):
     not, a bit-exact result must have come from two runs or more.
 
     A grouped layer's one run is either one block-diagonal view of every group
-    (a dense Conv over all channels, unpooled, as a view presents it) or one
-    depthwise run of every channel."""
+    (a dense Conv over all channels, unpooled, its taps folded where the views
+    fold them: :func:`views_fold`) or one depthwise run of every channel."""
     if case.expect is not None and not case.may_run:
         return False
     if case.group > 1:
-        whole = _as_view(config, replace(case, group=1, pool=False))
+        whole = replace(case, group=1, pool=False)
+        whole = im2col_case(whole) if views_fold(config, case) else whole
         return (_dense_refusal(config, whole) is None and _one_run(config, whole)) \
             or _one_depthwise_run(config, case)
     return _one_run(config, mapped_case(config, case))
@@ -918,9 +916,10 @@ def _dw_resident(d, side):
 
 
 def _group_window(d, side):
-    """A grouped or depthwise kernel and stride at the window: under and at, views
-    as they are (depthwise runs); over (a kernel over kmax, a stride not square),
-    the taps folded into channels."""
+    """A grouped or depthwise kernel, stride and top/left pads at the window: under
+    and at, views as they are (depthwise runs); over (a kernel over kmax, a stride
+    over kmax or not square, a top or left pad over kmax - 1), the taps folded into
+    channels."""
     k, pin, pout = d.config.kmax, d.config.pin, d.config.pout
     groups = d.int(2, 4)
     cin_g, cout_g = (1, 1 if d.chance(0.7) else 2) if d.chance(0.5) else \
@@ -937,10 +936,16 @@ def _group_window(d, side):
         s = k if d.chance(0.5) else d.int(1, k)
         pads = d.pads() if d.chance(0.5) else (k - 1,) * 4
         return _grouped(d, groups, cin_g, cout_g, kernel=kernel, stride=(s, s), pads=pads), None
-    if d.chance(0.6):
+    if d.chance(0.4):
         kernel = (k + 1, k + 1) if d.chance(0.6) else (k + 1, d.int(1, k)) if d.chance(0.5) \
             else (d.int(1, k), k + 1)
         return _grouped(d, groups, cin_g, cout_g, kernel=kernel), None
+    if d.chance(0.35):  # a stride over the descriptor's range
+        return _grouped(d, groups, cin_g, cout_g, stride=(k + 1, k + 1)), None
+    if d.chance(0.5):  # a top or left pad over the descriptor's range
+        pads = list(d.pads())
+        pads[d.int(0, 1)] = k
+        return _grouped(d, groups, cin_g, cout_g, pads=tuple(pads)), None
     sy = d.int(1, k)
     sx = sy + d.int(1, 2) if d.chance(0.5) or sy == 1 else d.int(1, sy - 1)
     return _grouped(d, groups, cin_g, cout_g, stride=(sy, sx)), None
@@ -972,10 +977,20 @@ def _group_out(d, side):
 
 
 def _group_tiles(d, side):
-    """One group's input tiles at max_ci_tiles: no view splits a group, so over is refused."""
+    """One group's input tiles at max_ci_tiles: no view splits a group, so over is
+    refused -- unless the kernel is narrower than the window, where the group's
+    taps folded into channels (the 1x1 remap's ``kmax * kmax`` taps a pixel) may
+    take fewer tiles: then its views fold and run."""
     c, k, pin, pout = d.c, d.config.kmax, d.config.pin, d.config.pout
     m = c.max_ci_tiles
     t = {"under": max(1, m - 1), "at": m, "over": m + 1}[side]
+    if side == "over" and k > 1 and d.chance(0.3):
+        kernel = (1, 2) if d.chance(0.5) else (2, 1)
+        cin_g = d.cin_in_tiles(t)
+        if input_tiles(d.config, cin_g * 2, (1, 1), block=k) > m:
+            return None, None
+        return _grouped(d, 2, cin_g, d.int(1, pout), kernel=kernel, pool=False,
+                        batch=d.int(1, 2)), None
     if k > 1 and d.chance(0.3):  # 1x1 through the remap: kmax*kmax*pin channels per tile
         lo = max(pin + 1, (t - 1) * pin * k * k + 1)
         cin_g = d.int(lo, max(lo, t * pin * k * k))
@@ -1058,8 +1073,6 @@ def limit_case(config, seed, index, *, target=None, side=None):
         # targets whose over side is too many input tiles, that one).
         if expect is not None and expect != (target if target in REFUSAL_PATTERNS
                                              else "channels",):
-            continue
-        if case.group > 1 and _views_refusal(cfg, case) != expect:
             continue
         case = replace(case, expect=expect)
         if target in _ONE_RUN_TARGETS and single_run_fits(cfg, case) == (side == "over"):
