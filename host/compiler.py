@@ -300,7 +300,8 @@ class EngineStep:
     runs: list = field(default_factory=list)
     #: How the layer reaches the engine: ``"dense"``, ``"dilated"`` (zeros between
     #: taps), ``"im2col"`` (taps folded into channels), ``"grouped/k"`` (``k``
-    #: groups per block-diagonal view), ``"gemm"``, ``"fused"`` (a fused block).
+    #: groups per block-diagonal view; ``"grouped/k/im2col"``: each view's taps
+    #: folded into channels), ``"gemm"``, ``"fused"`` (a fused block).
     mapping: str = "dense"
     #: The pointwise 1x1 Conv of a fused block (None otherwise).
     pointwise: object = None

@@ -29,8 +29,11 @@ input tile. Their limits decide how a layer is split into views and runs
 all groups as one view against the weight and parameter buffers, the
 program's weight words against the weight buffer when resident); the only
 one no split gets past is a single group's input tiles over
-``max_ci_tiles``. A layer is refused exactly when one of its groups, as a
-dense Conv, is; otherwise it is bit-exact, and two runs or more when no
+``max_ci_tiles``, unless its taps folded into channels take fewer. A layer
+is refused exactly when one of its groups, as a dense Conv, is: where the
+views cannot run as they are (a stride over ``kmax``, a top or left pad over
+``kmax - 1``, its input tiles), they fold their taps as a Conv does
+(:func:`views_fold`). Otherwise it is bit-exact, and two runs or more when no
 mapping fits it in one (:func:`single_run_fits`). On an engine without
 depthwise runs a depthwise layer runs as block-diagonal views.
 
@@ -61,7 +64,7 @@ from conftest import SMALL_ENGINE
 __all__ = ["CONFIGS", "COMPILE_CONFIGS", "TARGETS", "CONV_TARGETS", "GROUPED_TARGETS", "SIDES",
            "REFUSAL_PATTERNS", "LimitCase", "limit_case", "limit_cases", "expected_refusal",
            "single_run_fits", "single_run_fits_as", "mapping_kinds", "depthwise_run_channels", "input_tiles",
-           "views_fold",
+           "views_fold", "fold_limit_layers",
            "build_model", "case_input", "layer_case", "regression_96_case"]
 
 #: Engines the limit cases run on, in Verilator. ``k3`` is tests/conftest.py's
@@ -1119,6 +1122,31 @@ def layer_case(config, *, target="repro", side="at", **layer):
     case = LimitCase(config=config, seed=0, index=0, target=target, side=side, expect=None,
                      **fields)
     return replace(case, expect=expected_refusal(COMPILE_CONFIGS[config], case))
+
+
+def fold_limit_layers(key):
+    """``{name: (layer, outcome)}``: grouped and depthwise layers under, at and over
+    each limit past which their views fold their taps into channels, on engine
+    ``key``; ``outcome`` is ``"as is"``, ``"folded"`` or ``"refused"``."""
+    config = COMPILE_CONFIGS[key]
+    k, pin, m = config.kmax, config.pin, engine_contract(config).max_ci_tiles
+    dw, g2 = dict(cin=8, cout=8, group=8, h=9, w=9), dict(cin=8, cout=6, group=2, h=6, w=7)
+    # One group's input tiles: a 2x1 kernel reads one column a window (the line
+    # buffer takes m tiles of it); folded, its taps take 2/kmax^2 of the tiles.
+    tiles = dict(cout=2, group=2, h=4, w=3, kernel=(2, 1))
+    return {
+        "stride-under": (dict(dw, kernel=(k, k), stride=(k - 1,) * 2), "as is"),
+        "stride-at": (dict(dw, kernel=(k, k), stride=(k, k)), "as is"),
+        "stride-over": (dict(dw, kernel=(k, k), stride=(k + 1, k + 1)), "folded"),
+        "pad-top-at": (dict(g2, kernel=(k, k), pads=(k - 1, 1, 0, 1)), "as is"),
+        "pad-top-over": (dict(g2, kernel=(k, k), pads=(k, 1, 0, 1)), "folded"),
+        "pad-left-at": (dict(dw, kernel=(2, 2), pads=(0, k - 1, 1, 0)), "as is"),
+        "pad-left-over": (dict(dw, kernel=(2, 2), pads=(0, k, 1, 0)), "folded"),
+        "tiles-at": (dict(tiles, cin=2 * m * pin), "as is"),
+        "tiles-over-folded": (dict(tiles, cin=2 * (m * pin + 1)), "folded"),
+        "tiles-over-refused": (dict(tiles, cin=2 * (m * pin + 1), kernel=(k, k), w=k),
+                               "refused"),
+    }
 
 
 def regression_96_case(side="exact"):

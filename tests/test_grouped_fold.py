@@ -14,12 +14,15 @@ under and over each limit.
 """
 
 import math
+from pathlib import Path
+import re
 
 import numpy as np
 import pytest
 from numpy.testing import assert_array_equal
 
 from fpgacnn.core.errors import MappingError
+from fpgacnn.host import compiler
 from fpgacnn.host.accelerator import Accelerator
 from fpgacnn.host.compiler import EngineStep, compile_model
 from fpgacnn.host.layers import Conv, GroupedConv
@@ -29,6 +32,7 @@ from fpgacnn.host.program_image import EngineRecord, FoldRecord, build_image, te
 from fpgacnn.host.reference import ReferenceBackend
 
 from conftest import DEEP_PARAMS_ENGINE
+from limit_layers import COMPILE_CONFIGS, CONFIGS, build_model, fold_limit_layers, layer_case
 
 #: A program engine with kmax = 3 (the one tests/test_limit_boundaries.py opens).
 CONFIG = DEEP_PARAMS_ENGINE
@@ -133,3 +137,72 @@ def test_a_group_past_the_input_tiles_even_folded_is_refused_naming_the_layer():
     with pytest.raises(MappingError, match=r"^layer 'g': .*(ci_tiles = 17 is outside|line "
                                            r"buffer|weight buffer)"):
         compile_model(model, CONFIG)
+
+
+def _fold_choices(key):
+    """``[(case, step, {k: predicted cycles or None})]`` of the layers of
+    :func:`fold_limit_layers` whose views fold, on engine ``key`` (batch 1): the
+    kept step and the cycles of every ``grouped/<k>/im2col`` (None: refused)."""
+    config = COMPILE_CONFIGS[key]
+    out = []
+    for layer, outcome in fold_limit_layers(key).values():
+        if outcome != "folded":
+            continue
+        case = layer_case(key, **layer)
+        model = build_model(case)
+        conv = model.layers[0]
+        cycles = {}
+        for candidate in compiler._grouped_candidates(config, conv, fold=True):
+            k = int(candidate[0].split("/")[1])
+            try:
+                step = compiler._step_of_candidate(config, conv, candidate, 1, {}, pack=False)
+                cycles[k] = compiler._predicted(step)
+            except MappingError:
+                cycles[k] = None
+        (step,) = compile_model(model, config).steps
+        out.append((case, step, cycles))
+    return out
+
+
+def fold_choice_table():
+    """The markdown table of docs/runtime.md's ``grouped-fold`` block: which
+    ``grouped/<k>/im2col`` the cycle model keeps for :func:`fold_limit_layers`."""
+    rows = ["| engine | layer | kept | cycles of each `k` (bold: kept) |", "|---|---|---|---|"]
+    for key in CONFIGS:
+        for case, step, cycles in _fold_choices(key):
+            kept = int(step.mapping.split("/")[1])
+            (kh, kw), sy = case.kernel, case.stride[0]
+            what = "depthwise" if case.group == case.cin == case.cout else \
+                f"{case.group} groups"
+            layer = (f"{case.cin}x{case.h}x{case.w} -> {case.cout}, {what}, {kh}x{kw}, "
+                     f"stride {sy}, pads {case.pads}")
+            each = ", ".join(f"{k}: " + ("refused" if c is None else
+                                         f"**{c:,}**" if k == kept else f"{c:,}")
+                             for k, c in sorted(cycles.items()))
+            rows.append(f"| {key} | {layer} | `{step.mapping}`, {len(step.runs)} "
+                        f"run{'s' if len(step.runs) > 1 else ''} | {each} |")
+    return "\n".join(rows)
+
+
+@pytest.mark.parametrize("key", list(CONFIGS))
+def test_the_cycle_model_picks_the_groups_per_folded_view(key):
+    """The folded views' groups per view are the cycle model's pick: the kept step's
+    predicted cycles are the fewest of every ``grouped/<k>/im2col``, and the counts
+    differ between layers (one group, some, all of them: the whole layer folded)."""
+    kept = set()
+    for case, step, cycles in _fold_choices(key):
+        fastest = min(c for c in cycles.values() if c is not None)
+        assert sum(r.predicted_cycles for r in step.runs) == fastest, case.describe()
+        assert step.mapping == f"grouped/{min(k for k, c in cycles.items() if c == fastest)}" \
+                               f"/im2col", (case.describe(), step.mapping, cycles)
+        kept.add(int(step.mapping.split("/")[1]))
+    assert len(kept) >= 2, kept
+
+
+def test_docs_fold_choice_table_is_current():
+    """docs/runtime.md's table is what :func:`fold_choice_table` computes."""
+    text = (Path(__file__).resolve().parent.parent / "docs" / "runtime.md").read_text()
+    match = re.search(r"<!-- grouped-fold:begin -->\n(.*?)\n<!-- grouped-fold:end -->", text,
+                      re.S)
+    assert match, "docs/runtime.md has no grouped-fold table"
+    assert match.group(1) == fold_choice_table()

@@ -14,8 +14,10 @@ whole tiled program through the numpy engine model.
 
 Grouped and depthwise layers (``GROUPED_TARGETS``) go through the same
 checks, plus how they are mapped: block-diagonal views, or depthwise runs
-only where the contract has them; and a resident program's warm inference
-(weights kept at their ``weight_base``) is bit-exact too.
+only where the contract has them, their taps folded into channels exactly
+where the views cannot run as they are (``views_fold``); and a resident
+program's warm inference (weights kept at their ``weight_base``) is bit-exact
+too.
 
 Environment:
 
@@ -45,7 +47,7 @@ from limit_layers import (COMPILE_CONFIGS, CONFIGS, CONV_TARGETS, GROUPED_TARGET
                           REFUSAL_PATTERNS, SIDES, build_model, case_input,
                           depthwise_run_channels, expected_refusal, layer_case, limit_case,
                           limit_cases, mapping_kinds, regression_96_case, resident_possible,
-                          single_run_fits, single_run_fits_as, views_fold)
+                          single_run_fits, single_run_fits_as, fold_limit_layers, views_fold)
 
 SEED = int(os.environ.get("FPGACNN_LIMIT_SEED", "0"))
 #: Layers per configuration on the RTL in the default run (every target on
@@ -396,32 +398,7 @@ def test_grouped_layer_past_the_window_folds_its_taps(layer):
     check_compiled(case)
 
 
-def _fold_limits(key):
-    """``{name: (layer, outcome)}``: grouped and depthwise layers under, at and over
-    each limit past which their views fold their taps into channels, on engine
-    ``key``; ``outcome`` is ``"as is"``, ``"folded"`` or ``"refused"``."""
-    config = COMPILE_CONFIGS[key]
-    k, pin, m = config.kmax, config.pin, engine_contract(config).max_ci_tiles
-    dw, g2 = dict(cin=8, cout=8, group=8, h=9, w=9), dict(cin=8, cout=6, group=2, h=6, w=7)
-    # One group's input tiles: a 2x1 kernel reads one column a window (the line
-    # buffer takes m tiles of it); folded, its taps take 2/kmax^2 of the tiles.
-    tiles = dict(cout=2, group=2, h=4, w=3, kernel=(2, 1))
-    return {
-        "stride-under": (dict(dw, kernel=(k, k), stride=(k - 1,) * 2), "as is"),
-        "stride-at": (dict(dw, kernel=(k, k), stride=(k, k)), "as is"),
-        "stride-over": (dict(dw, kernel=(k, k), stride=(k + 1, k + 1)), "folded"),
-        "pad-top-at": (dict(g2, kernel=(k, k), pads=(k - 1, 1, 0, 1)), "as is"),
-        "pad-top-over": (dict(g2, kernel=(k, k), pads=(k, 1, 0, 1)), "folded"),
-        "pad-left-at": (dict(dw, kernel=(2, 2), pads=(0, k - 1, 1, 0)), "as is"),
-        "pad-left-over": (dict(dw, kernel=(2, 2), pads=(0, k, 1, 0)), "folded"),
-        "tiles-at": (dict(tiles, cin=2 * m * pin), "as is"),
-        "tiles-over-folded": (dict(tiles, cin=2 * (m * pin + 1)), "folded"),
-        "tiles-over-refused": (dict(tiles, cin=2 * (m * pin + 1), kernel=(k, k), w=k),
-                               "refused"),
-    }
-
-
-@pytest.mark.parametrize("name", list(_fold_limits("k3")))
+@pytest.mark.parametrize("name", list(fold_limit_layers("k3")))
 @pytest.mark.parametrize("key", list(CONFIGS))
 def test_grouped_views_fold_past_the_window_on_rtl(key, name, boards):
     """Grouped and depthwise layers at a stride of kmax and kmax + 1, a top / left pad
@@ -430,7 +407,7 @@ def test_grouped_views_fold_past_the_window_on_rtl(key, name, boards):
     without back-pressure, bit-exact as they are, or with every view's taps folded
     into channels (``grouped/<k>/im2col``), or refused naming the layer and the
     input tiles; without back-pressure every run's cycles are the cycle model's."""
-    layer, outcome = _fold_limits(key)[name]
+    layer, outcome = fold_limit_layers(key)[name]
     case = layer_case(key, target="group_window", side=name.split("-")[1], batch=2, **layer)
     config = COMPILE_CONFIGS[key]
     assert case.expect == (("channels",) if outcome == "refused" else None), case.repro()
