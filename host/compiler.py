@@ -897,9 +897,10 @@ def _convolution_step(config, layer, pool, batch, cycles, *, reads_input, rows=T
     width (``dense/rows<w>``, each with every block), and a thin first layer's
     taps as channels (``im2col``). A grouped layer: its block-diagonal views
     (``grouped/<k>``; ``grouped/<k>/im2col`` where they fold their taps) and
-    depthwise runs (``depthwise/<k>``). Anything else, and a Conv no candidate
-    fits: its taps folded into channels; a grouped layer no candidate fits: its
-    views' taps folded into channels (``grouped/<k>/im2col``). ``rows``:
+    depthwise runs (``depthwise/<k>``). Anything else, and a Conv or dilated
+    Conv no candidate fits: its taps folded into channels; a grouped layer no
+    candidate fits: its views' taps folded into channels
+    (``grouped/<k>/im2col``). ``rows``:
     whether pixel-row views are candidates (not where an Add may fuse into the
     step, :func:`_feeds_an_add`)."""
     candidates = []
@@ -933,9 +934,11 @@ def _convolution_step(config, layer, pool, batch, cycles, *, reads_input, rows=T
         view = conv_views.dense_view(layer, config)
         candidates.append((view.how, [view], None, None))
     best, errors = _fastest(config, layer, candidates, batch, cycles)
-    if best is None and isinstance(layer, Conv) and errors:
-        # As it is, no tiling fits (a stride or a left pad out of range, a row past
-        # the line buffer); its taps as channels may. The first refusal is the one told.
+    if (best is None and isinstance(layer, (Conv, DilatedConv)) and errors
+            and candidates[0][0] != "im2col"):
+        # As it is (a dilated Conv: with zeros between its taps), no tiling fits (a
+        # stride or a left pad out of range, a row past the line buffer); its taps as
+        # channels may. The first refusal is the one told.
         candidate = ("im2col", [conv_views.dense_view(layer, config, fold=True)], None, None)
         best, _ = _fastest(config, layer, [candidate], batch, cycles)
     if (best is None and isinstance(layer, GroupedConv) and errors

@@ -10,7 +10,8 @@ source pattern with ``fold`` that the host gathers from the arena (the
 program sequencer stops for it, docs/program.md). Both run here on the RTL of
 a program engine, by its sequencer and record by record, batch 2, cold and
 warm: bit-exact. tests/test_limit_boundaries.py has the single layers at,
-under and over each limit.
+under and over each limit. A dilated Conv whose dilated span fits the window
+falls back the same way past the stride and pad ranges (``im2col``).
 """
 
 import math
@@ -31,8 +32,9 @@ from fpgacnn.host.pixel_reader_setup import reader_fields
 from fpgacnn.host.program_image import EngineRecord, FoldRecord, build_image, tensor_names
 from fpgacnn.host.reference import ReferenceBackend
 
-from conftest import DEEP_PARAMS_ENGINE
+from conftest import DEEP_PARAMS_ENGINE, SMALL_ENGINE
 from limit_layers import COMPILE_CONFIGS, CONFIGS, build_model, fold_limit_layers, layer_case
+from random_models import convolution_model
 
 #: A program engine with kmax = 3 (the one tests/test_limit_boundaries.py opens).
 CONFIG = DEEP_PARAMS_ENGINE
@@ -206,3 +208,34 @@ def test_docs_fold_choice_table_is_current():
                       re.S)
     assert match, "docs/runtime.md has no grouped-fold table"
     assert match.group(1) == fold_choice_table()
+
+
+@pytest.mark.parametrize("stride, pads, mapping", [
+    (3, (2, 2, 0, 0), "dilated"),
+    (4, (0, 0, 0, 0), "im2col"),
+    (1, (3, 0, 0, 0), "im2col"),
+    (1, (0, 3, 1, 1), "im2col"),
+], ids=["at", "stride-over", "pad-top-over", "pad-left-over"])
+def test_a_dilated_conv_past_the_window_folds_its_taps_on_rtl(stride, pads, mapping,
+                                                                small_engine_board):
+    """A 2x2 kernel dilated by 2 (a 3x3 span, the window of SMALL_ENGINE) at a stride
+    of kmax and a top/left pad of kmax - 1 runs with zeros between its taps; a
+    stride or a pad past them, its taps folded into channels (before, refused naming
+    the stride or the pad): bit-exact on the RTL with and without back-pressure,
+    its cycles the model's without."""
+    rng = np.random.default_rng(stride * 10 + sum(pads))
+    model = convolution_model(rng, 5, 6, 1, (2, 2), (stride, stride), (2, 2), pads, (10, 9))
+    (step,) = compile_model(model, SMALL_ENGINE, batch=2).steps
+    assert step.mapping == mapping
+    x = rng.integers(-128, 128, (2, 5, 10, 9), dtype=np.int8)
+    want = ReferenceBackend().run_int8(model, x)
+    acc = Accelerator(model, config=SMALL_ENGINE, board=small_engine_board)
+    for pauses in ((0, 0), (250, 600)):
+        small_engine_board.set_backpressure(*pauses, seed=stride)
+        try:
+            assert_array_equal(acc.run_int8(x), want, err_msg=f"WRONG ANSWER {pauses}")
+        finally:
+            small_engine_board.set_backpressure(0, 0)
+        if pauses == (0, 0):
+            report = acc.report["layers"][0]
+            assert report["cycles"] == report["predicted_cycles"], report
