@@ -64,7 +64,7 @@ from conftest import SMALL_ENGINE
 __all__ = ["CONFIGS", "COMPILE_CONFIGS", "TARGETS", "CONV_TARGETS", "GROUPED_TARGETS", "SIDES",
            "REFUSAL_PATTERNS", "LimitCase", "limit_case", "limit_cases", "expected_refusal",
            "single_run_fits", "single_run_fits_as", "mapping_kinds", "depthwise_run_channels", "input_tiles",
-           "views_fold", "fold_limit_layers",
+           "views_fold", "views_must_fold", "fold_limit_layers",
            "build_model", "case_input", "layer_case", "regression_96_case"]
 
 #: Engines the limit cases run on, in Verilator. ``k3`` is tests/conftest.py's
@@ -376,14 +376,23 @@ def _one_group(case):
                    pool=False)
 
 
+def views_must_fold(config, case):
+    """Whether a grouped ``case``'s views fold their taps into channels whatever
+    else (host/conv_views.py, ``grouped/<k>/im2col``, docs/runtime.md): the window
+    does not take its kernel and stride."""
+    return not _fits_window(config, _one_group(case))
+
+
 def views_fold(config, case):
-    """Whether a grouped ``case``'s views fold their taps into channels
-    (host/conv_views.py, ``grouped/<k>/im2col``, docs/runtime.md): when the window
-    does not take its kernel and stride, and, as a dense Conv's im2col fallback,
-    when one group as it is (the narrowest view) breaks a limit no tiling gets past
-    -- a stride over ``kmax``, a top/left pad over ``kmax - 1``, its input tiles."""
+    """Whether a grouped ``case``'s views may fold their taps into channels: they
+    must (:func:`views_must_fold`), or, as a dense Conv's im2col fallback, one group
+    as it is (the narrowest view, with the 1x1 remap's default block) breaks a limit
+    no tiling gets past -- a stride over ``kmax``, a top/left pad over ``kmax - 1``,
+    its input tiles. Then the compiler folds them unless a view of more groups runs
+    as it is: the 1x1 remap, which takes any stride and padding, remaps a view
+    whose channels it packs into fewer input tiles, where one group's it may not."""
     one = _one_group(case)
-    return not _fits_window(config, one) or \
+    return views_must_fold(config, case) or \
         _dense_refusal(config, one, alternatives=False) is not None
 
 
@@ -463,14 +472,16 @@ def single_run_fits(config, case):
     not, a bit-exact result must have come from two runs or more.
 
     A grouped layer's one run is either one block-diagonal view of every group
-    (a dense Conv over all channels, unpooled, its taps folded where the views
-    fold them: :func:`views_fold`) or one depthwise run of every channel."""
+    (a dense Conv over all channels, unpooled, as it is or its taps folded where
+    the views may fold them: :func:`views_fold`) or one depthwise run of every
+    channel."""
     if case.expect is not None and not case.may_run:
         return False
     if case.group > 1:
         whole = replace(case, group=1, pool=False)
-        whole = im2col_case(whole) if views_fold(config, case) else whole
-        return (_dense_refusal(config, whole) is None and _one_run(config, whole)) \
+        wholes = ([] if views_must_fold(config, case) else [whole]) + \
+            ([im2col_case(whole)] if views_fold(config, case) else [])
+        return any(_dense_refusal(config, w) is None and _one_run(config, w) for w in wholes) \
             or _one_depthwise_run(config, case)
     return _one_run(config, mapped_case(config, case))
 
@@ -492,7 +503,11 @@ def _one_depthwise_run(config, case):
 def single_run_fits_as(config, case, mapping):
     """:func:`single_run_fits` of ``case`` as the compiler mapped it: ``mapping``
     (the step's) may name its pixels as rows of another width (``rows<w>``) and
-    the 1x1 remap's block (``remap<b>``, ``plain``)."""
+    the 1x1 remap's block (``remap<b>``, ``plain``); a dense Conv's ``im2col`` may
+    also be the thin first layer's choice where it runs as it is (the folded
+    taps fill the input lanes), so the folded taps are what one run must take."""
+    if mapping == "im2col" and case.group == 1 and (case.expect is None or case.may_run):
+        return _one_run(config, im2col_case(case))
     parts = mapping.split("/")
     widths = [int(p[4:]) for p in parts if p.startswith("rows")]
     blocks = [int(p[5:]) for p in parts if p.startswith("remap")] + \
