@@ -300,7 +300,8 @@ class EngineStep:
     runs: list = field(default_factory=list)
     #: How the layer reaches the engine: ``"dense"``, ``"dilated"`` (zeros between
     #: taps), ``"im2col"`` (taps folded into channels), ``"grouped/k"`` (``k``
-    #: groups per block-diagonal view), ``"gemm"``, ``"fused"`` (a fused block).
+    #: groups per block-diagonal view; ``"grouped/k/im2col"``: each view's taps
+    #: folded into channels), ``"gemm"``, ``"fused"`` (a fused block).
     mapping: str = "dense"
     #: The pointwise 1x1 Conv of a fused block (None otherwise).
     pointwise: object = None
@@ -895,8 +896,11 @@ def _convolution_step(config, layer, pool, batch, cycles, *, reads_input, rows=T
     blocks (``dense/remap<b>``, ``dense/plain``), its pixels as rows of another
     width (``dense/rows<w>``, each with every block), and a thin first layer's
     taps as channels (``im2col``). A grouped layer: its block-diagonal views
-    (``grouped/<k>``) and depthwise runs (``depthwise/<k>``). Anything else,
-    and a Conv no candidate fits: its taps folded into channels. ``rows``:
+    (``grouped/<k>``; ``grouped/<k>/im2col`` where they fold their taps) and
+    depthwise runs (``depthwise/<k>``). Anything else, and a Conv or dilated
+    Conv no candidate fits: its taps folded into channels; a grouped layer no
+    candidate fits: its views' taps folded into channels
+    (``grouped/<k>/im2col``). ``rows``:
     whether pixel-row views are candidates (not where an Add may fuse into the
     step, :func:`_feeds_an_add`)."""
     candidates = []
@@ -919,8 +923,7 @@ def _convolution_step(config, layer, pool, batch, cycles, *, reads_input, rows=T
             candidates.append(("im2col", [conv_views.dense_view(layer, config, fold=True)],
                                None, None))
     elif isinstance(layer, GroupedConv):
-        candidates += [(f"grouped/{k}", conv_views.grouped_views(layer, config, k), None, None)
-                       for k in conv_views.pack_sizes(layer, config)]
+        candidates += _grouped_candidates(config, layer, fold=False)
         if (engine_contract(config).depthwise_runs and layer.depthwise
                 and layer.weight.shape[0] == layer.group):
             for k in conv_views.depthwise_sizes(layer, config):
@@ -930,8 +933,47 @@ def _convolution_step(config, layer, pool, batch, cycles, *, reads_input, rows=T
     else:
         view = conv_views.dense_view(layer, config)
         candidates.append((view.how, [view], None, None))
-    # Candidates are compared on descriptors and predicted cycles alone; only
-    # the one kept packs its weights.
+    best, errors = _fastest(config, layer, candidates, batch, cycles)
+    if (best is None and isinstance(layer, (Conv, DilatedConv)) and errors
+            and candidates[0][0] != "im2col"):
+        # As it is (a dilated Conv: with zeros between its taps), no tiling fits (a
+        # stride or a left pad out of range, a row past the line buffer); its taps as
+        # channels may. The first refusal is the one told.
+        candidate = ("im2col", [conv_views.dense_view(layer, config, fold=True)], None, None)
+        best, _ = _fastest(config, layer, [candidate], batch, cycles)
+    if (best is None and isinstance(layer, GroupedConv) and errors
+            and not candidates[0][0].endswith("/im2col")):
+        # As views, no tiling fits (a stride or a top/left pad out of range, one
+        # group's input tiles past max_ci_tiles); their taps as channels may, as a
+        # Conv's do. The cycle model picks the groups per view (all of them: the
+        # whole layer folded); the first refusal is the one told.
+        best, _ = _fastest(config, layer, _grouped_candidates(config, layer, fold=True), batch,
+                           cycles)
+    if best is None:
+        raise errors[0]
+    candidate, step = best
+    if step.runs and step.runs[0].weights is None:
+        step = _step_of_candidate(config, layer, candidate, batch, cycles)
+    return step
+
+
+def _grouped_candidates(config, layer, *, fold):
+    """The block-diagonal views of the grouped ``layer`` as candidates, for every
+    count of groups per view (:func:`~fpgacnn.host.conv_views.pack_sizes`); ``fold``:
+    each view's taps folded into channels. Views that fold their taps (asked to,
+    or because the window does not take the kernel or the stride) are named
+    ``grouped/<k>/im2col``."""
+    folded = fold or conv_views.folds_taps(layer, config)
+    return [(f"grouped/{k}" + ("/im2col" if folded else ""),
+             conv_views.grouped_views(layer, config, k, fold=fold), None, None)
+            for k in conv_views.pack_sizes(layer, config, fold=folded)]
+
+
+def _fastest(config, layer, candidates, batch, cycles):
+    """``(best, errors)``: the candidate with the fewest predicted cycles (the first on
+    a tie) as ``(candidate, step)``, None if every one is refused, and the refusals.
+    Candidates are compared on descriptors and predicted cycles alone: unless there
+    is only one, the step carries no weights (the caller packs the one it keeps)."""
     pack = len(candidates) == 1
     best, errors = None, []
     for candidate in candidates:
@@ -942,20 +984,7 @@ def _convolution_step(config, layer, pool, batch, cycles, *, reads_input, rows=T
             continue
         if best is None or _predicted(step) < _predicted(best[1]):
             best = candidate, step
-    if best is None and isinstance(layer, Conv) and errors:
-        # As it is, no tiling fits (a stride or a left pad out of range, a row past
-        # the line buffer); its taps as channels may. The first refusal is the one told.
-        candidate = ("im2col", [conv_views.dense_view(layer, config, fold=True)], None, None)
-        try:
-            best = candidate, _step_of_candidate(config, layer, candidate, batch, cycles)
-        except MappingError:
-            pass
-    if best is None:
-        raise errors[0]
-    candidate, step = best
-    if step.runs and step.runs[0].weights is None:
-        step = _step_of_candidate(config, layer, candidate, batch, cycles)
-    return step
+    return best, errors
 
 
 def _step_of_candidate(config, layer, candidate, batch, cycles, *, pack=True):

@@ -14,7 +14,11 @@ input pixels are streamed, and a padded tap still reads ``x_zp``.
   are block-diagonal (zero between groups); the compiler picks ``k`` with the
   cycle model. A depthwise layer's views may also be *depthwise runs*
   (``ConvView.depthwise``, :func:`depthwise_sizes`): the engine pairs each
-  output tile with its own input tile, one run for many channels.
+  output tile with its own input tile, one run for many channels. Where the
+  views as they are cannot run (a stride or a top/left pad outside the
+  descriptor's range, one group's input tiles past ``max_ci_tiles``), each
+  view's taps fold into channels (``grouped_views(..., fold=True)``), as a
+  dense Conv's do.
 - **Dilated**, when the dilated span fits ``kmax``: the kernel with zeros
   between its taps (:func:`dense_view`).
 - **Pixel rows** (:func:`rows_view`): a 1x1, stride-1, unpadded convolution
@@ -40,7 +44,8 @@ import numpy as np
 from ..core.contract import engine_contract
 
 __all__ = ["ChannelSlice", "ConvView", "Im2Col", "PixelRows", "compose", "dense_view",
-           "depthwise_sizes", "fits", "grouped_views", "pack_sizes", "row_widths", "rows_view"]
+           "depthwise_sizes", "fits", "folds_taps", "grouped_views", "pack_sizes", "row_widths",
+           "rows_view"]
 
 
 @dataclass(frozen=True)
@@ -168,6 +173,13 @@ def fits(kernel, stride, config):
     return max(kernel) <= config.kmax and stride[0] == stride[1]
 
 
+def folds_taps(layer, config):
+    """Whether :func:`dense_view` folds ``layer``'s taps into channels unasked: its
+    kernel (or dilated span) is over ``kmax`` or its stride is not square."""
+    (kh, kw), (dy, dx) = layer.weight.shape[2:], layer.dilation
+    return not fits(((kh - 1) * dy + 1, (kw - 1) * dx + 1), layer.stride, config)
+
+
 def dense_view(layer, config, *, weight=None, in_channels=None, out_channels=None, fold=False):
     """One view of a dense part of ``layer``: output channels ``out_channels``
     from input channels ``in_channels`` with ``weight`` (default: the whole,
@@ -189,7 +201,7 @@ def dense_view(layer, config, *, weight=None, in_channels=None, out_channels=Non
     common = dict(name=layer.name, bias=layer.bias[c0:c1], mult=layer.mult[c0:c1],
                   shift=layer.shift[c0:c1], x_zero_point=layer.x_zero_point,
                   y_zero_point=layer.y_zero_point, channels=(c0, c1))
-    if not fold and fits(span, layer.stride, config):
+    if not fold and not folds_taps(layer, config):
         if span != (kh, kw):  # zeros between the taps
             spread = np.zeros((*weight.shape[:2], *span), np.int8)
             spread[:, :, ::dy, ::dx] = weight
@@ -237,11 +249,17 @@ def rows_view(layer, width):
                     rows=(rows, width))
 
 
-def grouped_views(layer, config, per_view, *, depthwise=False):
+def grouped_views(layer, config, per_view, *, depthwise=False, fold=False):
     """Views of a grouped (or depthwise) ``layer``, ``per_view`` consecutive groups each:
     a dense convolution over their input channels with block-diagonal weights
     (``depthwise``: one channel per group, run as depthwise runs; None when a
-    view's kernel does not fit the window as it is)."""
+    view's kernel does not fit the window as it is, or with ``fold``).
+
+    ``fold``: every view's taps folded into channels (:class:`Im2Col` of its own
+    groups' input channels, the weights block-diagonal over the folded taps), as
+    :func:`dense_view` folds a kernel over ``kmax`` or a stride that is not
+    square anyway. ``per_view`` equal to the groups folds the whole layer: one
+    1x1 convolution over ``Cin * KH * KW`` channels."""
     cout, cin_g, kh, kw = layer.weight.shape
     groups = layer.group
     cout_g = cout // groups
@@ -254,7 +272,7 @@ def grouped_views(layer, config, per_view, *, depthwise=False):
                 layer.weight[(g0 + t) * cout_g:(g0 + t + 1) * cout_g]
         view = dense_view(layer, config, weight=weight,
                           in_channels=(g0 * cin_g, (g0 + k) * cin_g),
-                          out_channels=(g0 * cout_g, (g0 + k) * cout_g))
+                          out_channels=(g0 * cout_g, (g0 + k) * cout_g), fold=fold)
         if depthwise:
             if view.how == "im2col" or cin_g != 1 or cout_g != 1:
                 return None
@@ -277,14 +295,22 @@ def depthwise_sizes(layer, config):
     return sorted(sizes)
 
 
-def pack_sizes(layer, config):
+def pack_sizes(layer, config, *, fold=False):
     """Candidate groups per view of a grouped ``layer``: the powers of two, and the
-    counts that fill the input lanes or the output lanes exactly, up to all groups."""
-    cout, cin_g = layer.weight.shape[:2]
+    counts that fill the input lanes or the output lanes exactly, up to all groups.
+
+    ``fold``: of views that fold their taps into channels (:func:`grouped_views`),
+    whose groups take ``Cin / group * KH * KW`` input channels each, also the
+    counts that fill the input lanes of the 1x1 remap (``kmax * kmax`` taps of
+    ``pin`` lanes), through which the engine runs the folded 1x1 convolution."""
+    cout, cin_g, kh, kw = layer.weight.shape
     cout_g = cout // layer.group
     sizes = {1, layer.group}
     sizes |= {2 ** i for i in range(int(math.log2(layer.group)) + 1)}
-    for lanes, per_group in ((config.pin, cin_g), (config.pout, cout_g)):
+    fills = [(config.pin, cin_g), (config.pout, cout_g)]
+    if fold:
+        fills += [(config.pin, cin_g * kh * kw), (config.pin * config.kmax ** 2, cin_g * kh * kw)]
+    for lanes, per_group in fills:
         for m in (1, 2, 4):
             sizes.add(max(1, m * lanes // per_group))
     return sorted(s for s in sizes if 1 <= s <= layer.group)

@@ -29,8 +29,11 @@ input tile. Their limits decide how a layer is split into views and runs
 all groups as one view against the weight and parameter buffers, the
 program's weight words against the weight buffer when resident); the only
 one no split gets past is a single group's input tiles over
-``max_ci_tiles``. A layer is refused exactly when one of its groups, as a
-dense Conv, is; otherwise it is bit-exact, and two runs or more when no
+``max_ci_tiles``, unless its taps folded into channels take fewer. A layer
+is refused exactly when one of its groups, as a dense Conv, is: where the
+views cannot run as they are (a stride over ``kmax``, a top or left pad over
+``kmax - 1``, its input tiles), they fold their taps as a Conv does
+(:func:`views_fold`). Otherwise it is bit-exact, and two runs or more when no
 mapping fits it in one (:func:`single_run_fits`). On an engine without
 depthwise runs a depthwise layer runs as block-diagonal views.
 
@@ -61,6 +64,7 @@ from conftest import SMALL_ENGINE
 __all__ = ["CONFIGS", "COMPILE_CONFIGS", "TARGETS", "CONV_TARGETS", "GROUPED_TARGETS", "SIDES",
            "REFUSAL_PATTERNS", "LimitCase", "limit_case", "limit_cases", "expected_refusal",
            "single_run_fits", "single_run_fits_as", "mapping_kinds", "depthwise_run_channels", "input_tiles",
+           "views_fold", "views_must_fold", "fold_limit_layers",
            "build_model", "case_input", "layer_case", "regression_96_case"]
 
 #: Engines the limit cases run on, in Verilator. ``k3`` is tests/conftest.py's
@@ -117,13 +121,14 @@ TARGETS = {
               "every channel",
     "dw_resident": "depthwise output tiles (the fewest weight words of any mapping) vs the "
                    "weight buffer: a resident program, or (over) the weights streamed",
-    "group_window": "grouped / depthwise kernels 1..kmax, kmax + 1, strides 1..kmax and not "
-                    "square (over: the taps folded into channels; no depthwise run)",
+    "group_window": "grouped / depthwise kernels 1..kmax, kmax + 1, strides 1..kmax, kmax + 1 "
+                    "and not square, top/left pads 0..kmax - 1, kmax (over: the taps folded "
+                    "into channels; no depthwise run)",
     "group_in": "input channels per group vs pin (n*pin - 1, n*pin, n*pin + 1)",
     "group_out": "output channels per group vs pout (n*pout - 1, n*pout, n*pout + 1; "
                  "depthwise with a channel multiplier)",
     "group_tiles": "one group's input tiles vs max_ci_tiles (over: refused, no view splits "
-                   "a group)",
+                   "a group, unless its taps folded into channels take fewer tiles)",
     "group_view": "all groups as one block-diagonal view: output tiles vs max_co_tiles_for "
                   "its input tiles (weight and parameter buffers; over: two runs or more)",
 }
@@ -371,35 +376,39 @@ def _one_group(case):
                    pool=False)
 
 
-def _as_view(config, case):
-    """A dense ``case`` as a view (host/conv_views.py) presents it: as it is when the
-    window takes its kernel and stride, else its taps folded into channels -- and
-    no other fallback (a view over the stride or pad range is not folded)."""
-    return case if _fits_window(config, case) else im2col_case(case)
+def views_must_fold(config, case):
+    """Whether a grouped ``case``'s views fold their taps into channels whatever
+    else (host/conv_views.py, ``grouped/<k>/im2col``, docs/runtime.md): the window
+    does not take its kernel and stride."""
+    return not _fits_window(config, _one_group(case))
 
 
-def _views_refusal(config, case):
-    """The limits a grouped ``case``'s narrowest views (one group each) break as
-    views present them. Where they differ from :func:`expected_refusal` (a stride
-    over ``kmax``, a top/left pad over ``kmax - 1``, input tiles that only the
-    folded taps fit), the views are refused where a Conv would fold its taps:
-    see test_grouped_layer_past_the_window_folds_its_taps; the generator draws
-    such a layer again."""
-    return _dense_refusal(config, _as_view(config, _one_group(case)))
+def views_fold(config, case):
+    """Whether a grouped ``case``'s views may fold their taps into channels: they
+    must (:func:`views_must_fold`), or, as a dense Conv's im2col fallback, one group
+    as it is (the narrowest view, with the 1x1 remap's default block) breaks a limit
+    no tiling gets past -- a stride over ``kmax``, a top/left pad over ``kmax - 1``,
+    its input tiles. Then the compiler folds them unless a view of more groups runs
+    as it is: the 1x1 remap, which takes any stride and padding, remaps a view
+    whose channels it packs into fewer input tiles, where one group's it may not."""
+    one = _one_group(case)
+    return views_must_fold(config, case) or \
+        _dense_refusal(config, one, alternatives=False) is not None
 
 
 def mapping_kinds(config, case):
     """How ``case`` may reach the engine: the kinds of ``EngineStep.mapping`` (before
     ``/``) that the contract allows. A depthwise run needs ``depthwise_runs``, one
     input and one output channel per group and a window that takes the kernel and
-    stride; everything else grouped runs as block-diagonal views."""
+    stride as they are (a view that folds its taps has one output channel for
+    ``KH * KW`` inputs); everything else grouped runs as block-diagonal views."""
     if case.op == "Gemm":
         return {"gemm"}
     if case.group == 1:
         return {"dense", "im2col"}
     kinds = {"grouped"}
     if (engine_contract(config).depthwise_runs and case.cin == case.group == case.cout
-            and _fits_window(config, case)):
+            and not views_fold(config, case)):
         kinds.add("depthwise")
     return kinds
 
@@ -463,13 +472,16 @@ def single_run_fits(config, case):
     not, a bit-exact result must have come from two runs or more.
 
     A grouped layer's one run is either one block-diagonal view of every group
-    (a dense Conv over all channels, unpooled, as a view presents it) or one
-    depthwise run of every channel."""
+    (a dense Conv over all channels, unpooled, as it is or its taps folded where
+    the views may fold them: :func:`views_fold`) or one depthwise run of every
+    channel."""
     if case.expect is not None and not case.may_run:
         return False
     if case.group > 1:
-        whole = _as_view(config, replace(case, group=1, pool=False))
-        return (_dense_refusal(config, whole) is None and _one_run(config, whole)) \
+        whole = replace(case, group=1, pool=False)
+        wholes = ([] if views_must_fold(config, case) else [whole]) + \
+            ([im2col_case(whole)] if views_fold(config, case) else [])
+        return any(_dense_refusal(config, w) is None and _one_run(config, w) for w in wholes) \
             or _one_depthwise_run(config, case)
     return _one_run(config, mapped_case(config, case))
 
@@ -491,7 +503,11 @@ def _one_depthwise_run(config, case):
 def single_run_fits_as(config, case, mapping):
     """:func:`single_run_fits` of ``case`` as the compiler mapped it: ``mapping``
     (the step's) may name its pixels as rows of another width (``rows<w>``) and
-    the 1x1 remap's block (``remap<b>``, ``plain``)."""
+    the 1x1 remap's block (``remap<b>``, ``plain``); a dense Conv's ``im2col`` may
+    also be the thin first layer's choice where it runs as it is (the folded
+    taps fill the input lanes), so the folded taps are what one run must take."""
+    if mapping == "im2col" and case.group == 1 and (case.expect is None or case.may_run):
+        return _one_run(config, im2col_case(case))
     parts = mapping.split("/")
     widths = [int(p[4:]) for p in parts if p.startswith("rows")]
     blocks = [int(p[5:]) for p in parts if p.startswith("remap")] + \
@@ -918,9 +934,10 @@ def _dw_resident(d, side):
 
 
 def _group_window(d, side):
-    """A grouped or depthwise kernel and stride at the window: under and at, views
-    as they are (depthwise runs); over (a kernel over kmax, a stride not square),
-    the taps folded into channels."""
+    """A grouped or depthwise kernel, stride and top/left pads at the window: under
+    and at, views as they are (depthwise runs); over (a kernel over kmax, a stride
+    over kmax or not square, a top or left pad over kmax - 1), the taps folded into
+    channels."""
     k, pin, pout = d.config.kmax, d.config.pin, d.config.pout
     groups = d.int(2, 4)
     cin_g, cout_g = (1, 1 if d.chance(0.7) else 2) if d.chance(0.5) else \
@@ -937,10 +954,16 @@ def _group_window(d, side):
         s = k if d.chance(0.5) else d.int(1, k)
         pads = d.pads() if d.chance(0.5) else (k - 1,) * 4
         return _grouped(d, groups, cin_g, cout_g, kernel=kernel, stride=(s, s), pads=pads), None
-    if d.chance(0.6):
+    if d.chance(0.4):
         kernel = (k + 1, k + 1) if d.chance(0.6) else (k + 1, d.int(1, k)) if d.chance(0.5) \
             else (d.int(1, k), k + 1)
         return _grouped(d, groups, cin_g, cout_g, kernel=kernel), None
+    if d.chance(0.35):  # a stride over the descriptor's range
+        return _grouped(d, groups, cin_g, cout_g, stride=(k + 1, k + 1)), None
+    if d.chance(0.5):  # a top or left pad over the descriptor's range
+        pads = list(d.pads())
+        pads[d.int(0, 1)] = k
+        return _grouped(d, groups, cin_g, cout_g, pads=tuple(pads)), None
     sy = d.int(1, k)
     sx = sy + d.int(1, 2) if d.chance(0.5) or sy == 1 else d.int(1, sy - 1)
     return _grouped(d, groups, cin_g, cout_g, stride=(sy, sx)), None
@@ -972,10 +995,20 @@ def _group_out(d, side):
 
 
 def _group_tiles(d, side):
-    """One group's input tiles at max_ci_tiles: no view splits a group, so over is refused."""
+    """One group's input tiles at max_ci_tiles: no view splits a group, so over is
+    refused -- unless the kernel is narrower than the window, where the group's
+    taps folded into channels (the 1x1 remap's ``kmax * kmax`` taps a pixel) may
+    take fewer tiles: then its views fold and run."""
     c, k, pin, pout = d.c, d.config.kmax, d.config.pin, d.config.pout
     m = c.max_ci_tiles
     t = {"under": max(1, m - 1), "at": m, "over": m + 1}[side]
+    if side == "over" and k > 1 and d.chance(0.3):
+        kernel = (1, 2) if d.chance(0.5) else (2, 1)
+        cin_g = d.cin_in_tiles(t)
+        if input_tiles(d.config, cin_g * 2, (1, 1), block=k) > m:
+            return None, None
+        return _grouped(d, 2, cin_g, d.int(1, pout), kernel=kernel, pool=False,
+                        batch=d.int(1, 2)), None
     if k > 1 and d.chance(0.3):  # 1x1 through the remap: kmax*kmax*pin channels per tile
         lo = max(pin + 1, (t - 1) * pin * k * k + 1)
         cin_g = d.int(lo, max(lo, t * pin * k * k))
@@ -1059,8 +1092,6 @@ def limit_case(config, seed, index, *, target=None, side=None):
         if expect is not None and expect != (target if target in REFUSAL_PATTERNS
                                              else "channels",):
             continue
-        if case.group > 1 and _views_refusal(cfg, case) != expect:
-            continue
         case = replace(case, expect=expect)
         if target in _ONE_RUN_TARGETS and single_run_fits(cfg, case) == (side == "over"):
             continue
@@ -1106,6 +1137,31 @@ def layer_case(config, *, target="repro", side="at", **layer):
     case = LimitCase(config=config, seed=0, index=0, target=target, side=side, expect=None,
                      **fields)
     return replace(case, expect=expected_refusal(COMPILE_CONFIGS[config], case))
+
+
+def fold_limit_layers(key):
+    """``{name: (layer, outcome)}``: grouped and depthwise layers under, at and over
+    each limit past which their views fold their taps into channels, on engine
+    ``key``; ``outcome`` is ``"as is"``, ``"folded"`` or ``"refused"``."""
+    config = COMPILE_CONFIGS[key]
+    k, pin, m = config.kmax, config.pin, engine_contract(config).max_ci_tiles
+    dw, g2 = dict(cin=8, cout=8, group=8, h=9, w=9), dict(cin=8, cout=6, group=2, h=6, w=7)
+    # One group's input tiles: a 2x1 kernel reads one column a window (the line
+    # buffer takes m tiles of it); folded, its taps take 2/kmax^2 of the tiles.
+    tiles = dict(cout=2, group=2, h=4, w=3, kernel=(2, 1))
+    return {
+        "stride-under": (dict(dw, kernel=(k, k), stride=(k - 1,) * 2), "as is"),
+        "stride-at": (dict(dw, kernel=(k, k), stride=(k, k)), "as is"),
+        "stride-over": (dict(dw, kernel=(k, k), stride=(k + 1, k + 1)), "folded"),
+        "pad-top-at": (dict(g2, kernel=(k, k), pads=(k - 1, 1, 0, 1)), "as is"),
+        "pad-top-over": (dict(g2, kernel=(k, k), pads=(k, 1, 0, 1)), "folded"),
+        "pad-left-at": (dict(dw, kernel=(2, 2), pads=(0, k - 1, 1, 0)), "as is"),
+        "pad-left-over": (dict(dw, kernel=(2, 2), pads=(0, k, 1, 0)), "folded"),
+        "tiles-at": (dict(tiles, cin=2 * m * pin), "as is"),
+        "tiles-over-folded": (dict(tiles, cin=2 * (m * pin + 1)), "folded"),
+        "tiles-over-refused": (dict(tiles, cin=2 * (m * pin + 1), kernel=(k, k), w=k),
+                               "refused"),
+    }
 
 
 def regression_96_case(side="exact"):

@@ -333,16 +333,21 @@ def test_by_default_blocks_past_the_depthwise_memory_stay_unfused(tmp_path, fuse
     _check_on_board(fused_board, program, model, x[:1])
 
 
-def test_pads_over_the_limit_are_refused_as_unfused(tmp_path):
-    """Pads past ``kmax - 1``: no run takes them, fused or not; the refusal is the
-    unfused layer's, as on an engine without the block."""
-    model, _ = quantized(mobilenet_like([(8, 1)], hw=16, pad=KMAX), tmp_path, n=2)
-    with pytest.raises(MappingError) as plain:
-        compile_model(model, FUSED, fuse=False)
-    with pytest.raises(MappingError, match=rf"layer '/features/1/dw/Conv': pad_top = {KMAX}") \
-            as fused:
-        compile_model(model, FUSED)
-    assert str(fused.value) == str(plain.value)
+def test_pads_over_the_limit_run_unfused_their_taps_folded(fused_board, tmp_path):
+    """Pads past ``kmax - 1``: no fused run takes them; the pair compiles as on an
+    engine without the block (as ``fuse=False``), the depthwise's views with their
+    taps folded into channels (``grouped/<k>/im2col``, docs/runtime.md; refused
+    before 2026-12-07), the reason naming the pad: bit-exact on the RTL."""
+    model, x = quantized(mobilenet_like([(8, 1)], hw=16, pad=KMAX), tmp_path, n=2)
+    plain = compile_model(model, FUSED, fuse=False)
+    program = compile_model(model, FUSED)
+    step = _pair_step(program)
+    assert not step.fused and step.mapping.endswith("/im2col"), step.mapping
+    assert re.match(rf"layer '/features/1/dw/Conv\+/features/1/pw/Conv': pad_top = {KMAX} ",
+                    step.unfused_reason), step.unfused_reason
+    assert [getattr(s, "mapping", None) for s in program.steps] == \
+        [getattr(s, "mapping", None) for s in plain.steps]
+    _check_on_board(fused_board, program, model, x[:1])
 
 
 def test_a_pool_or_a_second_reader_keeps_the_pair_unfused(tmp_path):

@@ -14,8 +14,11 @@ whole tiled program through the numpy engine model.
 
 Grouped and depthwise layers (``GROUPED_TARGETS``) go through the same
 checks, plus how they are mapped: block-diagonal views, or depthwise runs
-only where the contract has them; and a resident program's warm inference
-(weights kept at their ``weight_base``) is bit-exact too.
+only where the contract has them, their taps folded into channels where
+the views cannot run as they are, and only there (``views_must_fold``,
+``views_fold``); and a resident
+program's warm inference (weights kept at their ``weight_base``) is bit-exact
+too.
 
 Environment:
 
@@ -25,6 +28,7 @@ Environment:
   ``slow`` sweep (``pytest -m slow tests/test_limit_boundaries.py``).
 """
 
+from dataclasses import replace
 import os
 import re
 
@@ -41,10 +45,11 @@ from fpgacnn.host.reference import ReferenceBackend
 from conftest import DEEP_PARAMS_ENGINE
 from engine_model_helpers import emulate_engine
 from limit_layers import (COMPILE_CONFIGS, CONFIGS, CONV_TARGETS, GROUPED_TARGETS,
-                          REFUSAL_PATTERNS, SIDES, TARGETS, build_model, case_input,
+                          REFUSAL_PATTERNS, SIDES, build_model, case_input,
                           depthwise_run_channels, expected_refusal, layer_case, limit_case,
                           limit_cases, mapping_kinds, regression_96_case, resident_possible,
-                          single_run_fits, single_run_fits_as)
+                          single_run_fits, single_run_fits_as, fold_limit_layers, views_fold,
+                          views_must_fold)
 
 SEED = int(os.environ.get("FPGACNN_LIMIT_SEED", "0"))
 #: Layers per configuration on the RTL in the default run (every target on
@@ -116,6 +121,11 @@ def check_program(case, program):
     kinds = mapping_kinds(config, case)
     assert step.mapping.split("/")[0] in kinds, \
         f"{case.repro()}: mapped as {step.mapping}, the contract allows {sorted(kinds)}"
+    if case.group > 1:  # its views fold their taps only where they cannot run as they are
+        folded = step.mapping.endswith("/im2col")
+        assert (views_fold(config, case) or not folded) and \
+            (folded or not views_must_fold(config, case)), \
+            f"{case.repro()}: mapped as {step.mapping}"
     for run in step.runs:
         for desc in (run.descriptor, run.warm_descriptor):
             violations = [] if desc is None else descriptor_violations(config, desc)
@@ -356,8 +366,9 @@ def test_generator_covers_every_grouped_limit_on_every_side(key):
             assert case.side == "over" and case.target in ("group_tiles", "group_in"), \
                 case.repro()
             assert case.expect == ("channels",), case.repro()
-    assert all(c.expect == ("channels",) for c in cases
-               if (c.target, c.side) == ("group_tiles", "over"))
+    # Over max_ci_tiles, a group is refused unless its folded taps take fewer tiles.
+    assert all(c.expect == ("channels",) or (c.expect is None and views_fold(config, c))
+               for c in cases if (c.target, c.side) == ("group_tiles", "over"))
     for case in cases:
         fits = single_run_fits(config, case)
         if case.target in ("dw_channels", "dw_row", "group_view"):
@@ -372,18 +383,9 @@ def test_generator_covers_every_grouped_limit_on_every_side(key):
             assert resident_possible(config, case) == (case.side != "over"), case.repro()
         if case.target == "group_window" and case.side == "over":
             assert mapping_kinds(config, case) == {"grouped"}, case.repro()
+            assert views_fold(config, case), case.repro()
 
 
-#: A grouped Conv whose window the engine cannot take as it is but whose taps,
-#: folded into channels, it can: a dense Conv of one group is folded (im2col),
-#: the views of host/conv_views.py fold only kernels over kmax and strides that
-#: are not square, so these are refused naming the stride, the pad or the
-#: weight buffer. The generator leaves such layers out (limit_layers._views_refusal).
-GROUPED_FOLD_GAP = ("host/conv_views.py dense_view folds only kernels over kmax and non-square "
-                    "strides, and _convolution_step's im2col fallback is for Conv only")
-
-
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=GROUPED_FOLD_GAP)
 @pytest.mark.parametrize("layer", [
     dict(cin=8, cout=8, group=8, h=9, w=9, kernel=(3, 3), stride=(4, 4)),
     dict(cin=8, cout=8, group=2, h=6, w=6, kernel=(3, 3), pads=(3, 1, 1, 1)),
@@ -398,6 +400,31 @@ def test_grouped_layer_past_the_window_folds_its_taps(layer):
     case = layer_case("k3", target="group_window", side="over", **layer)
     assert case.expect is None, case.repro()
     check_compiled(case)
+
+
+@pytest.mark.parametrize("name", list(fold_limit_layers("k3")))
+@pytest.mark.parametrize("key", list(CONFIGS))
+def test_grouped_views_fold_past_the_window_on_rtl(key, name, boards):
+    """Grouped and depthwise layers at a stride of kmax and kmax + 1, a top / left pad
+    of kmax - 1 and kmax, one group's input tiles at max_ci_tiles and over it (its
+    taps folded into fewer tiles, or, a full window, as many): on the RTL with and
+    without back-pressure, bit-exact as they are, or with every view's taps folded
+    into channels (``grouped/<k>/im2col``), or refused naming the layer and the
+    input tiles; without back-pressure every run's cycles are the cycle model's."""
+    layer, outcome = fold_limit_layers(key)[name]
+    case = layer_case(key, target="group_window", side=name.split("-")[1], batch=2, **layer)
+    config = COMPILE_CONFIGS[key]
+    assert case.expect == (("channels",) if outcome == "refused" else None), case.repro()
+    assert views_fold(config, case) == (outcome != "as is"), case.repro()
+    for pauses in ((0, 0), (250, 600)):
+        acc = run_on_rtl(replace(case, pauses=pauses), boards(key))
+        if outcome == "refused":
+            return
+        mapping = acc.program(case.batch).steps[0].mapping
+        assert mapping.endswith("/im2col") == (outcome == "folded"), f"{case.repro()}: {mapping}"
+        if pauses == (0, 0):
+            for run in acc.report["layers"]:
+                assert run["cycles"] == run["predicted_cycles"], (case.repro(), run)
 
 
 # -- on demand: thousands of layers --------------------------------------------
