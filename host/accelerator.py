@@ -412,7 +412,10 @@ class Accelerator:
         y8, run = run_sequenced(
             sequenced, program, self.driver, self.sequencer, x8, warm=warm,
             timeout_of=self._timeout, progress=self.progress, copy=x8 is not None)
-        if program.resident:  # (a record the host ran may have loaded parameters)
+        # The program's weights are the board's now; a warm run in one start
+        # loaded none, so the board's record already says so (a record the host
+        # runs may load parameters: there it is written again).
+        if program.resident and not (warm and sequenced.one_start[warm] is not None):
             set_weights_owner(self.board, program)
         seconds = time.perf_counter() - start
         host = seconds - run.board_seconds  # all of run_int8 but the board's time

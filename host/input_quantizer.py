@@ -19,7 +19,7 @@ division, two additions and one int8 copy a channel:
   constant is even), and the low byte of the sum's bits is that number's
   two's complement int8 code (the constant's low bits are zero); adding the
   zero point after it keeps it whole (before it, an odd zero point would
-  move the ties);
+  move the ties; an even one is added with the constant, in one addition);
 - the clip, only where a code could fall outside int8, is applied before
   the rounding, to bounds that are whole numbers (clipping commutes with
   rounding there);
@@ -73,7 +73,11 @@ class InputQuantizer:
         self.shape = tuple(int(d) for d in shape)
         self.scale = np.float32(scale)
         zp = int(zero_point)
-        self._zero_point = np.float32(zp)
+        # The rounding addition, then the zero point's; one addition of their sum
+        # where the zero point is even (the sum's parity, so the ties, are the
+        # constant's).
+        self._terms = ((np.float32(_ROUNDER + zp),) if zp % 2 == 0
+                       else (_ROUNDER, np.float32(zp)))
         s = float(self.scale)
         # Inputs inside these quantize to -127..126 with no clip: the float32
         # quotient at a bound is within a millionth of a whole number, so one
@@ -104,8 +108,9 @@ class InputQuantizer:
         if not (type(x) is np.ndarray and x.dtype == _FLOAT32 and x.shape[1:] == self.shape
                 and x.shape[0] and (out is None or out.shape == x.shape)):
             return None
-        lo = np.minimum.reduce(x, axis=None)
-        hi = np.maximum.reduce(x, axis=None)
+        # Python floats: the comparisons here and in codes() cost nothing then.
+        lo = float(np.minimum.reduce(x, axis=None))
+        hi = float(np.maximum.reduce(x, axis=None))
         bound = self.no_overflow
         if not (-bound <= lo and hi <= bound):  # also a NaN, which compares false
             return None
@@ -133,8 +138,8 @@ class InputQuantizer:
                 np.divide(x, self.scale, out=t)
         if not (self._unclipped[0] <= lo and hi <= self._unclipped[1]):
             np.clip(t, *self._clip, out=t)
-        np.add(t, _ROUNDER, out=t)
-        np.add(t, self._zero_point, out=t)
+        for term in self._terms:
+            np.add(t, term, out=t)
         for dst, src in copies:
             np.copyto(dst, src)
         return out

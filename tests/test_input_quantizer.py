@@ -193,6 +193,9 @@ def test_dequantizing_tables_are_the_formula_bit_for_bit(head, scale, zp):
         arena = np.zeros((len(y), *shape[:-1], shape[-1] + 2), np.int8)
         arena[..., :shape[-1]] = y
         assert_array_equal(model.dequantize_output(arena[..., :shape[-1]]), got)
+        # Row by row (batch 1: one row's own path).
+        for k in range(0, len(y), 97):
+            assert_array_equal(model.dequantize_output(y[k:k + 1]), got[k:k + 1])
     zeros = np.zeros((2, *shape), np.int8)
     assert_array_equal(model.dequantize_output(zeros.tolist()), _dequantized(model, zeros))
 
