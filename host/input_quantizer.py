@@ -141,7 +141,7 @@ class InputQuantizer:
         for term in self._terms:
             np.add(t, term, out=t)
         for dst, src in copies:
-            np.copyto(dst, src)
+            dst[...] = src  # (np.copyto's Python dispatch costs more than the copy)
         return out
 
     def _buffers(self, x, out):
