@@ -188,7 +188,7 @@ class Accelerator:
         self._images = {}
         self._sequenced = {}
         self._slots = {}
-        self._ready = {}  # input shape -> (program, sequenced), for run()
+        self._ready = {}  # input shape -> (program, sequenced, input view), for run()
         self.board = board
         self.driver = None
         self.sequencer = None

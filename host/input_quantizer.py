@@ -11,7 +11,7 @@ host's share of ResNet-8's time is a count of them (docs/program.md
 "Batches"). So the common case (a float32 batch whose codes all fall inside
 int8) is two reductions (the least and greatest value: a NaN or an infinity
 fails the range check and is refused by the caller's checked path), a
-division, two additions and one int8 copy a channel:
+division, one or two additions and one int8 copy a channel:
 
 - ``rint`` and the cast to int8 are one float32 addition of ``1.5 * 2**23``:
   a sum in ``[2**23, 2**24)`` has a spacing of one, so the addition rounds
