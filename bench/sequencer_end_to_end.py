@@ -152,13 +152,22 @@ class AnsweringBoard:
     def __init__(self, board, config, seconds, *, sleep=False):
         from fpgacnn.core.regmap import build_regmap
         from fpgacnn.core.sequencer import build_sequencer_regmap
-        self._answers = {r.address: board.mmio_read(r.address)
-                         for regs in (build_regmap(config), build_sequencer_regmap(config))
-                         for r in regs if r.access != "pulse"}
+        #: Register address -> the value the board held (what :meth:`from_answers` takes).
+        self.answers = {r.address: board.mmio_read(r.address)
+                        for regs in (build_regmap(config), build_sequencer_regmap(config))
+                        for r in regs if r.access != "pulse"}
         self.seconds, self.sleep = seconds, sleep
 
+    @classmethod
+    def from_answers(cls, answers, seconds, *, sleep=False):
+        """The board of another's :attr:`answers` (in a process of its own, with no
+        simulated board)."""
+        board = cls.__new__(cls)
+        board.answers, board.seconds, board.sleep = dict(answers), seconds, sleep
+        return board
+
     def mmio_read(self, addr, timeout=10_000):
-        return self._answers[addr]
+        return self.answers[addr]
 
     def mmio_write(self, addr, value, timeout=10_000):
         pass

@@ -188,6 +188,7 @@ class Accelerator:
         self._images = {}
         self._sequenced = {}
         self._slots = {}
+        self._ready = {}  # input shape -> (program, sequenced, input view), for run()
         self.board = board
         self.driver = None
         self.sequencer = None
@@ -219,7 +220,10 @@ class Accelerator:
         """
         if self._report_pending is not None:
             pending, self._report_pending = self._report_pending, None
-            self._report_value = pending()
+            # A function, or a tuple of one and its arguments (no closure made
+            # in the inference's time).
+            self._report_value = (pending() if callable(pending)
+                                  else pending[0](*pending[1:]))
         return self._report_value
 
     @report.setter
@@ -257,9 +261,14 @@ class Accelerator:
         """Run a batch: ``x`` and the result in the model's own graph dtype and shape."""
         t0 = time.perf_counter()
         if self.sequencer is not None:
-            sequenced = self._sequenced_for(x)
-            if sequenced is not None:
-                return self._run_sequenced_float(sequenced, x, t0)
+            # A batch of a shape seen before: its program, compiled and in board
+            # memory, found in one lookup (the quantizing checks the rest of x).
+            shape = getattr(x, "shape", None)
+            ready = self._ready.get(shape) if type(shape) is tuple else None
+            if ready is None:
+                ready = self._ready_for(x)
+            if ready is not None:
+                return self._run_sequenced_float(ready, x, t0)
         x8 = self.model.quantize_input(x)  # checks x
         quantize = time.perf_counter() - t0
         y8 = self.run_int8(x8)
@@ -269,25 +278,29 @@ class Accelerator:
         self._io_seconds = quantize + time.perf_counter() - t0
         return y
 
-    def _sequenced_for(self, x):
-        """The sequenced program a batch ``x`` runs on, if ``x`` is an array of the
-        input's shape (else None: :meth:`run`'s checks say what is wrong)."""
+    def _ready_for(self, x):
+        """``(program, sequenced, input view)`` a batch ``x`` runs on, kept by its shape,
+        if ``x`` is an array of the input's shape (else None: :meth:`run`'s checks say
+        what is wrong)."""
         shape = getattr(x, "shape", None)
         if shape is None or len(shape) < 1 or shape[0] < 1 \
                 or tuple(shape[1:]) != tuple(self.model.input.shape):
             return None
-        return self.sequenced(shape[0])
+        batch = shape[0]
+        sequenced = self.sequenced(batch)
+        ready = self._ready[tuple(shape)] = (self.program(batch), sequenced,
+                                             sequenced.image.input_view)
+        return ready
 
-    def _run_sequenced_float(self, sequenced, x, t0):
+    def _run_sequenced_float(self, ready, x, t0):
         """:meth:`run` on the sequencer, with no copy of the input or the output: ``x``
         quantized straight into the arena, the output dequantized from it."""
-        image = sequenced.image
-        self.model.quantize_input(x, out=image.input_view)  # checks x
+        program, sequenced, input_view = ready
+        self.model.quantize_input(x, out=input_view)  # checks x
         start = time.perf_counter()
         quantize = start - t0
         self._io_seconds = 0.0
-        program = self.program(len(x))
-        y8 = self._run_sequenced(program, None, start, batch=len(x))
+        y8 = self._run_sequenced(program, None, start, sequenced=sequenced)
         t0 = time.perf_counter()
         y = self.model.dequantize_output(y8)
         if y is y8:  # an int8 graph output: the arena's view itself
@@ -390,29 +403,32 @@ class Accelerator:
         """
         return run_stream(self, batches, int8=int8)
 
-    def _run_sequenced(self, program, x8, start, batch=None):
-        """Run on the sequencer; ``x8`` None: the input of ``batch`` images is in the
-        arena already, and the output returned is its view there."""
-        batch = len(x8) if x8 is not None else batch
-        sequenced = self.sequenced(batch)
+    def _run_sequenced(self, program, x8, start, sequenced=None):
+        """Run on the sequencer; ``x8`` None: the input is in ``sequenced``'s arena
+        already, and the output returned is its view there."""
+        if sequenced is None:
+            sequenced = self.sequenced(len(x8))
         warm = warm_start(self.board, program)
         y8, run = run_sequenced(
             sequenced, program, self.driver, self.sequencer, x8, warm=warm,
             timeout_of=self._timeout, progress=self.progress, copy=x8 is not None)
-        if program.resident:  # (a record the host ran may have loaded parameters)
+        # The program's weights are the board's now; a warm run in one start
+        # loaded none, so the board's record already says so (a record the host
+        # runs may load parameters: there it is written again).
+        if program.resident and not (warm and sequenced.one_start[warm] is not None):
             set_weights_owner(self.board, program)
         seconds = time.perf_counter() - start
         host = seconds - run.board_seconds  # all of run_int8 but the board's time
-
-        def report():
-            layer_reports, totals = run.reports(host)
-            value = self._report(layer_reports, batch, seconds, sequencer=totals)
-            value.update(constants_residency(program, warm))
-            return value
-
-        self.report = None
-        self._report_pending = report
+        self._report_value = None
+        self._report_pending = (self._sequenced_report, run, program, warm, host, seconds)
         return y8
+
+    def _sequenced_report(self, run, program, warm, host, seconds):
+        """The report of a sequenced run, made when it is read (:attr:`report`)."""
+        layer_reports, totals = run.reports(host)
+        value = self._report(layer_reports, program.batch, seconds, sequencer=totals)
+        value.update(constants_residency(program, warm))
+        return value
 
     def _timeout(self, predicted_cycles):
         """Seconds of board time before a run of ``predicted_cycles`` counts as hung."""

@@ -22,14 +22,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..core.errors import InputError
+from .input_quantizer import InputQuantizer
 
 __all__ = ["TensorSpec", "FloatHead", "QuantizedModel"]
 
 _INT8, _UINT8 = np.dtype(np.int8), np.dtype(np.uint8)
-
-#: Half of float32's largest finite value: quantizing an input whose values are
-#: within it of 0 (times the scale, where under 1) cannot overflow float32.
-_FLOAT32_HALF_MAX = float(np.finfo(np.float32).max) / 2
 
 
 @dataclass(frozen=True)
@@ -99,6 +96,18 @@ class FloatHead:
         return e
 
 
+class _HeadAfter:
+    """A table of values whose gather is followed by a head: ``table[y]`` is
+    ``head.apply(values[y])`` (a head :meth:`QuantizedModel.dequantize_output` has
+    no table of its own for)."""
+
+    def __init__(self, values, head):
+        self.values, self.head = values, head
+
+    def __getitem__(self, y):
+        return self.head.apply(self.values[y])
+
+
 class QuantizedModel:
     """Layers in topological order, wired by int8 tensor names.
 
@@ -125,7 +134,8 @@ class QuantizedModel:
         self.output = output
         self.input_tensor = str(input_tensor)
         self.output_tensor = str(output_tensor)
-        self._dequantized_for = self._dequantized = None  # dequantize_output's table
+        self._dequantized_for = self._dequantized = None  # dequantize_output's tables
+        self._quantize_for = self._quantizer = None  # quantize_input's InputQuantizer
         known = {self.input_tensor}
         for layer in self.layers:
             for t in layer.inputs:
@@ -194,42 +204,44 @@ class QuantizedModel:
             Wrong shape or dtype, or a float input holding NaN or infinity
             (a NaN has no int8 code; onnxruntime gives it an arbitrary one).
         """
+        if self._quantize_for is not self.input:
+            self._input_quantizer()
+        quantizer = self._quantizer
+        if quantizer is not None:
+            # The common case, in a few numpy calls (None: anything else, checked
+            # below, which says what is wrong).
+            q = quantizer(x, out)
+            if q is not None:
+                return q
         self.check_input(x)
         x = np.asarray(x)
         if out is not None and out.shape != x.shape:
             raise InputError(f"cannot quantize an input of shape {x.shape} into one of "
                              f"{out.shape}")
         if x.dtype.kind == "f":
-            q = self._quantized_float(x, out)
-            if q is out:
-                return out
-        elif self.input.dtype == np.uint8:
+            return self._quantized_float(x, out)
+        if self.input.dtype == np.uint8:
             q = x.astype(np.int16) - 128
         else:
             q = x
         if out is None:
             return q.astype(np.int8)
-        # The cast and the copy in one call (the float codes are whole numbers
-        # in int8's range by now).
-        np.copyto(out, q, casting="unsafe")
+        np.copyto(out, q, casting="unsafe")  # codes in int8's range (int16 from uint8)
         return out
 
-    def _quantized_float(self, x, out=None):
-        """``clip(rint(x / scale) + zp)`` of a float ``x`` in float32 (whole numbers
-        in -128..127), or InputError for a NaN or an infinity in it; where no code
-        falls outside int8 and ``out`` is given, the sum written straight into
-        ``out`` (cast on the way: the add and the copy in one call), and ``out``
-        returned.
+    def _input_quantizer(self):
+        """The :class:`~fpgacnn.host.input_quantizer.InputQuantizer` of a float input
+        (made once per input spec), or None."""
+        if self._quantize_for is not self.input:
+            spec = self.input
+            self._quantizer = (InputQuantizer(spec.shape, spec.scale, spec.zero_point)
+                               if np.dtype(spec.dtype).kind == "f" else None)
+            self._quantize_for = spec
+        return self._quantizer
 
-        Every numpy call counts here: after any wait of a few milliseconds
-        (the engine's run, on the simulated board) each runs several times
-        slower than when repeated at once (docs/program.md "Batches"). So the
-        common case takes two reductions (its least and greatest value, which
-        a NaN or an infinity carries into) and skips ``np.errstate``, as
-        costly as the arithmetic itself: it is needed only where the quotient
-        (or a float64 input's float32 cast) can overflow, and the clip only
-        where a code can fall outside int8.
-        """
+    def _quantized_float(self, x, out=None):
+        """``clip(rint(x / scale) + zp)`` of a float ``x`` of any float dtype into ``out``
+        (or a new int8 array), or InputError for a NaN or an infinity in it."""
         lo, hi = float(np.minimum.reduce(x, axis=None)), float(np.maximum.reduce(x, axis=None))
         if not (math.isfinite(lo) and math.isfinite(hi)):
             bad = ~np.isfinite(x)
@@ -237,26 +249,10 @@ class QuantizedModel:
             raise InputError(f"input {self.input.name!r} holds {int(bad.sum())} NaN "
                              f"or infinite value(s), the first at index {where}; "
                              "fpgacnn quantizes finite values only")
-        scale, zp = np.float32(self.input.scale), self.input.zero_point
-        if max(-lo, hi) <= _FLOAT32_HALF_MAX * min(float(scale), 1.0):
-            # |x / scale| and |x| at most half float32's largest: no overflow.
-            q = np.divide(x.astype(np.float32, copy=False), scale)
-        else:
-            # Overflow is no error here: a finite value past the int8 range
-            # saturates, whatever its quotient.
-            with np.errstate(over="ignore"):
-                q = np.divide(x.astype(np.float32, copy=False), scale)
-        np.rint(q, out=q)
-        # The float32 quotient is within a millionth of the exact one, rint
-        # moves it by half at most: a margin of one keeps every code in range.
-        if lo / float(scale) + zp >= -127 and hi / float(scale) + zp <= 126:
-            if out is not None:
-                # Whole numbers in int8's range: the cast is exact.
-                return np.add(q, zp, out=out, casting="unsafe")
-            return np.add(q, zp, out=q)
-        np.add(q, zp, out=q)
-        np.clip(q, -128, 127, out=q)
-        return q
+        quantizer = self._input_quantizer()
+        with quantizer.overflow_guard(lo, hi):  # a float64 past float32's range
+            x = x.astype(np.float32, copy=False)
+        return quantizer.codes(x, lo, hi, out)
 
     def dequantize_output(self, y):
         """int8 result -> graph output dtype: float ``(y - zp) * scale`` in float32
@@ -265,18 +261,65 @@ class QuantizedModel:
         passing a view of board memory copies an int8 result)."""
         if not (type(y) is np.ndarray and y.dtype is _INT8):  # as a view of the arena is
             y = np.asarray(y, dtype=np.int8)
-        if np.dtype(self.output.dtype).kind == "f":
-            # The 256 codes' values, computed once as above: one gather per run.
-            if self._dequantized_for is not self.output:
-                codes = np.arange(256, dtype=np.uint8).view(np.int8).astype(np.int32)
-                d = (codes - self.output.zero_point).astype(np.float32)
-                self._dequantized = (d * np.float32(self.output.scale)).astype(self.output.dtype)
-                self._dequantized_for = self.output
-            f = self._dequantized[y.view(_UINT8)]
-            return f if self.head is None else self.head.apply(f)
+        made = self._dequantized_for
+        if made is None or made[0] is not self.output or made[1] is not self.head:
+            self._dequantized = self._dequantize_tables()
+            self._dequantized_for = (self.output, self.head)
+        tables = self._dequantized
+        if tables is not None:
+            # Tables of the 256 codes, made once, indexed by the int8 codes
+            # themselves (a negative index counts from the end: code -1 is
+            # entry 255, as its uint8 view would be): one gather a run.
+            values, head, axis = tables
+            if head is None:
+                return values[y]
+            if axis is None:  # the head applied to the table: elementwise
+                return head[y]
+            # Softmax: head[m, c] is exp(value[c] - value[m]), and the greatest
+            # code m of each row has the greatest value (scale > 0).
+            if y.size == y.shape[axis]:
+                # One row (batch 1): its row of the table, the sum a scalar (the
+                # same additions in the same order, fewer and lighter calls).
+                e = head[np.maximum.reduce(y, axis=None)][y]
+                return np.divide(e, np.add.reduce(e, axis=None), out=e)
+            e = head[np.maximum.reduce(y, axis=axis, keepdims=True), y]
+            return np.divide(e, np.add.reduce(e, axis=axis, keepdims=True), out=e)
         if self.output.dtype == np.uint8:
             return (y.astype(np.int16) + 128).astype(np.uint8)
         return y
+
+    def _dequantize_tables(self):
+        """:meth:`dequantize_output`'s tables, made once per output spec and head:
+        ``(values, head, axis)``, or None for an output that is not float.
+
+        ``values`` holds the 256 codes' float values (computed as the formula
+        does, in float32), ``head`` None, the head applied to ``values``
+        (Sigmoid: elementwise), or, for a Softmax over one axis of an output
+        whose scale is positive, the ``(256, 256)`` table of ``exp(values[c] -
+        values[m])``, computed by the same float32 ``subtract`` and ``exp`` as
+        :meth:`FloatHead.apply` (``axis`` then the Softmax's); a head of
+        several axes, or a scale that does not order the codes, is applied as
+        it is written, after the gather (``values`` and the head both None:
+        :meth:`FloatHead.apply`'s own path on ``values[y]``).
+        """
+        spec = self.output
+        if np.dtype(spec.dtype).kind != "f":
+            return None
+        codes = np.arange(-128, 128, dtype=np.int32)
+        d = (codes - spec.zero_point).astype(np.float32)
+        values = np.roll((d * np.float32(spec.scale)).astype(spec.dtype), -128)  # index 0: code 0
+        if self.head is None:
+            return values, None, None
+        # The tables hold codes no output may reach (a Sigmoid's exp(-y) of the
+        # least codes, a Softmax's exp of a code over the greatest): an overflow
+        # there is their value (inf, as the head computes it), not a warning.
+        with np.errstate(over="ignore"):
+            if self.head.op == "Sigmoid":
+                return values, self.head.apply(values), None
+            if len(self.head.axes) == 1 and float(spec.scale) > 0 and spec.dtype == np.float32:
+                return values, np.exp(np.subtract(values[None, :], values[:, None])), \
+                    self.head.axes[0]
+        return _HeadAfter(values, self.head), None, None
 
     def __repr__(self):
         head = "" if self.head is None else f" + float {self.head.op}"

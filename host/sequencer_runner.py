@@ -84,6 +84,21 @@ class SequencerDriver:
                                       for f in r.fields) for r in self.regs}
         self._start_word = self.regs.encode("seq_control", start=1)
         self._range_words, self._value_words = {}, {}
+        # What every stop reads, in one block, and how a good stop looks: done,
+        # no error, no memory fault (anything else is decoded field by field,
+        # :func:`_stopped`).
+        self._stop_addresses = tuple(self._address[n] for n in
+                                     ("seq_status", "seq_cycles", "seq_fault"))
+        status = {f.name: f for f in self.regs["seq_status"].fields}
+        self._stop_mask = sum(((1 << status[n].width) - 1) << status[n].offset
+                              for n in ("busy", "done", "error"))
+        self._stop_good = 1 << status["done"].offset
+        kind = self.regs["seq_fault"].fields[0]
+        self._fault_kind = (kind.offset, (1 << kind.width) - 1)
+        # The board's methods, looked up once (every inference calls them).
+        self._wait_irq = getattr(board, "wait_irq", None)
+        self._memory_error = getattr(board, "memory_error", None)
+        self._one_starts = {}  # (SequencerProgram, warm) -> its OneStart on this board
         if not getattr(board, "has_memory", False):
             raise BackendError("this board has no memory port: its engine cannot sequence a "
                                "program (the host runs it record by record)")
@@ -107,6 +122,30 @@ class SequencerDriver:
         if word is None:
             word = self._value_words[name, value] = self.regs.encode(name, value)
         return word
+
+    def write_words(self, writes):
+        """Write ``(address, word)`` pairs in order, timed as one block of bus time."""
+        write = self.board.mmio_write
+        t0 = time.perf_counter()
+        for address, word in writes:
+            write(address, word)
+        self.bus_seconds += time.perf_counter() - t0
+
+    def one_start(self, sequenced, *, warm, timeout_of):
+        """The :class:`OneStart` of ``sequenced`` (a program the sequencer runs in one
+        start) on this board, made on its first run and kept.
+
+        Raises
+        ------
+        ValueError
+            ``sequenced`` needs the host between its records.
+        """
+        key = (sequenced, warm)
+        prepared = self._one_starts.get(key)
+        if prepared is None:
+            prepared = self._one_starts[key] = OneStart(sequenced, self, warm=warm,
+                                                        timeout_of=timeout_of)
+        return prepared
 
     def write_word(self, name, word):
         """Write a register word (already encoded) to register ``name``."""
@@ -141,6 +180,12 @@ class SequencerDriver:
         register is written every time, one bus write, so no other driver's
         program and no reset leaves it pointing elsewhere.
         """
+        self.write_word("seq_memory", self.memory_word(program))
+
+    def memory_word(self, program):
+        """The ``seq_memory`` word of ``program``'s buffer, the buffer attached as the
+        board's memory first where the board holds another (:meth:`attach`, which
+        writes the word)."""
         held = _attached_buffer(self.board)
         if held is None or held[0] is not program.memory:
             address = self.board.attach_memory(program.memory)
@@ -151,8 +196,8 @@ class SequencerDriver:
                                    f"{self.read_bytes}-byte boundary (the engine's memory read)")
             held = (program.memory, address)
             _set_attached_buffer(self.board, held)
-        self.write_word("seq_memory", self.value_word("seq_memory", held[1]))
         self.attached = program
+        return self.value_word("seq_memory", held[1])
 
     def start(self, first, count):
         """Start the sequencer on ``count`` records from ``first``, the memory
@@ -186,8 +231,26 @@ class SequencerDriver:
         growth)."""
         return self.bus_seconds + self.wait_seconds
 
+    def read_stop(self):
+        """The registers a stop leaves, read in one block: ``(status word, cycles,
+        fault kind)``, and whether they say the range finished well (done, not busy,
+        no error, no memory fault, none in the board's own memory check), so that a good
+        stop is checked without decoding (else :meth:`memory_fault` and the status'
+        fields say what went wrong)."""
+        read, memory_error = self.board.mmio_read, self._memory_error
+        status_at, cycles_at, fault_at = self._stop_addresses
+        t0 = time.perf_counter()
+        status, cycles, fault = read(status_at), read(cycles_at), read(fault_at)
+        # The board's own check of the memory (the simulated board's), with them.
+        error = memory_error() if memory_error is not None else None
+        self.bus_seconds += time.perf_counter() - t0
+        fault = (fault >> self._fault_kind[0]) & self._fault_kind[1]
+        good = (status & self._stop_mask == self._stop_good and fault == FAULT_NONE
+                and error is None)
+        return status, cycles, fault, good
+
     def _wait(self, timeout):
-        wait_irq = getattr(self.board, "wait_irq", None)
+        wait_irq = self._wait_irq
         if wait_irq is not None:
             stopped = wait_irq(timeout)
         else:
@@ -205,21 +268,22 @@ class SequencerDriver:
         self.board.memory_from_device()
         return stopped
 
-    def memory_fault(self):
+    def memory_fault(self, kind=None):
         """The first failed memory access since the last call (then forgotten), or None.
 
-        The engine's ``seq_fault`` (an AXI4 error response on a Zynq board)
+        The engine's ``seq_fault`` (an AXI4 error response on a Zynq board;
+        ``kind``, its field as :meth:`read_stop` read it, else read here)
         and the board's own memory model's (the simulated board's check of
         every address against its buffer), whichever there is.
         """
         faults = []
-        fault = self.read("seq_fault")["kind"]
+        fault = self.read("seq_fault")["kind"] if kind is None else kind
         if fault != FAULT_NONE:
             what = {FAULT_READ: "read", FAULT_WRITE: "write"}.get(fault, f"access (kind {fault})")
             address = self.read("seq_fault_addr")["value"]
             faults.append(f"a memory {what} at 0x{address:08x} was answered with an error")
             self.write("seq_control", clear_fault=1)
-        memory_error = getattr(self.board, "memory_error", None)
+        memory_error = self._memory_error
         t0 = time.perf_counter()
         error = memory_error() if memory_error is not None else None
         self.bus_seconds += time.perf_counter() - t0  # the board's own check, not the host's
@@ -378,8 +442,13 @@ def _start_range(sequenced, seq_driver, first, end, *, warm, timeout_of, progres
     if progress:
         progress(f"records {first + 1}-{end} of {len(sequenced.image.records)} on the "
                  "sequencer")
-    predicted = sequenced.predicted_range(first, end, warm=warm)
     seq_driver.start(first, end - first)
+    return _range_timeout(sequenced, first, end, warm=warm, timeout_of=timeout_of)
+
+
+def _range_timeout(sequenced, first, end, *, warm, timeout_of):
+    """The timeout (board seconds) of a start on records ``first`` to ``end - 1``."""
+    predicted = sequenced.predicted_range(first, end, warm=warm)
     # Per record: the fetch, 20 register writes and the counters, besides the run.
     return timeout_of(predicted + 200 * (end - first))
 
@@ -424,14 +493,17 @@ def _stopped(sequenced, program, driver, seq_driver, first, end, *, warm, timeou
         name = program.steps[records[min(at, n - 1)].step].name
         raise BackendError(f"layer {name!r}: the sequencer did not stop within {timeout:g} s "
                            f"(at record {at}); aborted")
-    status = seq_driver.read("seq_status")
-    seq["sequencer_cycles"] += seq_driver.read("seq_cycles")["value"]
+    word, cycles, kind, good = seq_driver.read_stop()
+    seq["sequencer_cycles"] += cycles
     seq["sequencer_starts"] += 1
-    fault = seq_driver.memory_fault()
+    if good:
+        return waited
+    fault = seq_driver.memory_fault(kind)
     if fault is not None:
         first_name, last_name = (program.steps[records[k].step].name for k in (first, end - 1))
         raise BackendError(f"layers {first_name!r} to {last_name!r} (records {first}-{end - 1}): "
                            f"the sequencer's memory access failed: {fault}")
+    status = seq_driver.regs.decode("seq_status", word)
     at = status["index"]
     if status["error"]:
         name = program.steps[records[at].step].name
@@ -480,16 +552,66 @@ def start_sequenced(sequenced, seq_driver, *, warm=False, timeout_of, progress=N
     ValueError
         ``sequenced`` needs the host between its records.
     """
-    span = sequenced.one_start[warm]
-    if span is None:
-        raise ValueError("the program stops the sequencer for the host: it cannot run in one "
-                         "start")
-    bus_start = seq_driver.bus_seconds
-    sequenced.copy_kept_counters()  # none after stage_input: the start overwrites them
-    _point(sequenced, seq_driver, warm=warm)
-    timeout = _start_range(sequenced, seq_driver, *span, warm=warm, timeout_of=timeout_of,
-                           progress=progress)
-    return InFlight(sequenced, warm, *span, timeout, bus_start)
+    return seq_driver.one_start(sequenced, warm=warm, timeout_of=timeout_of).start(progress)
+
+
+class OneStart:
+    """A program the sequencer runs in one start, on one board: what its every start
+    writes, made once (:meth:`SequencerDriver.one_start`).
+
+    The range, the run table's address and the start are register words that
+    do not change between inferences, and the timeout is the program's; only
+    the buffer's attach (:meth:`SequencerDriver.attach`: another driver may
+    have attached another) is looked at each time.
+
+    Parameters
+    ----------
+    sequenced : SequencerProgram
+    seq_driver : SequencerDriver
+    warm : bool
+    timeout_of : callable
+        ``timeout_of(predicted_cycles)``: seconds before the run counts as hung.
+
+    Raises
+    ------
+    ValueError
+        ``sequenced`` needs the host between its records.
+    """
+
+    def __init__(self, sequenced, seq_driver, *, warm, timeout_of):
+        span = sequenced.one_start[warm]
+        if span is None:
+            raise ValueError("the program stops the sequencer for the host: it cannot run in "
+                             "one start")
+        self.sequenced, self.seq_driver, self.warm = sequenced, seq_driver, warm
+        self.first, self.end = first, end = span
+        address, regs = seq_driver._address, seq_driver.regs
+        self._memory_address = address["seq_memory"]
+        self._writes = (
+            (address["seq_table"], seq_driver.value_word("seq_table",
+                                                         sequenced.table_words[warm])),
+            (address["seq_range"], regs.encode("seq_range", first=first, count=end - first)),
+            (address["seq_control"], seq_driver._start_word))
+        self.timeout = _range_timeout(sequenced, first, end, warm=warm, timeout_of=timeout_of)
+
+    def start(self, progress=None):
+        """Start the program (its input staged, :func:`stage_input`); the memory is
+        made the device's first (a board with a CPU cache writes it back).
+
+        Returns
+        -------
+        InFlight
+        """
+        sequenced, seq_driver = self.sequenced, self.seq_driver
+        bus_start = seq_driver.bus_seconds
+        sequenced.copy_kept_counters()  # none after stage_input: the start overwrites them
+        memory = (self._memory_address, seq_driver.memory_word(sequenced))  # (attach)
+        if progress:
+            progress(f"records {self.first + 1}-{self.end} of {len(sequenced.image.records)} "
+                     "on the sequencer")
+        seq_driver.board.memory_to_device()
+        seq_driver.write_words((memory, *self._writes))
+        return InFlight(sequenced, self.warm, self.first, self.end, self.timeout, bus_start)
 
 
 def stop_sequenced(flight, program, driver, seq_driver):

@@ -294,6 +294,7 @@ class SequencerProgram:
         nrec = len(self.image.records)
         self._counter_words = memory[self.counters:self.counters + 4 * COUNTER_WORDS
                                      * nrec].view("<u4").reshape(nrec, COUNTER_WORDS)
+        self._counter_region = memory[self.counters:]  # what clear_counters zeroes
         self._kept = []  # the KeptCounters still reading this buffer's counters
         self._predicted_ranges = {}
 
@@ -353,6 +354,8 @@ class SequencerProgram:
     def copy_kept_counters(self):
         """Copy the counters every :class:`KeptCounters` of this buffer still reads
         (before anything may overwrite them: a clear, a start)."""
+        if not self._kept:
+            return
         kept, self._kept = self._kept, []
         for k in kept:
             k._save()
@@ -440,7 +443,7 @@ class SequencerProgram:
         program comes after this)."""
         if self._kept:
             self.copy_kept_counters()
-        self.memory[self.counters:] = 0
+        self._counter_region.fill(0)
 
 
 class KeptCounters:
