@@ -76,3 +76,17 @@ def test_the_sizing_counts_the_block_rams_synthesis_maps(tmp_path, config):
     for c, name in ((over, "over"), (deep, "deep")):
         blocks, cells = rams(c, name)
         assert blocks - none == bram_blocks_needed(c, pynq)["depthwise_memory"] > 0, (name, cells)
+
+
+def test_the_engine_differs_only_in_the_memorys_attribute(monkeypatch):
+    """Block RAM or LUT RAM, the engine's Verilog is the same but for ``ram_style``: the
+    read port is synchronous either way, so the cycles (and the cycle model) are too."""
+    from fpgacnn.hdl import verilog as hdl_verilog
+    from fpgacnn.hdl.datapath import stream_loader
+    config = dataclasses.replace(_blocks_at(ENGINES[0], LUT_RAM_MAX_WORDS), fused_blocks=5)
+    assert engine_contract(config).fused.depthwise_memory.words > LUT_RAM_MAX_WORDS
+    block = hdl_verilog.engine_verilog(config)
+    monkeypatch.setattr(stream_loader, "ram_style", lambda words: "distributed")
+    lut = hdl_verilog.engine_verilog(config)
+    assert block.count('(* ram_style = "block" *)') == 1
+    assert block.replace('(* ram_style = "block" *)', '(* ram_style = "distributed" *)') == lut
