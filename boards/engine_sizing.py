@@ -421,8 +421,15 @@ def size_engine(board, *, fused_block=False):
     Returns
     -------
     Sizing
+
+    Raises
+    ------
+    TypeError
+        If ``board`` is not a Board or ``fused_block`` not a bool.
     """
     require_board(board)
+    if not isinstance(fused_block, bool):
+        raise TypeError(f"fused_block must be a bool, not {fused_block!r}")
     r = board.resources
     reasons = []
     reserve = fifo_reserve(r.bram_blocks)

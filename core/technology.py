@@ -1,6 +1,7 @@
 """The stream's parameter record and the technology facts the engine's latencies follow from.
 
-Below :mod:`fpgacnn.core.contract`, which re-exports every name here: the
+Below :mod:`fpgacnn.core.contract`, which re-exports the names here but the
+memory-style rule at the end (the loader and the sizing read it from here): the
 contract reads :mod:`fpgacnn.core.fused_block`'s sizes and latencies, and
 those are built from these facts too, so they cannot live in the contract
 itself (an import cycle).

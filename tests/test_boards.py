@@ -390,6 +390,8 @@ def test_sizing_explains_itself():
 def test_sizing_rejects_non_board():
     with pytest.raises(TypeError, match=r"^Board must be a fpgacnn\.boards\.board\.Board, not 'x'$"):
         size_engine("x")
+    with pytest.raises(TypeError, match=r"^fused_block must be a bool, not 1$"):
+        size_engine(load_board("pynq-z2"), fused_block=1)
 
 
 # -- CLI ------------------------------------------------------------------------
