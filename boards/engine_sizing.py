@@ -70,6 +70,23 @@
    (``param_base``), and a warm run streams only its pixels (docs/engine.md,
    "Resident weights"). Elsewhere one run's: the ECP5 and iCE40 builds stand
    as measured.
+4d. ``fused_blocks`` (engines with pixel pairs, whose depthwise unit reads
+   the line buffer's window pairs): the fused depthwise + pointwise block
+   (docs/engine.md, "The fused depthwise + pointwise block") where its
+   depthwise memory fits the block RAMs left beside the buffers:
+   :data:`_FUSED_BLOCKS_WANTED` blocks (MobileNetV1's 13, the zoo's most),
+   or fewer down to :data:`_FUSED_BLOCKS_LEAST` (DS-CNN's 4), and then as
+   many more as take no more block RAMs (the memory's depth to the end of
+   its blocks). A memory deeper than
+   :data:`~fpgacnn.core.technology.LUT_RAM_MAX_WORDS` is built in block RAM
+   (:func:`~fpgacnn.core.technology.in_block_ram`), each stream beat of
+   its words in blocks of its own (the beat-wide write lanes); the block
+   adds no DSP on the Zynq boards' top, whose program engine lends it the
+   vector unit's lanes (:func:`~fpgacnn.core.fused_block.depthwise_on_vector_lanes`).
+   The PYNQ-Z2 takes 16 blocks in 9 RAMB36 (docs/boards.md). Only where
+   asked (``size_engine(board, fused_block=True)``): the block's logic is
+   not in these estimates, and the PYNQ-Z2's Zynq top with it measured
+   47,600 LUTs (89 %) by yosys.
 5. ``deep_pipeline``: 1 (registers for 100 MHz and more), 0 on iCE40
    parts, whose logic cells are few and whose clock is slow anyway.
 
@@ -82,8 +99,10 @@ import dataclasses
 from dataclasses import dataclass, field
 import math
 
-from ..core.config import EngineConfig
+from ..core.config import ConfigError, EngineConfig
 from ..core.contract import engine_contract, requant_product_parts
+from ..core.fused_block import depthwise_on_vector_lanes
+from ..core.technology import in_block_ram
 from ..hdl.tech.ecp5_block_ram import blocks_in_parts
 from ..hdl.tech.pair_products import PACKED_WIDTH
 from ..hdl.tech.pipelined_memory import in_ecp5_blocks
@@ -106,6 +125,11 @@ _CAP = {"max_channels": 512, "max_out_channels": 512, "max_width": 512}
 #: holds at 72 bits; deeper ones cost blocks on every Xilinx part.
 _PARAM_WORDS_CAP = 512
 _GROW_ORDER = ("max_channels", "max_out_channels", "max_width")
+#: Fused blocks rule 4d gives an engine where they fit: MobileNetV1's 13
+#: depthwise + pointwise blocks, the most of the zoo's networks.
+_FUSED_BLOCKS_WANTED = 13
+#: The fewest fused blocks rule 4d gives (else none): DS-CNN's 4.
+_FUSED_BLOCKS_LEAST = 4
 #: Parts with fewer LUTs (the iCE40s) take 32-bit streams and one word a cycle:
 #: their logic is full and their clock slow.
 _SMALL_PART_LUTS = 10000
@@ -152,8 +176,10 @@ def bram_blocks_needed(config, board):
     -------
     dict
         ``{"line_buffer": n, "weight_buffer": n, "param_buffer": n,
-        "pool_row": n, "total": n}``; a count with a half block (a Xilinx
-        RAMB18) is a float.
+        "pool_row": n, "depthwise_memory": n, "total": n}``; a count with a
+        half block (a Xilinx RAMB18) is a float. The fused block's depthwise
+        memory counts where it is built in block RAM
+        (:func:`~fpgacnn.core.technology.in_block_ram`), else 0 (LUT RAM).
     """
     r = board.resources
     k = engine_contract(config)
@@ -169,8 +195,16 @@ def bram_blocks_needed(config, board):
         weight, param = (_in_beat_lanes(beats, buffer.words, config, r)
                          for beats, buffer in ((k.weight_beats, k.weights),
                                                (k.param_beats, k.params)))
+    depthwise = 0
+    if k.fused and in_block_ram(k.fused.depthwise_memory.words):
+        # Written a stream beat at a time: each beat's lane of the word in
+        # blocks of its own (synth_xilinx: 9 RAMB36E1 for 416 words of nine
+        # 64-bit beats, where 576 bits in 72-bit blocks would be 8).
+        depthwise = k.depthwise_beats * r.blocks_for(k.fused.depthwise_memory.words,
+                                                     config.stream_width)
     counts = {"line_buffer": line, "weight_buffer": weight, "param_buffer": param,
-              "pool_row": pool, "total": line + weight + param + pool}
+              "pool_row": pool, "depthwise_memory": depthwise,
+              "total": line + weight + param + pool + depthwise}
     # Whole numbers as ints; half blocks (RAMB18s, Resources.blocks_for) stay floats.
     return {name: int(n) if float(n).is_integer() else n for name, n in counts.items()}
 
@@ -317,18 +351,85 @@ def _param_words(config, board, blocks, reasons):
     return config, trial_blocks
 
 
-def size_engine(board):
+def _fused_blocks(config, board, budget, blocks, reasons):
+    """Rule 4d: the fused block where its depthwise memory fits the block RAMs left.
+
+    :data:`_FUSED_BLOCKS_WANTED` blocks, or fewer down to
+    :data:`_FUSED_BLOCKS_LEAST`; then more while the memory takes no more block
+    RAMs. Returns ``(config, blocks)``.
+    """
+    def fits(n):
+        try:
+            trial = dataclasses.replace(config, fused_blocks=n)
+        except ConfigError:  # more than EngineConfig takes
+            return None
+        trial_blocks = bram_blocks_needed(trial, board)
+        return (trial, trial_blocks) if trial_blocks["total"] <= budget else None
+
+    if not depthwise_on_vector_lanes(dataclasses.replace(config, fused_blocks=1)):
+        # The Zynq top would build the half's own requantizer, 2 * pin lanes
+        # of four DSP48 each, which the multiplier count above does not hold.
+        reasons.append("fused_blocks=0: the program engine's vector unit has fewer lanes "
+                       "than the depthwise half's sums (its own requantizer's DSPs are not "
+                       "in the multiplier budget)")
+        return config, blocks
+    for n in range(_FUSED_BLOCKS_WANTED, _FUSED_BLOCKS_LEAST - 1, -1):
+        best = fits(n)
+        if best is not None:
+            break
+    else:
+        need = bram_blocks_needed(dataclasses.replace(config, fused_blocks=_FUSED_BLOCKS_LEAST),
+                                  board)
+        reasons.append(
+            f"fused_blocks=0: even {_FUSED_BLOCKS_LEAST} fused blocks' depthwise memory "
+            f"({need['depthwise_memory']} block RAMs) does not fit beside the buffers "
+            f"({blocks['total']} of {budget})")
+        return config, blocks
+    # More blocks in the block RAMs these take: the memory's depth to their end.
+    n = best[0].fused_blocks
+    while True:
+        more = fits(n + 1)
+        if more is None or more[1]["depthwise_memory"] > best[1]["depthwise_memory"]:
+            break
+        best, n = more, n + 1
+    config, trial_blocks = best
+    words = engine_contract(config).fused.depthwise_memory.words
+    where = ("block RAM" if in_block_ram(words) else "LUT RAM")
+    reasons.append(
+        f"fused_blocks={config.fused_blocks}: the fused depthwise + pointwise block on the "
+        f"program engine's vector-unit lanes (no DSP more), its depthwise memory of "
+        f"{config.fused_blocks} blocks ({words} words) in {where}, "
+        f"{trial_blocks['depthwise_memory']} block RAMs, {trial_blocks['total']} in all "
+        f"(MobileNetV1 has {_FUSED_BLOCKS_WANTED} blocks, DS-CNN "
+        f"{_FUSED_BLOCKS_LEAST})")
+    return config, trial_blocks
+
+
+def size_engine(board, *, fused_block=False):
     """Choose the default engine for ``board``.
 
     Parameters
     ----------
     board : Board
+    fused_block : bool
+        Rule 4d, the fused depthwise + pointwise block where its depthwise
+        memory fits the block RAMs. Off by default: the block's logic is not
+        in this estimate, and the PYNQ-Z2's Zynq top with it measured 89 % of
+        the part's LUTs by yosys (docs/boards.md, "The fused block"), past
+        the margin a default engine keeps for placement at 100 MHz.
 
     Returns
     -------
     Sizing
+
+    Raises
+    ------
+    TypeError
+        If ``board`` is not a Board or ``fused_block`` not a bool.
     """
     require_board(board)
+    if not isinstance(fused_block, bool):
+        raise TypeError(f"fused_block must be a bool, not {fused_block!r}")
     r = board.resources
     reasons = []
     reserve = fifo_reserve(r.bram_blocks)
@@ -412,6 +513,12 @@ def size_engine(board):
         config, blocks = _spare_banks(config, board, budget, blocks, reasons)
     if _xilinx(r) and config.deep_pipeline:
         config, blocks = _param_words(config, board, blocks, reasons)
+    if config.pixel_pairs and fused_block:
+        config, blocks = _fused_blocks(config, board, budget, blocks, reasons)
+    elif config.pixel_pairs:
+        reasons.append("fused_blocks=0: the fused block only where asked (size_engine(board, "
+                       "fused_block=True)): its logic's LUTs are not estimated here, and the "
+                       "PYNQ-Z2's top with it measured 89 % of the LUTs by yosys")
     if board.family == "ice40":
         # Few logic cells and a clock in the tens of MHz: the compact
         # arrangement, a few hundred flip-flops fewer (docs/engine.md).
@@ -419,6 +526,17 @@ def size_engine(board):
         reasons.append("deep_pipeline=0: the compact pipeline, for a small part with a slow clock")
     return Sizing(config=config, multipliers=multipliers_needed(config, board),
                   bram_blocks=blocks, reasons=reasons)
+
+
+def _fused_cell(sizing):
+    """The sizing table's fused-block cell (rule 4d where asked): the blocks and where
+    their memory is."""
+    config, blocks = sizing.config, sizing.bram_blocks
+    if not config.fused_blocks:
+        return "-"
+    words = engine_contract(config).fused.depthwise_memory.words
+    where = (f"{blocks['depthwise_memory']} BRAM" if in_block_ram(words) else "LUT RAM")
+    return f"{config.fused_blocks} ({words} words, {where})"
 
 
 def sizing_markdown(boards):
@@ -434,11 +552,12 @@ def sizing_markdown(boards):
                f"{c.max_width} / {c.max_channels} / {c.max_out_channels}", f"{c.writer_words}",
                f"{c.column_banks}",
                (f"2 (strides 1-{engine_contract(c).pair_stride})" if c.pixel_pairs else "1"),
+               _fused_cell(size_engine(board, fused_block=True)),
                f"{s.multipliers} / {r.multipliers}", f"{s.bram_blocks['total']} / {r.bram_blocks}")
         rows.setdefault(row, []).append(board.name)
     lines = ["| board | pin x pout | MACs/cycle | max width / ch in / ch out | input words "
              "stored a cycle | line-buffer column banks | output pixels a window "
-             "| DSPs (est.) | BRAM (est.) |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "| fused blocks where asked (depthwise memory) | DSPs (est.) | BRAM (est.) |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     lines += [f"| {', '.join(names)} | " + " | ".join(row) + " |" for row, names in rows.items()]
     return "\n".join(lines)

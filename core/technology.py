@@ -1,6 +1,7 @@
 """The stream's parameter record and the technology facts the engine's latencies follow from.
 
-Below :mod:`fpgacnn.core.contract`, which re-exports every name here: the
+Below :mod:`fpgacnn.core.contract`, which re-exports the names here but the
+memory-style rule at the end (the loader and the sizing read it from here): the
 contract reads :mod:`fpgacnn.core.fused_block`'s sizes and latencies, and
 those are built from these facts too, so they cannot live in the contract
 itself (an import cycle).
@@ -12,7 +13,8 @@ from .widths import MULT_BITS
 
 __all__ = ["PARAM_RECORD_FIELDS", "PARAM_RECORD_BYTES", "MEMORY_READ_LATENCY",
            "MULTIPLIER_LATENCY", "OPERAND_PART_BITS", "memory_part_depth", "memory_parts",
-           "memory_latency", "operand_parts", "products_latency"]
+           "memory_latency", "operand_parts", "products_latency", "LUT_RAM_MAX_WORDS",
+           "in_block_ram", "ram_style"]
 
 # -- the stream's parameter record --------------------------------------------
 
@@ -74,3 +76,30 @@ def operand_parts(width, *, signed):
 def products_latency(registered_operands):
     """Cycles of the int8 products of the MAC array: 2 with registered operands, else 1."""
     return 2 if registered_operands else 1
+
+
+# -- where a small memory is built ---------------------------------------------
+
+#: The deepest memory built of LUT RAM (the Vivado and yosys attribute
+#: ``ram_style: distributed``): 64 words is the deepest LUT RAM of one LUT a
+#: bit on Xilinx parts (RAM64M, 64 x 3 bits a slice's four LUTs). A deeper
+#: memory takes a LUT a bit every 64 words and a multiplexer behind them: the
+#: PYNQ-Z2's depthwise memory of 13 fused blocks (416 words of 576 bits) took
+#: ~7,300 LUTs so, where 8 RAMB36 of the ~25 the buffers leave hold it
+#: (docs/engine.md, "The depthwise memory"). The read is synchronous either way
+#: (address to data a cycle later), so the cycles do not depend on it.
+LUT_RAM_MAX_WORDS = 64
+
+
+def in_block_ram(words):
+    """Whether a memory of ``words`` words is built in block RAM: deeper than
+    :data:`LUT_RAM_MAX_WORDS`. The gateware's ``ram_style`` (:func:`ram_style`) and
+    the sizing's block RAM count (:func:`fpgacnn.boards.engine_sizing.bram_blocks_needed`)
+    both read it."""
+    return words > LUT_RAM_MAX_WORDS
+
+
+def ram_style(words):
+    """The ``ram_style`` attribute of a memory of ``words`` words: ``"block"`` where
+    :func:`in_block_ram`, else ``"distributed"`` (LUT RAM)."""
+    return "block" if in_block_ram(words) else "distributed"

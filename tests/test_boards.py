@@ -265,7 +265,7 @@ def test_spare_bank_and_pixel_pairs_on_xilinx_parts_only_and_fewer_blocks():
         if xilinx:
             # (at the width the buffers were sized at with one spare bank)
             one = dataclasses.replace(s.config, spare_bank=1, max_width=256)
-            none = dataclasses.replace(one, spare_bank=0, pixel_pairs=0)
+            none = dataclasses.replace(one, spare_bank=0, pixel_pairs=0, fused_blocks=0)
             assert (bram_blocks_needed(one, board)["line_buffer"]
                     < bram_blocks_needed(none, board)["line_buffer"]), board.name
 
@@ -297,8 +297,10 @@ def test_more_spare_banks_where_they_fit():
             (spare, width, cin, cout), name
         assert engine_contract(c).pair_stride == spare
     board = load_board("pynq-z2")
-    assert bram_blocks_needed(size_engine(board).config, board) == {
-        "line_buffer": 36, "weight_buffer": 64, "param_buffer": 4, "pool_row": 4, "total": 108}
+    plain = dataclasses.replace(size_engine(board).config, fused_blocks=0)
+    assert bram_blocks_needed(plain, board) == {
+        "line_buffer": 36, "weight_buffer": 64, "param_buffer": 4, "pool_row": 4,
+        "depthwise_memory": 0, "total": 108}
 
 
 def test_ecp5_loader_buffers_counted_as_built():
@@ -373,7 +375,8 @@ def test_sizing_pynq_z2_pairs_count_the_dsps_as_built():
     assert (c.pin, c.pout, c.pixel_pairs, c.peak_macs_per_cycle) == (4, 4, 1, 288)
     assert len(requant_product_parts(c)) == 4
     assert s.multipliers == multipliers_needed(c, board) == 144 + 2 * 4 * 4
-    assert multipliers_needed(dataclasses.replace(c, pixel_pairs=0), board) == 144 + 4 * 4
+    assert multipliers_needed(dataclasses.replace(c, pixel_pairs=0, fused_blocks=0),
+                              board) == 144 + 4 * 4
     assert "pixel_pairs=1" in s.describe()
 
 
@@ -387,6 +390,8 @@ def test_sizing_explains_itself():
 def test_sizing_rejects_non_board():
     with pytest.raises(TypeError, match=r"^Board must be a fpgacnn\.boards\.board\.Board, not 'x'$"):
         size_engine("x")
+    with pytest.raises(TypeError, match=r"^fused_block must be a bool, not 1$"):
+        size_engine(load_board("pynq-z2"), fused_block=1)
 
 
 # -- CLI ------------------------------------------------------------------------
@@ -439,3 +444,81 @@ def test_cli_build_prints_default_engine(tmp_path, capsys, monkeypatch):
     out = capsys.readouterr().out
     assert re.search(r"^no --config: default engine for pynq-z1\nengine: kmax=3 pin=4 pout=4 ",
                      out, re.M)
+
+
+# -- the fused block (rule 4d) ------------------------------------------------
+
+#: The fused blocks rule 4d gives where asked: 13 or more where MobileNetV1's fit the block
+#: RAMs beside the buffers (the memory's depth to the end of its blocks), the
+#: KV260's 4 (DS-CNN's) in LUT RAM, none on the ZCU104 (2 blocks left) nor on
+#: the open boards (no pixel pairs).
+FUSED_BLOCKS = {"pynq-z1": 16, "pynq-z2": 16, "ultra96-v2": 16, "kv260": 4, "zcu104": 0}
+
+
+@pytest.mark.parametrize("name", sorted(REQUIRED))
+def test_fused_blocks_where_their_memory_fits(name):
+    from fpgacnn.boards.engine_sizing import _FUSED_BLOCKS_LEAST, _FUSED_BLOCKS_WANTED
+    from fpgacnn.core.fused_block import depthwise_on_vector_lanes
+    board = load_board(name)
+    # Only where asked: the default engines have no block (the PYNQ-Z2's top with
+    # it is 89 % of the LUTs by yosys, docs/boards.md).
+    default = size_engine(board)
+    assert default.config.fused_blocks == 0
+    if default.config.pixel_pairs:
+        assert "fused_blocks=0: the fused block only where asked" in default.describe()
+    s = size_engine(board, fused_block=True)
+    c = s.config
+    assert dataclasses.replace(c, fused_blocks=0) == default.config
+    budget = board.resources.bram_blocks - fifo_reserve(board.resources.bram_blocks)
+    assert c.fused_blocks == FUSED_BLOCKS.get(name, 0)
+    assert s.bram_blocks == bram_blocks_needed(c, board) and s.bram_blocks["total"] <= budget
+
+    def blocks(n):
+        return bram_blocks_needed(dataclasses.replace(c, fused_blocks=n), board)
+
+    if not c.pixel_pairs:
+        assert "fused_blocks" not in s.describe()
+        return
+    if not c.fused_blocks:
+        # even the fewest do not fit beside the buffers
+        assert blocks(_FUSED_BLOCKS_LEAST)["total"] > budget
+        assert re.search(rf"fused_blocks=0: even {_FUSED_BLOCKS_LEAST} fused blocks' depthwise "
+                         rf"memory \(\d+ block RAMs\) does not fit", s.describe())
+        return
+    # The shipped (Zynq) top lends the block the vector unit's lanes: no DSP more.
+    assert depthwise_on_vector_lanes(c) and s.multipliers == multipliers_needed(
+        dataclasses.replace(c, fused_blocks=0), board)
+    assert c.fused_blocks >= _FUSED_BLOCKS_LEAST
+    if c.fused_blocks < _FUSED_BLOCKS_WANTED:
+        assert blocks(c.fused_blocks + 1)["total"] > budget
+    # One more block takes more block RAMs or breaks the budget.
+    more = blocks(c.fused_blocks + 1)
+    assert (more["depthwise_memory"] > s.bram_blocks["depthwise_memory"]
+            or more["total"] > budget)
+    assert re.search(rf"fused_blocks={c.fused_blocks}: the fused depthwise \+ pointwise block",
+                     s.describe())
+
+
+def test_depthwise_memory_in_block_ram_past_lut_ram_depth():
+    # At, under and over LUT_RAM_MAX_WORDS: a memory that deep is LUT RAM and
+    # takes no block RAM; one word deeper is block RAM, each 64-bit beat of
+    # the 576-bit words in blocks of its own (9 beats).
+    from fpgacnn.core.technology import LUT_RAM_MAX_WORDS, in_block_ram, ram_style
+    assert not in_block_ram(LUT_RAM_MAX_WORDS) and in_block_ram(LUT_RAM_MAX_WORDS + 1)
+    assert ram_style(LUT_RAM_MAX_WORDS) == "distributed"
+    assert ram_style(LUT_RAM_MAX_WORDS + 1) == "block"
+    board = load_board("pynq-z2")
+    c = size_engine(board, fused_block=True).config
+    tiles = engine_contract(dataclasses.replace(c, fused_blocks=1)).fused.depthwise_memory.words
+    at = LUT_RAM_MAX_WORDS // tiles
+    beats = engine_contract(c).depthwise_beats
+    for n in (1, at - 1, at, at + 1, c.fused_blocks):
+        trial = dataclasses.replace(c, fused_blocks=n)
+        words = engine_contract(trial).fused.depthwise_memory.words
+        counted = bram_blocks_needed(trial, board)["depthwise_memory"]
+        if words <= LUT_RAM_MAX_WORDS:
+            assert counted == 0, n
+        else:
+            assert counted == beats * board.resources.blocks_for(words, c.stream_width), n
+            assert counted >= board.resources.blocks_for(words, 8 * engine_contract(
+                trial).fused.depthwise_memory.word_bytes), n

@@ -18,6 +18,7 @@ from amaranth.lib.wiring import In, Out
 from ...core.config import require_config
 from ...core.contract import PARAM_RECORD_FIELDS, engine_contract
 from ...core.descriptor import descriptor_layout
+from ...core.technology import ram_style
 from .limits import limits
 from .pixel_words import pixel_group_shape, step_in_row
 from ..tech.pipelined_memory import MemoryPorts
@@ -188,9 +189,12 @@ class StreamLoader(wiring.Component):
         w_tiles = Mux(desc.fused, self.group, desc.ci_tiles) if fused else desc.ci_tiles
         if fused:
             dbeats = engine_contract(cfg).depthwise_beats
+            # In LUT RAM while shallow, else block RAM (core.technology): the
+            # read port is synchronous either way, dw_addr to dw_data a cycle.
+            dwords = fused.depthwise_memory.words
             dmem = m.submodules.depthwise_memory = Memory(
-                shape=dbeats * beat_bits, depth=fused.depthwise_memory.words, init=[],
-                attrs={"ram_style": "distributed"})
+                shape=dbeats * beat_bits, depth=dwords, init=[],
+                attrs={"ram_style": ram_style(dwords)})
             dwp = dmem.write_port(granularity=beat_bits)
             drp = dmem.read_port()
             dw_waddr = Signal(range(fused.depthwise_memory.words), name="dw_waddr")
