@@ -99,6 +99,10 @@ def test_the_record_fetch_assembles_the_record_read(name, table):
     # past the engine's widest row, whatever the other words say: refused
     at_in_w = record_word("desc_in_w")
     record[at_in_w] = (int(record[at_in_w]) & 0xFFFF_0000) | (config.max_width + 1)
+    # no fused Add: with a fused block on the vector unit's lanes the sequencer would
+    # refuse the pair itself, before writing the descriptor (core.sequencer.lanes_conflict)
+    at_add = record_word("add_enable")
+    record[at_add] = int(record[at_add]) & ~1
     memory = rng.integers(0, 256, 64 * r, dtype=np.int64).astype(np.uint8)  # the neighbours
     start = table * pin
     memory[start:start + 4 * len(record)] = record.view(np.uint8)
