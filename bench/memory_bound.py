@@ -189,7 +189,8 @@ def main(argv=None):
              f"the board's engine with `fused_blocks` {args.fused_blocks} (the compiler fuses "
              "where the cycle model says the block is faster and its depthwise words fit the "
              "depthwise memory, docs/engine.md \"Step 4\"), its steady-state cycles and "
-             "utilization; no board's sized engine has the block yet.", "",
+             "utilization; a board's sized engine has the block only where asked "
+             "(`size_engine(board, fused_block=True)`, docs/boards.md).", "",
              "| engine | model | MACs | compiled cycles | utilization | memory-bound layers "
              "| floor (cycles) | ceiling | floor at 2x peak | its ceiling (of 2x peak) "
              "| fused ceiling: depthwise on the array | "
