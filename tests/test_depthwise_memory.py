@@ -78,6 +78,7 @@ def test_the_sizing_counts_the_block_rams_synthesis_maps(tmp_path, config):
         assert blocks - none == bram_blocks_needed(c, pynq)["depthwise_memory"] > 0, (name, cells)
 
 
+@pytest.mark.slow  # two whole engines' Verilog (30 s); the fused RTL tests run the block-RAM memory
 def test_the_engine_differs_only_in_the_memorys_attribute(monkeypatch):
     """Block RAM or LUT RAM, the engine's Verilog is the same but for ``ram_style``: the
     read port is synchronous either way, so the cycles (and the cycle model) are too."""
