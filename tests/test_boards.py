@@ -437,6 +437,27 @@ def test_cli_build_zynq_without_vivado(tmp_path, capsys, monkeypatch):
                      r"-source fpgacnn\.tcl$", out, re.M)
 
 
+def test_cli_build_fused_block_with_a_config_is_one_line(tmp_path, capsys):
+    config = tmp_path / "engine.toml"
+    config.write_text("[engine]\npin = 1\npout = 1\n")
+    out_dir = tmp_path / "out"
+    assert main(["build", "--board", "pynq-z2", "--config", str(config), "--fused-block",
+                 "-o", str(out_dir)]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--fused-block sizes the engine" in err
+    assert not out_dir.exists()
+
+
+@pytest.mark.slow  # generates the Verilog of a 144-MAC engine with the block (~1 min)
+def test_cli_build_fused_block_sizes_the_engine_with_it(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    out_dir = tmp_path / "out"
+    assert main(["build", "--board", "pynq-z2", "--fused-block", "-o", str(out_dir)]) == 3
+    want = size_engine(load_board("pynq-z2"), fused_block=True).config
+    assert EngineConfig.from_toml(out_dir / "engine.toml") == want and want.fused_blocks > 0
+    assert f"fused_blocks={want.fused_blocks}" in capsys.readouterr().out
+
+
 @pytest.mark.slow  # generates the Verilog of a 144-MAC engine (~30 s)
 def test_cli_build_prints_default_engine(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))

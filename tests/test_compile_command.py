@@ -61,3 +61,19 @@ def test_layers_of_the_vector_unit_are_named_so(capsys, tmp_path):
     for op in ("Add", "GlobalAveragePool", "Flatten"):
         assert "vector (the sequencer's unit)" in rows[op], rows[op]
     assert "host" not in "".join(rows.values())
+
+
+def test_fused_block_compiles_for_the_sized_engine_with_the_block(capsys, tmp_path):
+    """``--board NAME --fused-block``: the image is for the engine ``fpgacnn build --board
+    NAME --fused-block`` makes (size_engine's rule 4d), whose header says its blocks;
+    without --board the flag is one line of error."""
+    out = tmp_path / "digits.fcnp"
+    assert main(["compile", str(DIGITS), "--board", "pynq-z2", "--fused-block",
+                 "-o", str(out)]) == 0
+    assert "board pynq-z2's sized engine with the fused block" in capsys.readouterr().out
+    config = size_engine(load_board("pynq-z2"), fused_block=True).config
+    image = ProgramImage(out.read_bytes())
+    assert image.config == config and image.header.fused_blocks == config.fused_blocks > 0
+    assert main(["compile", str(DIGITS), "--fused-block"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--fused-block sizes a board's engine" in err

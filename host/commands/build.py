@@ -46,6 +46,10 @@ def add_parser(subparsers):
                    help="engine parameters (default: sized to the board)")
     p.add_argument("--clock-mhz", type=float, metavar="MHZ",
                    help="engine clock (default: the board's target clock)")
+    p.add_argument("--fused-block", action="store_true",
+                   help="without --config: the sized engine with the fused depthwise + "
+                        "pointwise block where its memory fits (not the default: "
+                        "docs/boards.md, \"The fused block\")")
     p.add_argument("--name", default="fpgacnn",
                    help="design name: NAME.bit, NAME.hwh (default: fpgacnn)")
     p.add_argument("-o", "--output", metavar="DIR", type=Path, required=True,
@@ -88,6 +92,9 @@ def run(args):
     check_output_directory(args.output, "-o")
     if args.clock_mhz is not None and not args.clock_mhz > 0:
         raise FpgacnnError(f"--clock-mhz must be positive, not {args.clock_mhz}")
+    if args.config is not None and args.fused_block:
+        raise FpgacnnError("--fused-block sizes the engine: with --config, set fused_blocks in "
+                           f"{args.config} instead")
     if args.config is not None:
         config = EngineConfig.from_toml(args.config)
         r = board.resources
@@ -96,7 +103,7 @@ def run(args):
               f"{r.multipliers} {r.multiplier_kind}, "
               f"{bram_blocks_needed(config, board)['total']} of {r.bram_blocks} block RAMs")
     else:
-        sizing = size_engine(board)
+        sizing = size_engine(board, fused_block=args.fused_block)
         config = sizing.config
         print(f"no --config: default engine for {board.name}")
         print(sizing.describe())
