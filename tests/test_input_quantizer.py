@@ -22,6 +22,8 @@ from fpgacnn.core.errors import InputError
 from fpgacnn.host.input_quantizer import InputQuantizer
 from fpgacnn.host.model import FloatHead, QuantizedModel, TensorSpec
 
+from quantize_edges import quantize_edges
+
 SHAPES = [(3, 32, 32), (1, 49, 10), (640,), (5, 4, 3), (9, 2, 2)]
 SCALES = [2.0 ** -4, 0.0330853, 3.0]
 ZERO_POINTS = [-128, -7, 0, 6, 127]
@@ -42,13 +44,7 @@ def _inputs(shape, scale, zp, seed):
     inside = rng.uniform((-127 - zp) * s, (126 - zp) * s, (2, *shape))
     wide = rng.normal(0, 200 * s, (3, *shape))
     ties = (rng.integers(-140, 140, (1, *shape)) + 0.5) * s  # exact ties where s is 2**-k
-    edges = []
-    for code in (-129.5, -128.5, -128, -127.5, -127, -126.5, 125.5, 126, 126.5, 127, 127.5,
-                 128.5):
-        v = np.float32((code - zp) * s)
-        edges += [np.nextafter(v, -np.inf, dtype=np.float32), v,
-                  np.nextafter(v, np.inf, dtype=np.float32)]
-    edges = np.resize(np.array(edges, np.float32), per).reshape(1, *shape)
+    edges = np.resize(np.array(quantize_edges(s, zp), np.float32), per).reshape(1, *shape)
     huge = np.full((1, *shape), 3e38, np.float32)
     huge.reshape(-1)[::2] = -3e38
     return [a.astype(np.float32) for a in (inside[:1], inside, wide, ties, edges, huge,

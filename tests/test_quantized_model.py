@@ -11,6 +11,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from onnx_model_builders import calibration_data, ort_session, quantize, residual_model
+from quantize_edges import quantize_edges
 from fpgacnn.core.errors import InputError
 from fpgacnn.host.integer_ops import add_params, avgpool2d
 from fpgacnn.host.onnx_import import load_onnx
@@ -167,12 +168,7 @@ def test_quantizing_at_the_int8_limits_and_into_a_view_is_the_formula(residual):
     qm, x = residual
     scale, zp = np.float32(qm.input.scale), qm.input.zero_point
     per_image = int(np.prod(qm.input.shape))
-    edges = []
-    for code in (-129.5, -128.5, -128, -127.5, -127, -126.5, 125.5, 126, 126.5, 127, 127.5,
-                 128.5):
-        v = np.float32((code - zp) * scale)
-        edges += [np.nextafter(v, -np.inf, dtype=np.float32), v,
-                  np.nextafter(v, np.inf, dtype=np.float32)]
+    edges = quantize_edges(scale, zp)
     for lo, hi in [(0, len(edges))] + [(i, i + 1) for i in range(len(edges))]:
         v = np.resize(np.array(edges[lo:hi], np.float32), 2 * per_image)
         v = v.reshape(2, *qm.input.shape)
