@@ -51,3 +51,30 @@ def test_main_writes_only_its_section(bench, tmp_path):
     assert text.endswith("<!-- mlperf_tiny:end -->\n\nafter\n") and "old" not in text
     assert "| ds_cnn | 2,656,768 |" in text and "fpgaConvNet" in text
     assert "Per layer, **ds_cnn** on pynq-z2" in text
+
+
+def test_block_engine_reports_the_fused_blocks(bench, ds_cnn):
+    """``pynq-z2+block`` is the board's sized engine with the fused block: DS-CNN's
+    four depthwise layers run in fused blocks, which the depthwise cell reports
+    against the goal (their MACs both halves'), and no depthwise layer is left alone."""
+    from fpgacnn.boards.board import load_board
+    from fpgacnn.boards.engine_sizing import size_engine
+    model, plain, _ = ds_cnn
+    engine, = bench.engines(["pynq-z2+block"])
+    assert engine.config == size_engine(load_board("pynq-z2"), fused_block=True).config
+    assert engine.config != plain.config and engine.names == ["pynq-z2+block"]
+    r = bench.compile_network("ds_cnn", model, engine, 1)
+    assert r.depthwise() is None
+    n, utilization, cycles, macs = r.fused_blocks()
+    fused = [l for l in r.layers if l.mapping == "fused"]
+    assert n == len(fused) == 4
+    assert utilization == pytest.approx(sum(l.macs for l in fused)
+                                        / (sum(l.cycles for l in fused) * r.peak))
+    cell = bench._depthwise_cell(r.depthwise(), r.fused_blocks())
+    assert cell.startswith(f"in 4 fused blocks: {utilization:.1%} (")
+    assert ("(yes;" in cell) == (utilization >= bench.DEPTHWISE_GOAL)
+
+
+def test_unknown_engine_names_one_line(bench):
+    with pytest.raises(SystemExit, match="unknown board nope[+]block; choose from"):
+        bench.parse_args(["--boards", "nope+block"])
