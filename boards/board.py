@@ -19,7 +19,7 @@ import re
 
 from ..core.errors import FpgacnnError
 
-__all__ = ["BoardError", "Board", "Resources", "Clock", "Vivado", "BOARD_DIR",
+__all__ = ["BoardError", "Board", "Resources", "Clock", "Vivado", "SizingChoices", "BOARD_DIR",
            "FAMILIES", "HOST_LINKS", "DEFAULT_UART_BAUD", "require_board", "load_board", "load_board_file", "list_boards"]
 
 #: Where the shipped board files live.
@@ -166,6 +166,26 @@ class Vivado:
 
 
 @dataclass(frozen=True)
+class SizingChoices:
+    """What a board's file chooses for its sized engine where the sizing rules leave a choice.
+
+    Parameters
+    ----------
+    fused_block : bool
+        The fused depthwise + pointwise block in the sized engine by default
+        (``size_engine`` rule 4d; docs/boards.md, "The fused block"): set in a
+        board's file where its whole top with the block was measured within
+        the LUT margin a default engine keeps.
+    depthwise_pixels : int
+        Its depthwise unit's output pixels a cycle (``EngineConfig.depthwise_pixels``):
+        2 the full-rate unit, 1 the half-rate one (half its LUT products).
+    """
+
+    fused_block: bool = False
+    depthwise_pixels: int = 2
+
+
+@dataclass(frozen=True)
 class Board:
     """One board, as its TOML file describes it.
 
@@ -193,6 +213,8 @@ class Board:
     clock : Clock
     vivado : Vivado or None
         Present exactly for Vivado boards.
+    sizing : SizingChoices
+        The file's ``[sizing]`` table (all defaults where it has none).
     url : str
         Where the board is documented.
     path : pathlib.Path
@@ -212,6 +234,7 @@ class Board:
     clock: Clock
     vivado: "Vivado | None" = None
     uart_baud: "int | None" = None
+    sizing: SizingChoices = SizingChoices()
     url: str = ""
     path: "Path | None" = field(default=None, compare=False)
 
@@ -397,6 +420,17 @@ def load_board_file(path):
                         board_connections=v.get("board_connections", str, default=""),
                         pynq=v.get("pynq", str, default=""))
         v.finish()
+    z = top.sub("sizing", optional=True)
+    sizing = SizingChoices()
+    if z is not None:
+        fused = z.get("fused_block", bool, default=False)
+        pixels = z.get("depthwise_pixels", int, default=2, check=lambda v: v in (1, 2),
+                       what="1 or 2")
+        if pixels != 2 and not fused:
+            raise BoardError(f"{path}: sizing.depthwise_pixels: only with sizing.fused_block "
+                             f"= true (it sets the block's depthwise unit)")
+        sizing = SizingChoices(fused_block=fused, depthwise_pixels=pixels)
+        z.finish()
     top.finish()
 
     if toolchain == "vivado" and vivado is None:
@@ -416,8 +450,8 @@ def load_board_file(path):
 
     return Board(name=name, title=title, family=family, device=device, package=package,
                  speed=speed, toolchain=toolchain, host_link=host_link, platform=platform,
-                 resources=resources, clock=clock, vivado=vivado, uart_baud=uart_baud, url=url,
-                 path=path)
+                 resources=resources, clock=clock, vivado=vivado, uart_baud=uart_baud,
+                 sizing=sizing, url=url, path=path)
 
 
 def require_board(board):

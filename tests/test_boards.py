@@ -124,6 +124,14 @@ def test_uart_baud_defaults_and_can_be_set(tmp_path):
     assert load_board("pynq-z2").uart_baud is None
 
 
+def test_sizing_choices_default_and_can_be_set(tmp_path):
+    from fpgacnn.boards.board import SizingChoices
+    assert load_board_file(_write(tmp_path, GOOD)).sizing == SizingChoices(False, 2)
+    b = load_board_file(_write(tmp_path, GOOD + '\n[sizing]\nfused_block = true\n'
+                                               'depthwise_pixels = 1\n'))
+    assert b.sizing == SizingChoices(fused_block=True, depthwise_pixels=1)
+
+
 def test_adding_a_board_is_adding_a_file(tmp_path):
     _write(tmp_path, GOOD, "my-board")
     assert [b.name for b in list_boards(tmp_path)] == ["my-board"]
@@ -158,6 +166,14 @@ def test_adding_a_board_is_adding_a_file(tmp_path):
     (lambda t: t.replace('platform =', 'uart_baud = 0\nplatform ='), r"uart_baud: must be positive, not 0"),
     (lambda t: t.replace('host_link = "uart"', 'host_link = "spi"\nuart_baud = 115200'),
      r"uart_baud: only for host_link = 'uart', not 'spi'"),
+    (lambda t: t + '\n[sizing]\nfused_block = 1\n',
+     r"sizing\.fused_block: must be bool, not 1"),
+    (lambda t: t + '\n[sizing]\nfused_block = true\ndepthwise_pixels = 3\n',
+     r"sizing\.depthwise_pixels: must be 1 or 2, not 3"),
+    (lambda t: t + '\n[sizing]\ndepthwise_pixels = 1\n',
+     r"sizing\.depthwise_pixels: only with sizing\.fused_block = true"),
+    (lambda t: t + '\n[sizing]\nfused_block = true\nblocks = 4\n',
+     r"sizing\.blocks: unknown field"),
 ])
 def test_validation_errors_name_file_and_field(tmp_path, edit, message):
     path = _write(tmp_path, edit(GOOD))
