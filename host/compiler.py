@@ -951,10 +951,44 @@ def _convolution_step(config, layer, pool, batch, cycles, *, reads_input, rows=T
                            cycles)
     if best is None:
         raise errors[0]
+    if reads_input and isinstance(layer, Conv):
+        best = _space_to_depth(config, layer, best, batch, cycles)
     candidate, step = best
     if step.runs and step.runs[0].weights is None:
         step = _step_of_candidate(config, layer, candidate, batch, cycles)
     return step
+
+
+def _space_to_depth(config, layer, best, batch, cycles):
+    """``best`` (today's mapping of a Conv on the network's input, ``(candidate,
+    step)``), or the layer as space to depth (``s2d``, ``s2d/phase``:
+    :func:`~fpgacnn.host.conv_views.space_to_depth_view` with no host padding
+    before the input, or with the layer's pads modulo its stride) where the cycle
+    model predicts fewer cycles.
+
+    Only a strided Conv, only on the network's input (the host writes its blocks
+    with the input, an input fold), and only beside a mapping that runs: it is a
+    choice for speed, never a fallback, so a layer refused today is refused with
+    today's message. It keeps today's fused pool (the output is the layer's
+    own), or runs without one where today's mapping does."""
+    s2d = _space_to_depth_fastest(config, layer, best[0][2], batch, cycles)
+    return s2d if s2d is not None and _predicted(s2d[1]) < _predicted(best[1]) else best
+
+
+def _space_to_depth_fastest(config, layer, pool, batch, cycles):
+    """The fastest of the Conv ``layer``'s space-to-depth candidates with ``pool``
+    as ``(candidate, step)``, None where the layer has stride 1 or every one is
+    refused."""
+    if tuple(layer.stride) == (1, 1):
+        return None
+    candidates = []
+    for phase in conv_views.space_to_depth_phases(layer):
+        try:
+            view = conv_views.space_to_depth_view(layer, phase)
+        except ValueError:
+            continue  # an axis whose outputs read padding alone: nothing to gain
+        candidates.append(("s2d" + ("/phase" if any(phase) else ""), [view], pool, None))
+    return _fastest(config, layer, candidates, batch, cycles)[0]
 
 
 def _grouped_candidates(config, layer, *, fold):
