@@ -17,6 +17,7 @@ predicts fewer cycles than today's. Checked here:
   (reduced) through the whole path on the PYNQ-Z2's engine.
 """
 
+import dataclasses
 import importlib.util
 from pathlib import Path
 
@@ -356,3 +357,39 @@ def test_mobilenet_with_blocks_is_exact_on_the_pynq_z2_engine(monkeypatch, pynq_
     for layer in acc.report["layers"]:
         if layer["engine"]:
             assert layer["cycles"] == layer["predicted_cycles"], layer["name"]
+
+
+#: A ``kmax = 4`` engine (SMALL_ENGINE's buffers): ResNet-18's 7x7 stride-2 stem as
+#: blocks takes a 4x4 kernel, which no board's ``kmax = 3`` window takes.
+KMAX4_ENGINE = dataclasses.replace(SMALL_ENGINE, kmax=4)
+
+
+@pytest.mark.slow  # two Verilator builds of their own (~1 min)
+@pytest.mark.parametrize("sequencer", [False, True], ids=["dma", "sequencer"])
+def test_resnet18_stem_as_blocks_on_a_kmax4_engine(program_boards, sequencer):
+    """ResNet-18's stem and first block at 32x32 on a ``kmax = 4`` engine: the cycle
+    model keeps the stem's blocks (a 4x4 kernel over 12 channels) against its taps
+    folded (147 channels), bit-exact through the DMA (each layer the model's cycles)
+    and in one start of the sequencer."""
+    from fpgacnn.host.accelerator import open_board
+    written = zoo.write_zoo(_tmp(), ["resnet18_stem"], n_calibration=4,
+                            sizes={"resnet18_stem": {"hw": 32}})
+    model = load_onnx(written["resnet18_stem"]["int8"])
+    x8 = model.quantize_input(zoo.calibration_data(zoo.build("resnet18_stem", hw=32), 2,
+                                                   seed=500))
+    board = program_boards(KMAX4_ENGINE) if sequencer else open_board("sim", KMAX4_ENGINE)
+    try:
+        acc = Accelerator(model, config=KMAX4_ENGINE, board=board, sequencer=sequencer)
+        step = _first(acc.program(len(x8)))
+        assert step.mapping.startswith("s2d") and step.runs[0].descriptor["ci_tiles"] == 3
+        want = ReferenceBackend().run_int8(model, x8)
+        assert_array_equal(acc.run_int8(x8), want)
+        if sequencer:
+            _sequenced_as_predicted(acc, len(x8), KMAX4_ENGINE, warm=False)
+            return
+        for layer in acc.report["layers"]:
+            if layer["engine"]:
+                assert layer["cycles"] == layer["predicted_cycles"], layer["name"]
+    finally:
+        if not sequencer:
+            board.close()
