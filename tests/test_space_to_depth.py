@@ -393,3 +393,56 @@ def test_resnet18_stem_as_blocks_on_a_kmax4_engine(program_boards, sequencer):
     finally:
         if not sequencer:
             board.close()
+
+
+# -- the figures of docs/runtime.md --------------------------------------------------------
+
+#: The engines of the docs' table: the default, the Zynq boards' sized engines and
+#: the biggest open board's (the smaller open boards', ``pin`` 1 or 2, keep today's
+#: mappings as it does), and the PYNQ-Z2's and the default with ``kmax = 4``.
+TABLE_BOARDS = ("pynq-z2", "ultra96-v2", "kv260", "zcu104", "ulx3s-85f")
+
+
+def _table_engines():
+    from fpgacnn.boards.board import load_board
+    from fpgacnn.boards.engine_sizing import size_engine
+    from fpgacnn.core.config import EngineConfig
+    engines = {"`EngineConfig()` (default)": EngineConfig()}
+    engines.update({b: size_engine(load_board(b)).config for b in TABLE_BOARDS})
+    engines["pynq-z2, `kmax = 4`"] = dataclasses.replace(engines["pynq-z2"], kmax=4)
+    engines["default, `kmax = 4`"] = EngineConfig(kmax=4)
+    return engines
+
+
+def s2d_table():
+    """docs/runtime.md's space-to-depth table: per engine, the first layer's mapping and
+    predicted cycles (the cycle model, equal to the RTL's) of MobileNetV1-0.25 (96x96)
+    and ResNet-18's stem (224x224), and the network's, without and with the blocks."""
+    written = zoo.write_zoo(_tmp(), ["mobilenet_v1_025", "resnet18_stem"], n_calibration=4)
+    models = {n: load_onnx(written[n]["int8"]) for n in written}
+    rows = ["| engine | model | first layer before | after | network before | after |",
+            "|---|---|---|---|---:|---:|"]
+    real = compiler._space_to_depth
+    for label, config in _table_engines().items():
+        for name, model in models.items():
+            figures = []
+            for hook in (lambda config, layer, best, *a: best, real):
+                compiler._space_to_depth = hook
+                try:
+                    steps = [s for s in compile_model(model, config).steps
+                             if isinstance(s, EngineStep)]
+                finally:
+                    compiler._space_to_depth = real
+                figures.append((steps[0].mapping, _predicted(steps[0]),
+                                sum(_predicted(s) for s in steps)))
+            (m0, c0, t0), (m1, c1, t1) = figures
+            rows.append(f"| {label} | {name} | `{m0}` {c0:,} | `{m1}` {c1:,} | {t0:,} | {t1:,} |")
+    return "\n".join(rows)
+
+
+def test_docs_s2d_table_is_current():
+    text = (Path(__file__).resolve().parents[1] / "docs" / "runtime.md").read_text()
+    import re
+    match = re.search(r"<!-- s2d:begin -->\n(.*?)\n<!-- s2d:end -->", text, re.S)
+    assert match, "docs/runtime.md has no s2d table"
+    assert match.group(1) == s2d_table()
