@@ -529,15 +529,17 @@ def compile_model(model, config, *, batch=1, resident=None, fuse=True):
         raise InputError(f"fuse must be True, False or 'always', not {fuse!r}")
     fusing = fuse and engine_contract(config).fused is not None
 
-    def convolution(j):
-        """``layers[j]`` compiled as without the block (a max-pool after it fused)."""
+    def convolution(j, s2d=True):
+        """``layers[j]`` compiled as without the block (a max-pool after it fused);
+        ``s2d``: may it run as space to depth (:func:`_space_to_depth`)."""
         layer, nxt = layers[j], layers[j + 1] if j + 1 < len(layers) else None
         pool = nxt if _fusable_pool(layer, nxt, readers) else None
         return _convolution_step(config, layer, pool, batch, cycles,
-                                 reads_input=layer.inputs == (model.input_tensor,),
+                                 reads_input=layer.inputs == (model.input_tensor,) and s2d,
                                  rows=not _feeds_an_add(layer, nxt, readers))
 
     ready = {}  # index -> its step, compiled unfused to weigh it against a block
+    blocks = {}  # step index -> layer index of the steps as space to depth
     # Depthwise memory words left for the blocks the cycle model keeps: a block
     # past it would stream its depthwise words, which come only with the pointwise
     # weights (the stream's sections), on every warm run.
@@ -563,6 +565,8 @@ def compile_model(model, config, *, batch=1, resident=None, fuse=True):
         if isinstance(layer, (Conv, GroupedConv, DilatedConv)):
             step = ready.pop(i, None) or convolution(i)
             step.unfused_reason = reason
+            if step.mapping.startswith("s2d"):
+                blocks[len(steps)] = i
             steps.append(step)
             i += 2 if step.pool is not None else 1
         elif isinstance(layer, Gemm):
@@ -576,6 +580,18 @@ def compile_model(model, config, *, batch=1, resident=None, fuse=True):
             steps.append(HostStep(layer))
             i += 1
     program = Program(model, config, steps, batch)
+    if blocks and resident is not False and engine_contract(config).resident_weights \
+            and not _weights_fit(program):
+        # Space to depth widens a layer's input tiles, and so its weights: never at
+        # the cost of the program's resident weights (every warm inference would
+        # stream every weight again), whatever it saves on the layer.
+        kept = list(steps)
+        for k, j in blocks.items():
+            kept[k] = convolution(j, s2d=False)
+            kept[k].unfused_reason = steps[k].unfused_reason
+        without = Program(model, config, kept, batch)
+        if _weights_fit(without):
+            program = without
     return _make_resident(program, resident, cycles)
 
 
@@ -766,6 +782,25 @@ def _place_depthwise(contract, program):
     return bases, shared, sum(ci for key, ci in blocks if key in bases)
 
 
+def _weight_words(program):
+    """``(words, groups)``: the weight buffer's words the program's channel groups take
+    together (in the order they first run) and ``{id(weights): base}``."""
+    contract = engine_contract(program.config)
+    bases, words = {}, 0
+    for step in program.steps:
+        for run in getattr(step, "runs", ()):
+            if id(run.weights) not in bases:
+                bases[id(run.weights)] = words
+                words += contract.weight_words(run.descriptor)
+    return words, bases
+
+
+def _weights_fit(program):
+    """Whether the engine keeps resident weights and the program's fit its buffer."""
+    contract = engine_contract(program.config)
+    return contract.resident_weights and _weight_words(program)[0] <= contract.weights.words
+
+
 def _make_resident(program, resident, cycles):
     """``program`` with a place in the weight buffer for each channel group's
     weights (in the order they first run), a place in the parameter buffer for
@@ -775,12 +810,12 @@ def _make_resident(program, resident, cycles):
     warm run of their block too) and each run's warm descriptor, or as it is
     when it should not or cannot be resident."""
     contract = engine_contract(program.config)
-    bases, words, groups = {}, 0, []
+    words, bases = _weight_words(program)
+    groups, seen = [], set()
     for step in program.steps:
         for run in getattr(step, "runs", ()):
-            if id(run.weights) not in bases:
-                bases[id(run.weights)] = words
-                words += contract.weight_words(run.descriptor)
+            if id(run.weights) not in seen:
+                seen.add(id(run.weights))
                 groups.append((id(run.weights), int(run.descriptor["co_tiles"])))
     fits = contract.resident_weights and words <= contract.weights.words
     if resident is None:

@@ -202,6 +202,21 @@ def test_mobilenet_first_layer_is_kept_where_faster(monkeypatch, board, mapping,
         assert forced.mapping == "s2d" and (_predicted(forced) < before) == (mapping == "s2d")
 
 
+def test_the_blocks_never_cost_the_program_its_resident_weights(tmp_path):
+    """tests/test_fused_compiler.py's reduced MobileNet on its FUSED engine: the stem's
+    blocks (3 input tiles, three times the weight words) would push the program's
+    weights past the weight buffer, so the stem stays dense and the weights resident;
+    a program that is not to be resident anyway keeps the faster blocks."""
+    from test_fused_compiler import FUSED, MOBILENET_BLOCKS, MOBILENET_HW, mobilenet_like, \
+        quantized
+    model, _ = quantized(mobilenet_like(MOBILENET_BLOCKS, hw=MOBILENET_HW), tmp_path, n=2)
+    kept = compile_model(model, FUSED, fuse="always")
+    assert (_first(kept).mapping, kept.resident) == ("dense", True)
+    streamed = compile_model(model, FUSED, fuse="always", resident=False)
+    assert (_first(streamed).mapping, streamed.resident) == ("s2d", False)
+    assert _predicted(_first(streamed)) < _predicted(_first(kept))
+
+
 def test_a_kernel_the_blocks_do_not_fit_keeps_todays_mapping(monkeypatch):
     """ResNet-18's stem on a ``kmax = 3`` engine: its blocks take a 4x4 kernel, past the
     window, so the layer keeps its taps folded into channels (``im2col``)."""
@@ -420,8 +435,8 @@ def s2d_table():
     and ResNet-18's stem (224x224), and the network's, without and with the blocks."""
     written = zoo.write_zoo(_tmp(), ["mobilenet_v1_025", "resnet18_stem"], n_calibration=4)
     models = {n: load_onnx(written[n]["int8"]) for n in written}
-    rows = ["| engine | model | first layer before | after | network before | after |",
-            "|---|---|---|---|---:|---:|"]
+    rows = ["| engine | model | first layer before | after | network before | after "
+            "| warm before | after |", "|---|---|---|---|---:|---:|---:|---:|"]
     real = compiler._space_to_depth
     for label, config in _table_engines().items():
         for name, model in models.items():
@@ -429,14 +444,17 @@ def s2d_table():
             for hook in (lambda config, layer, best, *a: best, real):
                 compiler._space_to_depth = hook
                 try:
-                    steps = [s for s in compile_model(model, config).steps
-                             if isinstance(s, EngineStep)]
+                    program = compile_model(model, config)
                 finally:
                     compiler._space_to_depth = real
+                steps = [s for s in program.steps if isinstance(s, EngineStep)]
+                warm = sum(r.warm_predicted_cycles if program.resident else r.predicted_cycles
+                           for s in steps for r in s.runs)
                 figures.append((steps[0].mapping, _predicted(steps[0]),
-                                sum(_predicted(s) for s in steps)))
-            (m0, c0, t0), (m1, c1, t1) = figures
-            rows.append(f"| {label} | {name} | `{m0}` {c0:,} | `{m1}` {c1:,} | {t0:,} | {t1:,} |")
+                                sum(_predicted(s) for s in steps), warm))
+            (m0, c0, t0, w0), (m1, c1, t1, w1) = figures
+            rows.append(f"| {label} | {name} | `{m0}` {c0:,} | `{m1}` {c1:,} | {t0:,} | {t1:,} "
+                        f"| {w0:,} | {w1:,} |")
     return "\n".join(rows)
 
 
