@@ -28,7 +28,7 @@ input pixels are streamed, and a padded tap still reads ``x_zp``.
   row's last issue. The compiler picks the width with the cycle model.
 - **Space to depth** (:func:`space_to_depth_view`): a strided convolution on
   the network's own input as a stride-1 convolution over ``C * sy * sx``
-  channels of ``sy x sx`` blocks of pixels, with a ``ceil``-ish smaller kernel
+  channels of ``sy x sx`` blocks of pixels, a kernel of about ``k / s`` taps
   and pads of whole blocks; the blocks are an :class:`Im2Col` whose kernel is
   its stride, so the host writes them with the input as any input fold. The
   compiler keeps it where the cycle model predicts fewer cycles.
