@@ -529,15 +529,17 @@ def compile_model(model, config, *, batch=1, resident=None, fuse=True):
         raise InputError(f"fuse must be True, False or 'always', not {fuse!r}")
     fusing = fuse and engine_contract(config).fused is not None
 
-    def convolution(j):
-        """``layers[j]`` compiled as without the block (a max-pool after it fused)."""
+    def convolution(j, s2d=True):
+        """``layers[j]`` compiled as without the block (a max-pool after it fused);
+        ``s2d``: may it run as space to depth (:func:`_space_to_depth`)."""
         layer, nxt = layers[j], layers[j + 1] if j + 1 < len(layers) else None
         pool = nxt if _fusable_pool(layer, nxt, readers) else None
         return _convolution_step(config, layer, pool, batch, cycles,
-                                 reads_input=layer.inputs == (model.input_tensor,),
+                                 reads_input=layer.inputs == (model.input_tensor,) and s2d,
                                  rows=not _feeds_an_add(layer, nxt, readers))
 
     ready = {}  # index -> its step, compiled unfused to weigh it against a block
+    blocks = {}  # step index -> layer index of the steps as space to depth
     # Depthwise memory words left for the blocks the cycle model keeps: a block
     # past it would stream its depthwise words, which come only with the pointwise
     # weights (the stream's sections), on every warm run.
@@ -563,6 +565,8 @@ def compile_model(model, config, *, batch=1, resident=None, fuse=True):
         if isinstance(layer, (Conv, GroupedConv, DilatedConv)):
             step = ready.pop(i, None) or convolution(i)
             step.unfused_reason = reason
+            if step.mapping.startswith("s2d"):
+                blocks[len(steps)] = i
             steps.append(step)
             i += 2 if step.pool is not None else 1
         elif isinstance(layer, Gemm):
@@ -576,6 +580,18 @@ def compile_model(model, config, *, batch=1, resident=None, fuse=True):
             steps.append(HostStep(layer))
             i += 1
     program = Program(model, config, steps, batch)
+    if blocks and resident is not False and engine_contract(config).resident_weights \
+            and not _weights_fit(program):
+        # Space to depth widens a layer's input tiles, and so its weights: never at
+        # the cost of the program's resident weights (every warm inference would
+        # stream every weight again), whatever it saves on the layer.
+        kept = list(steps)
+        for k, j in blocks.items():
+            kept[k] = convolution(j, s2d=False)
+            kept[k].unfused_reason = steps[k].unfused_reason
+        without = Program(model, config, kept, batch)
+        if _weights_fit(without):
+            program = without
     return _make_resident(program, resident, cycles)
 
 
@@ -766,6 +782,25 @@ def _place_depthwise(contract, program):
     return bases, shared, sum(ci for key, ci in blocks if key in bases)
 
 
+def _weight_words(program):
+    """``(words, groups)``: the weight buffer's words the program's channel groups take
+    together (in the order they first run) and ``{id(weights): base}``."""
+    contract = engine_contract(program.config)
+    bases, words = {}, 0
+    for step in program.steps:
+        for run in getattr(step, "runs", ()):
+            if id(run.weights) not in bases:
+                bases[id(run.weights)] = words
+                words += contract.weight_words(run.descriptor)
+    return words, bases
+
+
+def _weights_fit(program):
+    """Whether the engine keeps resident weights and the program's fit its buffer."""
+    contract = engine_contract(program.config)
+    return contract.resident_weights and _weight_words(program)[0] <= contract.weights.words
+
+
 def _make_resident(program, resident, cycles):
     """``program`` with a place in the weight buffer for each channel group's
     weights (in the order they first run), a place in the parameter buffer for
@@ -775,12 +810,12 @@ def _make_resident(program, resident, cycles):
     warm run of their block too) and each run's warm descriptor, or as it is
     when it should not or cannot be resident."""
     contract = engine_contract(program.config)
-    bases, words, groups = {}, 0, []
+    words, bases = _weight_words(program)
+    groups, seen = [], set()
     for step in program.steps:
         for run in getattr(step, "runs", ()):
-            if id(run.weights) not in bases:
-                bases[id(run.weights)] = words
-                words += contract.weight_words(run.descriptor)
+            if id(run.weights) not in seen:
+                seen.add(id(run.weights))
                 groups.append((id(run.weights), int(run.descriptor["co_tiles"])))
     fits = contract.resident_weights and words <= contract.weights.words
     if resident is None:
@@ -951,10 +986,44 @@ def _convolution_step(config, layer, pool, batch, cycles, *, reads_input, rows=T
                            cycles)
     if best is None:
         raise errors[0]
+    if reads_input and isinstance(layer, Conv):
+        best = _space_to_depth(config, layer, best, batch, cycles)
     candidate, step = best
     if step.runs and step.runs[0].weights is None:
         step = _step_of_candidate(config, layer, candidate, batch, cycles)
     return step
+
+
+def _space_to_depth(config, layer, best, batch, cycles):
+    """``best`` (today's mapping of a Conv on the network's input, ``(candidate,
+    step)``), or the layer as space to depth (``s2d``, ``s2d/phase``:
+    :func:`~fpgacnn.host.conv_views.space_to_depth_view` with no host padding
+    before the input, or with the layer's pads modulo its stride) where the cycle
+    model predicts fewer cycles.
+
+    Only a strided Conv, only on the network's input (the host writes its blocks
+    with the input, an input fold), and only beside a mapping that runs: it is a
+    choice for speed, never a fallback, so a layer refused today is refused with
+    today's message. It keeps today's fused pool (the output is the layer's
+    own), or runs without one where today's mapping does."""
+    s2d = _space_to_depth_fastest(config, layer, best[0][2], batch, cycles)
+    return s2d if s2d is not None and _predicted(s2d[1]) < _predicted(best[1]) else best
+
+
+def _space_to_depth_fastest(config, layer, pool, batch, cycles):
+    """The fastest of the Conv ``layer``'s space-to-depth candidates with ``pool``
+    as ``(candidate, step)``, None where the layer has stride 1 or every one is
+    refused."""
+    if tuple(layer.stride) == (1, 1):
+        return None
+    candidates = []
+    for phase in conv_views.space_to_depth_phases(layer):
+        try:
+            view = conv_views.space_to_depth_view(layer, phase)
+        except ValueError:
+            continue  # an axis whose outputs read padding alone: nothing to gain
+        candidates.append(("s2d" + ("/phase" if any(phase) else ""), [view], pool, None))
+    return _fastest(config, layer, candidates, batch, cycles)[0]
 
 
 def _grouped_candidates(config, layer, *, fold):

@@ -26,6 +26,12 @@ input pixels are streamed, and a padded tap still reads ``x_zp``.
   width that divides ``H * W`` (the same bytes in the arena's NHWC layout):
   DS-CNN's 25 x 5 maps as 5 rows of 25, where pixel pairs waste less of a
   row's last issue. The compiler picks the width with the cycle model.
+- **Space to depth** (:func:`space_to_depth_view`): a strided convolution on
+  the network's own input as a stride-1 convolution over ``C * sy * sx``
+  channels of ``sy x sx`` blocks of pixels, a kernel of about ``k / s`` taps
+  and pads of whole blocks; the blocks are an :class:`Im2Col` whose kernel is
+  its stride, so the host writes them with the input as any input fold. The
+  compiler keeps it where the cycle model predicts fewer cycles.
 - **Kernels larger than kmax, non-square strides, dilations that do not fit**:
   the taps folded into channels (:class:`Im2Col`): a 1x1 convolution over
   ``Cin * KH * KW`` channels at the output's resolution, which the engine
@@ -45,7 +51,7 @@ from ..core.contract import engine_contract
 
 __all__ = ["ChannelSlice", "ConvView", "Im2Col", "PixelRows", "compose", "dense_view",
            "depthwise_sizes", "fits", "folds_taps", "grouped_views", "pack_sizes", "row_widths",
-           "rows_view"]
+           "rows_view", "space_to_depth_phases", "space_to_depth_view"]
 
 
 @dataclass(frozen=True)
@@ -163,7 +169,9 @@ class ConvView:
         cout, cin, kh, kw = self.weight.shape
         what = {"dense": f"{cin} input channels", "dilated": f"a {kh}x{kw} kernel with zeros "
                 f"between the dilated taps", "im2col": f"its taps folded into {cin} channels",
-                "rows": f"its pixels as rows of {self.input_shape[2]}"}
+                "rows": f"its pixels as rows of {self.input_shape[2]}",
+                "s2d": f"{cin} channels of pixel blocks (space to depth), a {kh}x{kw} "
+                       f"kernel"}
         return f"output channels {self.channels[0]}..{self.channels[1] - 1} as a dense " \
                f"convolution with {what[self.how]}"
 
@@ -216,6 +224,88 @@ def dense_view(layer, config, *, weight=None, in_channels=None, out_channels=Non
     return ConvView(weight=np.ascontiguousarray(weight.reshape(weight.shape[0], taps, 1, 1)),
                     input_shape=(taps, oh, ow), output_shape=(c1 - c0, oh, ow), stride=(1, 1),
                     pads=(0, 0, 0, 0), gather=compose(gather, im2col), how="im2col", **common)
+
+
+def _s2d_axis(n, k, s, before, out, phase):
+    """One axis of :func:`space_to_depth_view`: ``(k2, pad_before, pad_after, blocks,
+    host_before, host_after, shift)`` of a kernel ``k`` with stride ``s`` and pad
+    ``before`` over ``n`` pixels making ``out``, when the host writes ``phase``
+    padding pixels before the input's own (``phase <= before``).
+
+    Output ``i``'s tap ``p`` reads input pixel ``i * s + p - before``, which sits in
+    block ``i + (p + shift) // s - pad_before`` at offset ``(p + shift) % s``, with
+    ``shift = s * pad_before + phase - before`` (the engine pads whole blocks:
+    ``pad_before = ceil((before - phase) / s)``). So the blocks take a stride-1
+    kernel of ``k2 = (k - 1 + shift) // s + 1`` taps; the last block an output
+    reads is ``out - 1 + k2 - 1 - pad_before``: the host writes the blocks up to it
+    that hold input pixels (padding the last with ``x_zp``), the engine pads the
+    rest (``pad_after``)."""
+    pad_before = -(-(before - phase) // s)
+    shift = s * pad_before + phase - before
+    k2 = (k - 1 + shift) // s + 1
+    needed = out - 1 + k2 - pad_before
+    blocks = min(-(-(n + phase) // s), needed)
+    pad_after = needed - blocks
+    host_after = max(0, s * blocks - phase - n)
+    return k2, pad_before, pad_after, blocks, phase, host_after, shift
+
+
+def space_to_depth_phases(layer):
+    """The host's padding before the input's own pixels (rows, columns) that
+    :func:`space_to_depth_view` may take for ``layer``: none (the host writes the
+    input's pixels alone, the engine pads whole blocks: the fewest bytes), and the
+    layer's pads modulo its stride (the blocks start at a padded pixel: the
+    smallest kernel). One where both are the same."""
+    (sy, sx), (top, left) = layer.stride, layer.pads[:2]
+    return sorted({(0, 0), (top % sy, left % sx)})
+
+
+def space_to_depth_view(layer, phase=(0, 0)):
+    """``layer`` (a :class:`~fpgacnn.host.layers.Conv` on the network's input,
+    stride ``(sy, sx)``) as a stride-1 convolution on its input's ``sy x sx``
+    blocks of pixels (space to depth): the same output, bit for bit.
+
+    The view's input is :class:`Im2Col` with kernel and stride ``(sy, sx)`` of the
+    input padded by ``phase`` pixels (``x_zp``) before (:func:`space_to_depth_phases`)
+    and as many after as the last block needs: ``C * sy * sx`` channels, channel
+    ``c * sy * sx + ry * sx + rx`` of block ``(u, v)`` holding input pixel
+    ``(sy * u + ry - phase[0], sx * v + rx - phase[1])``. Its weights are the
+    layer's taps at their block offsets, zeros where a block tap falls outside the
+    layer's kernel; its pads are whole blocks, asymmetric
+    (``_s2d_axis`` derives them).
+
+    Raises
+    ------
+    ValueError
+        ``phase`` is more padding than the layer has, or an output reads padding alone
+        on an axis (no block of input pixels to write).
+    """
+    cout, cin, kh, kw = layer.weight.shape
+    _, h, w = layer.input_shape
+    _, oh, ow = layer.output_shape
+    (sy, sx), (top, left, _, _) = layer.stride, layer.pads
+    if not (0 <= phase[0] <= top and 0 <= phase[1] <= left):
+        raise ValueError(f"layer {layer.name!r}: the host pads {phase} before the input, "
+                         f"the layer only ({top}, {left})")
+    ky, ptop, pbottom, hz, hy0, hy1, dy = _s2d_axis(h, kh, sy, top, oh, phase[0])
+    kx, pleft, pright, wz, hx0, hx1, dx = _s2d_axis(w, kw, sx, left, ow, phase[1])
+    if hz < 1 or wz < 1:
+        raise ValueError(f"layer {layer.name!r}: its outputs read no input pixel in blocks "
+                         f"of {sy}x{sx}")
+    weight = np.zeros((cout, cin, sy, sx, ky, kx), np.int8)
+    for p in range(kh):
+        a, ry = divmod(p + dy, sy)
+        for q in range(kw):
+            b, rx = divmod(q + dx, sx)
+            weight[:, :, ry, rx, a, b] = layer.weight[:, :, p, q]
+    blocks = Im2Col((sy, sx), (sy, sx), (hy0, hx0, hy1, hx1), (1, 1), layer.x_zero_point,
+                    (hz, wz))
+    return ConvView(name=layer.name, weight=weight.reshape(cout, cin * sy * sx, ky, kx),
+                    bias=layer.bias, mult=layer.mult, shift=layer.shift,
+                    x_zero_point=layer.x_zero_point, y_zero_point=layer.y_zero_point,
+                    input_shape=(cin * sy * sx, hz, wz), output_shape=(cout, oh, ow),
+                    stride=(1, 1), pads=(ptop, pleft, pbottom, pright), channels=(0, cout),
+                    gather=blocks, how="s2d")
 
 
 def row_widths(layer, config):

@@ -63,7 +63,10 @@ DS-CNN's 10x4 first layer, non-square strides) and that reads the network's
 input reads a tensor of its own, the input's folded taps, which the host
 writes with the input (:meth:`ProgramImage.write_input`): a transform of the
 network's own input, which the host writes anyway, so the engine reads it
-as a plain 1x1 strip and no host work falls between layers.
+as a plain 1x1 strip and no host work falls between layers. A strided first
+layer run as space to depth (:func:`~fpgacnn.host.conv_views.space_to_depth_view`)
+reads its input's pixel blocks the same way: an ``Im2Col`` whose kernel is its
+stride, which the run reads as a strip under its own window and pads.
 """
 
 from dataclasses import astuple, dataclass, fields, replace

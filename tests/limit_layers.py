@@ -56,6 +56,7 @@ import numpy as np
 
 from fpgacnn.core.config import EngineConfig
 from fpgacnn.core.contract import ROW_FIELD_MAX, engine_contract
+from fpgacnn.host.conv_views import space_to_depth_view
 from fpgacnn.host.layers import Conv, Gemm, GroupedConv, MaxPool
 from fpgacnn.host.model import QuantizedModel, TensorSpec
 
@@ -355,6 +356,15 @@ def im2col_case(case):
                    pool=False)
 
 
+def s2d_case(case, phase=(0, 0)):
+    """``case`` as space to depth (host/conv_views.py's ``space_to_depth_view``, the
+    host padding ``phase`` before the input): a stride-1 convolution over its input's
+    ``sy x sx`` blocks, the view's own kernel, pads and size."""
+    view = space_to_depth_view(build_model(case).layers[0], phase)
+    return replace(case, cin=view.input_shape[0], h=view.input_shape[1], w=view.input_shape[2],
+                   kernel=view.kernel, stride=(1, 1), pads=view.pads)
+
+
 def mapped_case(config, case):
     """``case`` as the engine runs it: as it is, or with its taps folded into
     channels where the engine cannot take it as it is (the compiler's fallback)."""
@@ -405,7 +415,8 @@ def mapping_kinds(config, case):
     if case.op == "Gemm":
         return {"gemm"}
     if case.group == 1:
-        return {"dense", "im2col"}
+        # a strided Conv (on the network's input, as every case is) also as its blocks
+        return {"dense", "im2col"} | ({"s2d"} if case.stride != (1, 1) else set())
     kinds = {"grouped"}
     if (engine_contract(config).depthwise_runs and case.cin == case.group == case.cout
             and not views_fold(config, case)):
@@ -508,6 +519,11 @@ def single_run_fits_as(config, case, mapping):
     taps fill the input lanes), so the folded taps are what one run must take."""
     if mapping == "im2col" and case.group == 1 and (case.expect is None or case.may_run):
         return _one_run(config, im2col_case(case))
+    if mapping.startswith("s2d"):  # with today's pool fused or not: either may be one run
+        phase = (case.pads[0] % case.stride[0], case.pads[1] % case.stride[1]) \
+            if mapping == "s2d/phase" else (0, 0)
+        blocks = s2d_case(case, phase)
+        return any(_one_run(config, replace(blocks, pool=p)) for p in (False, case.pool))
     parts = mapping.split("/")
     widths = [int(p[4:]) for p in parts if p.startswith("rows")]
     blocks = [int(p[5:]) for p in parts if p.startswith("remap")] + \

@@ -116,7 +116,8 @@ def check_program(case, program):
     assert isinstance(step, EngineStep), f"{case.repro()}: not an engine step: {steps}"
     # One step, the MaxPool fused; a Conv whose taps are folded into channels
     # and a grouped layer leave their MaxPool to the host.
-    assert len(steps) == 1 or (len(steps) == 2 and (step.mapping == "im2col" or case.group > 1)), \
+    assert len(steps) == 1 or (len(steps) == 2 and (step.mapping == "im2col" or case.group > 1
+                                                    or step.mapping.startswith("s2d"))), \
         f"{case.repro()}: {[s.name for s in steps]} ({step.mapping})"
     kinds = mapping_kinds(config, case)
     assert step.mapping.split("/")[0] in kinds, \
