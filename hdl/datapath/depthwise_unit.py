@@ -12,7 +12,7 @@ The requantization is not here: the vector unit's lanes do it
 its bias, as the array's requantizer adds the array's.
 """
 
-from amaranth.hdl import EnableInserter, Module, Signal, signed, unsigned
+from amaranth.hdl import EnableInserter, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -87,12 +87,18 @@ class _Pipeline(wiring.Component):
     def __init__(self, config, tag_width):
         self._config = config
         self._tag_width = tag_width
-        super().__init__({
+        ports = {
             "i_valid": In(1), "i_payload": In(depthwise_unit_input(config, tag_width)),
             "o_valid": Out(1), "o_payload": Out(depthwise_unit_output(config, tag_width)),
-        })
+        }
+        if config.depthwise_pixels == 1:
+            # the cycle after a window pair is taken, its second window's: no pair is taken
+            ports["o_second"] = Out(1)
+        super().__init__(ports)
 
     def elaborate(self, platform):
+        if self._config.depthwise_pixels == 1:
+            return self._elaborate_half()
         m = Module()
         cfg = self._config
         pin, k2 = cfg.pin, cfg.kmax * cfg.kmax
@@ -130,6 +136,55 @@ class _Pipeline(wiring.Component):
             m.d.sync += self.o_payload.tag.eq(s.tag)
         for n, tree in enumerate(trees):
             m.d.sync += self.o_payload.acc[n // pin][n % pin].eq(tree.o_sum)
+        return m
+
+    def _elaborate_half(self):
+        """``depthwise_pixels`` 1: one window of the pair a cycle through ``kmax^2 * pin``
+        products, ``window`` the cycle after the pair is taken, ``window_next`` the
+        cycle after that; the first window's sums wait a cycle for the second's."""
+        m = Module()
+        cfg = self._config
+        pin, k2 = cfg.pin, cfg.kmax * cfg.kmax
+        i = self.i_payload
+        second = Signal(name="second")
+        take = Signal(name="take")
+        m.d.comb += [take.eq(self.i_valid & ~second), self.o_second.eq(second)]
+        m.d.sync += second.eq(take)
+        # The operand register takes the pair's window, then the held window_next:
+        # the multiplexer is a register's input, not the products' (the route from
+        # the line buffer's tap multiplexers keeps its cycle). The weights and the
+        # second window are held for the pair's two cycles.
+        held = Signal.like(i.window_next, name="window_held", reset_less=True)
+        weights = Signal.like(i.weights, name="weights", reset_less=True)
+        with m.If(take):
+            m.d.sync += [held.eq(i.window_next), weights.eq(i.weights)]
+        window = Signal.like(i.window, name="operands", reset_less=True)
+        m.d.sync += window.eq(Mux(second, held, i.window))
+        trees = []
+        for p in range(pin):
+            tree = m.submodules[f"tree{p}"] = AdderTree(k2, 16)
+            trees.append(tree)
+            for t in range(k2):
+                # (Booth products in LUTs, as the full-rate unit's: no `*`)
+                product = Signal(signed(16), name=f"prod{p}_{t}", reset_less=True)
+                m.d.sync += product.eq(_lut_product(window[t * pin + p], weights[p][t]))
+                m.d.comb += tree.i_data[t].eq(product)
+        side = data.StructLayout({"valid": 1, **({"tag": unsigned(self._tag_width)}
+                                                 if self._tag_width else {})})
+        s = Signal(side, name="side_in")
+        m.d.comb += s.valid.eq(take)
+        if self._tag_width:
+            m.d.comb += s.tag.eq(self.i_payload.tag)
+        latency = depthwise_unit_latency(cfg)
+        s = delayed(m, s, latency - 1, "side_d")
+        m.d.sync += self.o_valid.eq(s.valid)
+        if self._tag_width:
+            m.d.sync += self.o_payload.tag.eq(s.tag)
+        for p, tree in enumerate(trees):
+            # the first window's sum, a cycle ahead of the second's
+            first = Signal.like(tree.o_sum, name=f"first_sum{p}", reset_less=True)
+            m.d.sync += [first.eq(tree.o_sum), self.o_payload.acc[0][p].eq(first),
+                         self.o_payload.acc[1][p].eq(tree.o_sum)]
         return m
 
 
@@ -220,8 +275,9 @@ class DepthwiseUnit(wiring.Component):
         m.d.comb += advance.eq(~self.o_stream.valid | self.o_stream.ready)
         pipe = _Pipeline(self._config, self._tag_width)
         m.submodules.pipeline = EnableInserter({"sync": advance})(pipe)
+        ready = advance & ~pipe.o_second if self._config.depthwise_pixels == 1 else advance
         m.d.comb += [
-            self.i_stream.ready.eq(advance),
+            self.i_stream.ready.eq(ready),
             pipe.i_valid.eq(self.i_stream.valid),
             pipe.i_payload.eq(self.i_stream.payload),
             self.o_stream.valid.eq(pipe.o_valid),
