@@ -170,9 +170,10 @@ def depthwise_unit_latency(config):
 def depthwise_issue_cycles(config):
     """Cycles between two window pairs of a fused run: 1, or 2 with ``depthwise_pixels``
     1 (the half-rate unit works a pair's two windows in two cycles and takes no
-    pair in the second: docs/engine.md, "The half-rate depthwise unit"). The
-    line buffer issues a fused run's window pairs at most this often; the cycle
-    model counts a pair's ``ci_tiles`` windows at this pace."""
+    pair in the second: docs/engine.md, "The half-rate depthwise unit"), but 1
+    after a pair of one pixel (an odd row's last), which has no second window.
+    The line buffer issues a fused run's window pairs at most this often; the
+    cycle model counts a pair's ``ci_tiles`` windows at this pace."""
     require_config(config)
     return 2 // config.depthwise_pixels
 

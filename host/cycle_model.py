@@ -228,6 +228,7 @@ def layer_cycles(config, desc, *, macs=None, writer=None, reader=None):
     pair_pops = ([], [])  # pixel pairs: the even and the odd pixels' FIFOs' pops
     last_pop = -(1 << 60)
     pw_ends = []    # a fused block's pairs: the cycle after each one's last pointwise window
+    fused_next = None  # a fused run: the first cycle the line buffer's next window may issue
     g = j = 0
     while g < rows or j < orows:
         # Writer: row g may start once every output row that needs row g - slots is issued.
@@ -255,14 +256,15 @@ def layer_cycles(config, desc, *, macs=None, writer=None, reader=None):
         prev = r_end[-1] if r_end else max(t0, lat.line_buffer_setup)
         if fused and r_end:
             # (the half-rate depthwise unit's pairs: no issue the cycle after one)
-            prev += depthwise_issue_cycles(config) - 1
+            prev = fused_next
         start = max(prev, w_end[target - 1])
         wait_in += start - prev
         groups = _produced(oy, out_w, out_h, co, pool)
         if fused:
-            last_pop, end = _fused_row(config, start, n, oy, out_w, out_h, ci, co, wins,
-                                       latency, depth, entry_words, per_entry_out, pair_pops,
-                                       last_pop, recent, pw_ends)
+            last_pop, end, fused_next = _fused_row(config, start, n, oy, out_w, out_h, ci, co,
+                                                   wins, latency, depth, entry_words,
+                                                   per_entry_out, pair_pops, last_pop, recent,
+                                                   pw_ends)
             if pw_ends:
                 wait_out += max(0, pw_ends[-1] - start - issue)
         elif pairs:
@@ -387,9 +389,10 @@ def _pair_row(start, out_w, co, wins, latency, depth, entry_words, per_entry_out
 def _fused_row(config, start, n, oy, out_w, out_h, ci, co, group, latency, depth, entry_words,
                per_entry_out, pops, last_pop, recent, pw_ends):
     """Output row ``oy`` of image ``n`` of a fused block run (docs/engine.md, "Step 3",
-    "Pairs across rows"), window pair by window pair: returns ``(last_pop, end)``,
-    ``end`` the cycle after the line buffer's last window of the row (the row
-    bookkeeping's), and appends the pointwise end of each slot the row fills to
+    "Pairs across rows"), window pair by window pair: returns ``(last_pop, end,
+    next)``, ``end`` the cycle after the line buffer's last window of the row (the
+    row bookkeeping's), ``next`` the first cycle the next window may issue (``end``
+    but after a pair of two pixels on the half-rate unit), and appends the pointwise end of each slot the row fills to
     ``pw_ends`` (slot ``k`` of the run: ``pw_ends[k]``).
 
     The pair buffer's slots pair the image's pixels in raster order: pixel ``p``
@@ -398,8 +401,8 @@ def _fused_row(config, start, n, oy, out_w, out_h, ci, co, group, latency, depth
     pixel unless that is the slot of the pixel before (the single last pixel of a
     row starting on an odd ``p``); its ``ci`` depthwise windows issue one every
     :func:`~fpgacnn.core.fused_block.depthwise_issue_cycles` cycles (1, 2 with the
-    half-rate unit, whose pace holds across rows too: the caller's next row begins
-    no sooner) after the pair before's, and one that takes slot ``k`` not before slot ``k -
+    half-rate unit but 1 for a pair of one pixel; the pace holds across rows too)
+    after the pair before's, and one that takes slot ``k`` not before slot ``k -
     slots`` is released (the pair buffer's ``slots``,
     :func:`~fpgacnn.core.fused_block.pair_buffer_shape`): its last pointwise window
     plus the line buffer's latency less one (the release travels with the reads;
@@ -426,8 +429,10 @@ def _fused_row(config, start, n, oy, out_w, out_h, ci, co, group, latency, depth
         takes = p % 2 == 0 or npx == 2
         if takes and taken >= slots:
             t = max(t, pw_ends[taken - slots] + lat.line_buffer - 1)
-        t += ci * pace
-        written = t - pace + lat.line_buffer + lat.depthwise_unit + lat.depthwise_requant
+        # (a pair of one pixel takes the half-rate unit a cycle)
+        each = pace if npx == 2 else 1
+        t += ci * each
+        written = t - each + lat.line_buffer + lat.depthwise_unit + lat.depthwise_requant
         # slots complete before and after the pair (an image's odd last alone completes)
         after = (p + npx) // 2 if p + npx < pixels else per_image
         if after > p // 2:
@@ -437,7 +442,7 @@ def _fused_row(config, start, n, oy, out_w, out_h, ci, co, group, latency, depth
                                          latency, depth, entry_words, per_entry_out, pops,
                                          last_pop, recent)
             pw_ends.append(pw_end)
-    return last_pop, t - pace + 1
+    return last_pop, t - each + 1, t
 
 
 def _last_beat_taken(config, writer, contract, desc, recent, image_entries, beat_entries):

@@ -149,8 +149,10 @@ def simulate_unit(config, transfers, *, seed, gaps=0.0, back_pressure=0.0, tag_w
         i, cycle, valid = 0, 0, False
         while len(got) < len(transfers):
             if not valid and i < len(transfers) and rng.random() >= gaps:
-                win, nxt, wts = transfers[i]
+                win, nxt, wts, *single = transfers[i]
                 payload = dut.i_stream.payload
+                if single:  # (the half-rate unit's pair of one pixel)
+                    ctx.set(payload.single, single[0])
                 ctx.set(payload.window.as_value(), pack(win, 8))
                 ctx.set(payload.window_next.as_value(), pack(nxt, 8))
                 ctx.set(payload.weights.as_value(), pack(wts, 8))
@@ -352,18 +354,22 @@ def test_one_window_pair_a_cycle():
 
 def test_half_rate_one_window_pair_every_other_cycle():
     """``depthwise_pixels`` 1, offered a pair every cycle: it takes one every other cycle
-    (``i_stream.ready`` low the cycle after each), and the n-th result leaves ``latency +
-    2n`` cycles after the first transfer, a cycle later than the full-rate unit's."""
+    (``i_stream.ready`` low the cycle after each) but the cycle after a ``single`` one (a
+    pair of one pixel), and each result leaves ``latency`` cycles after its transfer, a
+    cycle later than the full-rate unit's; a single's first pixel exact."""
     config = sized("pynq-z2-half")
     rng = np.random.default_rng(6)
     taps = config.kmax ** 2 * config.pin
+    singles = [0] * 6 + [1, 0, 1, 1, 0, 1] + [int(b) for b in rng.integers(0, 2, 12)]
     transfers = [(rng.integers(-128, 128, taps), rng.integers(-128, 128, taps),
-                  rng.integers(-128, 128, (config.pin, config.kmax ** 2))) for _ in range(20)]
+                  rng.integers(-128, 128, (config.pin, config.kmax ** 2)), single)
+                 for single in singles]
     dut, got, _, cycles = simulate_unit(config, transfers, seed=0)
     assert dut.latency == DepthwiseUnit(sized("pynq-z2")).latency + 1 == 8
-    assert cycles == [dut.latency + 2 * n for n in range(len(transfers))]
-    for (a, b, w), sums in zip(transfers, got):
-        for j, win in enumerate((a, b)):
+    taken = np.cumsum([0] + [1 if single else 2 for single in singles[:-1]])
+    assert cycles == [dut.latency + int(t) for t in taken]
+    for (a, b, w, single), sums in zip(transfers, got):
+        for j, win in enumerate((a, b)[:1 if single else 2]):
             assert_array_equal(sums[j], (win.reshape(-1, config.pin).T * w).sum(axis=1))
 
 

@@ -388,8 +388,9 @@ class ConvCore(wiring.Component):
         if depthwise_issue_cycles(cfg) == 2:
             # The half-rate unit takes a window pair every other cycle, and the line
             # buffer's read cannot wait: no issue the cycle after one.
+            # A pair of one pixel (a row's odd last) takes the unit one cycle.
             dw_gap = Signal(name="dw_gap")
-            m.d.sync += dw_gap.eq(lb.issue & fused)
+            m.d.sync += dw_gap.eq(lb.issue & fused & lb.second)
             lb_en = lb_en & ~dw_gap
         # The depthwise word of tile `co` (one cycle's read), beside the windows.
         t_read = delayed(m, lb.co, lat - 1, "dw_tile")
@@ -407,6 +408,8 @@ class ConvCore(wiring.Component):
             # (never held: the pair buffer has room for every pair issued)
             unit.o_stream.ready.eq(1),
         ]
+        if depthwise_issue_cycles(cfg) == 2:
+            m.d.comb += unit.i_stream.payload.single.eq(delayed(m, ~lb.second, lat, "dw_single"))
         recs = data.View(data.ArrayLayout(PARAM_RECORD, pin), unit.o_stream.payload.tag)
         # The sums requantized (lane pixel * pin + p), in the contract's cycles either way.
         if self._lent:

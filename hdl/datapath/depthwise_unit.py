@@ -42,6 +42,9 @@ def depthwise_unit_input(config, tag_width=0):
         "window_next": data.ArrayLayout(signed(8), k2 * config.pin),
         "weights": data.ArrayLayout(data.ArrayLayout(signed(8), k2), config.pin),
     }
+    if config.depthwise_pixels == 1:
+        # (the half-rate unit: a pair of one pixel, a row's odd last, takes one cycle)
+        fields["single"] = unsigned(1)
     if tag_width:
         fields["tag"] = unsigned(tag_width)
     return data.StructLayout(fields)
@@ -141,7 +144,9 @@ class _Pipeline(wiring.Component):
     def _elaborate_half(self):
         """``depthwise_pixels`` 1: one window of the pair a cycle through ``kmax^2 * pin``
         products, ``window`` the cycle after the pair is taken, ``window_next`` the
-        cycle after that; the first window's sums wait a cycle for the second's."""
+        cycle after that; the first window's sums wait a cycle for the second's. A
+        ``single`` pair (no second pixel) takes one cycle: the next pair's window
+        takes the second's place, and its ``acc[1]`` is of no window."""
         m = Module()
         cfg = self._config
         pin, k2 = cfg.pin, cfg.kmax * cfg.kmax
@@ -149,7 +154,7 @@ class _Pipeline(wiring.Component):
         second = Signal(name="second")
         take = Signal(name="take")
         m.d.comb += [take.eq(self.i_valid & ~second), self.o_second.eq(second)]
-        m.d.sync += second.eq(take)
+        m.d.sync += second.eq(take & ~i.single)
         # The operand register takes the pair's window, then the held window_next:
         # the multiplexer is a register's input, not the products' (the route from
         # the line buffer's tap multiplexers keeps its cycle). The weights and the
