@@ -367,6 +367,7 @@ def test_half_rate_blocks_with_pauses_are_bit_exact():
     run_blocks(HALF_BLOCKS[:6], seed=62, config=HALF, in_pause=0.3, out_pause=0.4)
 
 
+@pytest.mark.slow  # (the lent lanes' own tests and the half rate's above cover each)
 def test_half_rate_blocks_on_the_vector_units_lanes():
     """On the lent lanes, as the program engine builds it: in the model's cycles, then
     with pauses; bit-exact."""
