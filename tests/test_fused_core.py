@@ -230,30 +230,32 @@ def test_unfused_runs_on_an_engine_with_the_block_are_as_before():
     check_pair_runs(FUSED, layers, runs, seed=6)
 
 
-def check_blocks_on_a_board(board, seed):
+def check_blocks_on_a_board(board, seed, config=None):
     """Blocks through ``board``'s engine registers and streams (EngineDriver): bit-exact
     with perf_busy_cycles the model's, and a block over a limit refused by the
-    hardware, naming the field, the next one fine."""
+    hardware, naming the field, the next one fine. ``config``: the engine's, read from
+    its ID ROM by the default map (:data:`FUSED` where not given)."""
     from fpgacnn.core.errors import BackendError
     from fpgacnn.host.engine_driver import EngineDriver
     from fpgacnn.host.packing import output_nbytes
     driver = EngineDriver(board)
-    assert driver.config == FUSED
+    engine = config or FUSED
+    assert driver.config == engine
     rng = np.random.default_rng(seed)
     blocks = [BLOCKS[1], BLOCKS[3], BLOCKS[5]]
     for i, (c, cout, h, w, k, stride, pads, n) in enumerate(blocks):
         x, x_zp, dw, pw, out = random_block(rng, c, cout, h, w, k, stride, pads, n)
-        desc, data = pack_fused_block(FUSED, x, x_zp, dw, pw, stride=stride, pads=pads)
+        desc, data = pack_fused_block(engine, x, x_zp, dw, pw, stride=stride, pads=pads)
         if i == 1:
             # the same block from a depthwise-memory base past the memory: refused
-            bad = dict(desc, dw_base=engine_contract(FUSED).fused.depthwise_memory.words - 1)
+            bad = dict(desc, dw_base=engine_contract(engine).fused.depthwise_memory.words - 1)
             with pytest.raises(BackendError, match=r"status\.error\): dw_base = 15 "
                                                    r"\(range 0\.\.15\): 3 depthwise words"):
-                driver.run_layer(bad, data, output_nbytes(FUSED, bad), timeout=0.05,
+                driver.run_layer(bad, data, output_nbytes(engine, bad), timeout=0.05,
                                  check=False)
-        run = driver.run_layer(desc, data, output_nbytes(FUSED, desc), timeout=0.05)
-        assert_array_equal(unpack_output(FUSED, run.output, desc, cout), out)
-        assert run.busy_cycles == layer_cycles(FUSED, desc).cycles, desc
+        run = driver.run_layer(desc, data, output_nbytes(engine, desc), timeout=0.05)
+        assert_array_equal(unpack_output(engine, run.output, desc, cout), out)
+        assert run.busy_cycles == layer_cycles(engine, desc).cycles, desc
 
 
 def test_fused_blocks_through_the_engine_top_on_the_simulated_board():
@@ -271,6 +273,13 @@ def test_fused_blocks_through_the_program_engine_top(program_boards):
     """The program engine's top (Verilator; the host's runs while the sequencer is idle):
     the depthwise half on the vector unit's lanes, bit-exact in the model's cycles."""
     check_blocks_on_a_board(program_boards(FUSED), 37)
+
+
+@pytest.mark.slow  # (a Verilator build of its own)
+def test_half_rate_blocks_through_the_program_engine_top(program_boards):
+    """The half-rate unit in the program engine's top (Verilator): its 2.7 ID ROM read by
+    the default map, the blocks bit-exact in the model's cycles."""
+    check_blocks_on_a_board(program_boards(HALF), 39, config=HALF)
 
 
 # -- the depthwise half on the vector unit's lanes (the program engine's) -------------

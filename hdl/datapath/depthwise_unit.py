@@ -1,4 +1,5 @@
-"""The depthwise unit of the fused depthwise + pointwise block: ``pin`` channels of two pixels a cycle.
+"""The depthwise unit of the fused depthwise + pointwise block: ``pin`` channels of two pixels a cycle
+(of one with ``depthwise_pixels`` 1).
 
 docs/engine.md, "The fused depthwise + pointwise block": beside the main
 array, which runs the pointwise convolution, the unit takes the window pair
@@ -213,11 +214,19 @@ class DepthwiseUnit(wiring.Component):
     its lane ``p``'s channel ``p``, ``1/pin`` of its bytes
     (docs/engine.md, "The fused depthwise + pointwise block").
 
+    With ``depthwise_pixels`` 1 (the half-rate unit, docs/engine.md "The
+    half-rate depthwise unit") it has half the products, ``kmax^2 * pin``: a
+    pair taken is worked in two cycles, ``window`` then ``window_next``, and
+    its ``2 * pin`` sums leave together as the full-rate unit's; the input's
+    ``single`` (a pair of one pixel, an odd row's last) takes one, its
+    ``acc[1]`` of no window.
+
     Parameters
     ----------
     config : EngineConfig
-        The engine the unit sits in: ``pin``, ``kmax``, ``acc_width`` and
-        ``deep_pipeline``; it must have ``pixel_pairs`` (the window pair).
+        The engine the unit sits in: ``pin``, ``kmax``, ``acc_width``,
+        ``deep_pipeline`` and ``depthwise_pixels``; it must have
+        ``pixel_pairs`` (the window pair).
     tag_width : int
         Width of a tag carried from input to output with its window (0: none).
 
@@ -242,8 +251,9 @@ class DepthwiseUnit(wiring.Component):
     -------
     :attr:`latency` (:func:`~fpgacnn.core.fused_block.depthwise_unit_latency`,
     7 for a 3x3 engine with ``deep_pipeline``) cycles from a transfer in to
-    its sums on ``o_stream``, one window pair a cycle while ``o_stream`` is
-    ready. The whole pipeline holds while a result waits (``i_stream.ready``
+    its sums on ``o_stream`` (8 for the half-rate unit), one window pair a
+    cycle while ``o_stream`` is ready (the half-rate unit: ``i_stream.ready``
+    is low the cycle after a pair of two pixels is taken). The whole pipeline holds while a result waits (``i_stream.ready``
     is ``~o_stream.valid | o_stream.ready``): the line buffer's read cannot
     wait, so in the engine the window issue must be credited against the
     pair buffer's space, as the convolution core credits its output FIFO.
