@@ -15,7 +15,8 @@ Layout (each block starts on a 64-byte boundary)::
     desc    one ``desc_*`` register per descriptor field                         (rw)
     perf    busy / stall-on-input / stall-on-output cycle counters               (ro)
     id_more ``cfg_*`` registers of the parameters added since 2.3 (pixel_pairs,
-            param_words; fused_blocks only on an engine with the block)          (const)
+            param_words; fused_blocks only on an engine with the block,
+            depthwise_pixels only on one with its half-rate unit)               (const)
 
 Register map 2.6 adds the fused block's registers (``desc_fused``,
 ``desc_dw_base``, ``desc_dw_y_zp``, ``desc_dw_clamp_lo``, ``desc_dw_clamp_hi``
