@@ -86,7 +86,12 @@
    The PYNQ-Z2 takes 16 blocks in 9 RAMB36 (docs/boards.md). Only where
    asked (``size_engine(board, fused_block=True)``): the block's logic is
    not in these estimates, and the PYNQ-Z2's Zynq top with it measured
-   47,600 LUTs (89 %) by yosys.
+   47,600 LUTs (89 %) by yosys. Its depthwise unit is the full-rate one
+   (``depthwise_pixels`` 2) unless asked (``depthwise_pixels=1``: half the
+   products, docs/engine.md "The half-rate depthwise unit"): the cycle model
+   shows the half-rate unit losing cycles on the zoo (MobileNetV1's 32 -> 32
+   block is depthwise-bound with it), so trading them for LUTs is the
+   caller's choice.
 5. ``deep_pipeline``: 1 (registers for 100 MHz and more), 0 on iCE40
    parts, whose logic cells are few and whose clock is slow anyway.
 
@@ -405,7 +410,7 @@ def _fused_blocks(config, board, budget, blocks, reasons):
     return config, trial_blocks
 
 
-def size_engine(board, *, fused_block=False):
+def size_engine(board, *, fused_block=False, depthwise_pixels=2):
     """Choose the default engine for ``board``.
 
     Parameters
@@ -417,6 +422,10 @@ def size_engine(board, *, fused_block=False):
         in this estimate, and the PYNQ-Z2's Zynq top with it measured 89 % of
         the part's LUTs by yosys (docs/boards.md, "The fused block"), past
         the margin a default engine keeps for placement at 100 MHz.
+    depthwise_pixels : int
+        The fused block's depthwise unit (``EngineConfig.depthwise_pixels``):
+        2, the full-rate unit (the default), or 1, the half-rate one. Only
+        with ``fused_block``.
 
     Returns
     -------
@@ -426,10 +435,17 @@ def size_engine(board, *, fused_block=False):
     ------
     TypeError
         If ``board`` is not a Board or ``fused_block`` not a bool.
+    ValueError
+        If ``depthwise_pixels`` is not 1 or 2, or 1 without ``fused_block``.
     """
     require_board(board)
     if not isinstance(fused_block, bool):
         raise TypeError(f"fused_block must be a bool, not {fused_block!r}")
+    if isinstance(depthwise_pixels, bool) or depthwise_pixels not in (1, 2):
+        raise ValueError(f"depthwise_pixels must be 1 or 2, not {depthwise_pixels!r}")
+    if depthwise_pixels != 2 and not fused_block:
+        raise ValueError(f"depthwise_pixels {depthwise_pixels} needs fused_block=True (it "
+                         f"sets the fused block's depthwise unit)")
     r = board.resources
     reasons = []
     reserve = fifo_reserve(r.bram_blocks)
@@ -515,6 +531,12 @@ def size_engine(board, *, fused_block=False):
         config, blocks = _param_words(config, board, blocks, reasons)
     if config.pixel_pairs and fused_block:
         config, blocks = _fused_blocks(config, board, budget, blocks, reasons)
+        if config.fused_blocks and depthwise_pixels != 2:
+            # (the unit's logic is not in the estimates: no block RAM or DSP changes)
+            config = dataclasses.replace(config, depthwise_pixels=depthwise_pixels)
+            reasons.append(f"depthwise_pixels={depthwise_pixels}: the half-rate depthwise "
+                           f"unit, as asked (half the block's LUT products, a window pair "
+                           f"every other cycle)")
     elif config.pixel_pairs:
         reasons.append("fused_blocks=0: the fused block only where asked (size_engine(board, "
                        "fused_block=True)): its logic's LUTs are not estimated here, and the "

@@ -120,6 +120,14 @@ class EngineConfig:
         (resident, each block's from its descriptor's ``dw_base``). Needs
         ``pixel_pairs = 1``. The engines without it keep their Verilog and
         their register map (its registers exist only with the block).
+    depthwise_pixels : int
+        2 (default): the fused block's depthwise unit computes both output
+        pixels of a window pair a cycle (``2 * kmax^2 * pin`` products). 1:
+        one pixel a cycle, half the products, a window pair in two cycles, so
+        the line buffer issues a fused run's window pairs every other cycle
+        (docs/engine.md, "The half-rate depthwise unit"). Only with
+        ``fused_blocks``; the engines with 2 keep their Verilog and register
+        map (``cfg_depthwise_pixels`` exists only with 1).
 
     Raises
     ------
@@ -144,6 +152,7 @@ class EngineConfig:
     pixel_pairs: int = 0
     param_words: int = 0
     fused_blocks: int = 0
+    depthwise_pixels: int = 2
 
     def __post_init__(self):
         _check_int("pin", self.pin, 1, 64)
@@ -194,6 +203,11 @@ class EngineConfig:
             raise ConfigError(
                 f"fused_blocks {self.fused_blocks} needs pixel_pairs 1 (the depthwise unit takes "
                 f"the line buffer's window pairs), not pixel_pairs {self.pixel_pairs}")
+        _check_int("depthwise_pixels", self.depthwise_pixels, 1, 2)
+        if self.depthwise_pixels != 2 and not self.fused_blocks:
+            raise ConfigError(
+                f"depthwise_pixels {self.depthwise_pixels} needs fused_blocks >= 1 (it sets the "
+                f"fused block's depthwise unit), not fused_blocks {self.fused_blocks}")
         if self.writer_words == 2 and b != 2 * self.pin:
             raise ConfigError(
                 f"writer_words 2 needs a beat of two input words: stream_width "

@@ -20,7 +20,7 @@ from .memory_port import read_bytes
 
 __all__ = ["PAIR_BUFFER_SLOTS", "LUT_RAM_WORDS",
            "PairBufferShape", "pair_buffer_shape", "pair_buffer_run", "depthwise_sum_width",
-           "depthwise_unit_latency", "BIAS_BITS", "check_depthwise_sums",
+           "depthwise_unit_latency", "depthwise_issue_cycles", "BIAS_BITS", "check_depthwise_sums",
            "depthwise_word_bytes", "depthwise_memory_words", "pointwise_tiles",
            "depthwise_lanes", "depthwise_on_vector_lanes", "depthwise_term_width"]
 
@@ -159,10 +159,23 @@ def depthwise_unit_latency(config):
     taken to its sums out, when not held up: the products (operand and product
     registers, as the array's with ``deep_pipeline``, which ``pixel_pairs`` implies:
     :func:`~fpgacnn.core.contract.products_latency`), one per level of the
-    ``kmax^2``-term adder tree, and the output register."""
+    ``kmax^2``-term adder tree, and the output register; with ``depthwise_pixels``
+    1 a cycle more, the second window's (its products follow the first's by a
+    cycle, and both pixels' sums leave together)."""
     require_config(config)
     levels = (config.kmax * config.kmax - 1).bit_length()
-    return products_latency(True) + levels + 1
+    return products_latency(True) + levels + 1 + depthwise_issue_cycles(config) - 1
+
+
+def depthwise_issue_cycles(config):
+    """Cycles between two window pairs of a fused run: 1, or 2 with ``depthwise_pixels``
+    1 (the half-rate unit works a pair's two windows in two cycles and takes no
+    pair in the second: docs/engine.md, "The half-rate depthwise unit"), but 1
+    after a pair of one pixel (an odd row's last), which has no second window.
+    The line buffer issues a fused run's window pairs at most this often; the
+    cycle model counts a pair's ``ci_tiles`` windows at this pace."""
+    require_config(config)
+    return 2 // config.depthwise_pixels
 
 
 def check_depthwise_sums(config):

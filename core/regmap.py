@@ -15,7 +15,8 @@ Layout (each block starts on a 64-byte boundary)::
     desc    one ``desc_*`` register per descriptor field                         (rw)
     perf    busy / stall-on-input / stall-on-output cycle counters               (ro)
     id_more ``cfg_*`` registers of the parameters added since 2.3 (pixel_pairs,
-            param_words; fused_blocks only on an engine with the block)          (const)
+            param_words; fused_blocks only on an engine with the block,
+            depthwise_pixels only on one with its half-rate unit)               (const)
 
 Register map 2.6 adds the fused block's registers (``desc_fused``,
 ``desc_dw_base``, ``desc_dw_y_zp``, ``desc_dw_clamp_lo``, ``desc_dw_clamp_hi``
@@ -23,6 +24,9 @@ after ``desc_param_base``, and ``cfg_fused_blocks`` after ``cfg_param_words``)
 on engines generated with ``fused_blocks`` only, whose ID ROM says 2.6; every
 other engine's map, ROM (2.5) and Verilog are those of 2.5, byte for byte
 (:func:`rom_version`). A driver reads a missing ``cfg_fused_blocks`` as 0.
+Register map 2.7 adds ``cfg_depthwise_pixels`` after ``cfg_fused_blocks`` on
+engines with the half-rate depthwise unit (``depthwise_pixels`` 1) only; a
+driver reads a missing one as 2.
 
 ``status.done`` is sticky: set when a layer run finishes, cleared by the next
 ``start`` (and by a reset). ``status.error`` is sticky too: set when a
@@ -69,6 +73,10 @@ VERSION = (2, 6)
 #: The version in the ID ROM of an engine without the fused block: its map is
 #: 2.5's, unchanged (the 2.6 registers exist only with the block).
 _VERSION_WITHOUT_FUSED = (2, 5)
+#: The version in the ID ROM of an engine with the half-rate depthwise unit
+#: (``depthwise_pixels`` 1): 2.6's map and ``cfg_depthwise_pixels`` after
+#: ``cfg_fused_blocks``, which no other engine has (a missing one reads 2).
+_VERSION_HALF_RATE = (2, 7)
 #: AXI4-Lite data width in bits.
 DATA_WIDTH = 32
 #: AXI4-Lite byte-address width: a 4 KiB window, the smallest address
@@ -402,6 +410,13 @@ class RegisterMap:
             # (of an engine without it) leaves out: read it where 2.6 puts it.
             reg = _fused_rom_register()
             values["fused_blocks"] = reg.fields[0].decode(read(reg.address))
+        if (version["major"], version["minor"]) < _VERSION_HALF_RATE:
+            # (a map with the register reading an older engine: nothing is there)
+            values.pop("depthwise_pixels", None)
+        elif "cfg_depthwise_pixels" not in self:
+            # (likewise the half-rate unit's, where 2.7 puts it)
+            reg = _half_rate_rom_register()
+            values["depthwise_pixels"] = reg.fields[0].decode(read(reg.address))
         try:
             return EngineConfig.from_dict(values, source="engine ID ROM")
         except ConfigError as e:
@@ -498,10 +513,20 @@ def _fused_rom_register():
     return build_regmap(probe)["cfg_fused_blocks"]
 
 
+def _half_rate_rom_register():
+    """``cfg_depthwise_pixels`` as a 2.7 map places it (after ``cfg_fused_blocks``, the
+    same on every engine with the half-rate unit)."""
+    probe = EngineConfig(spare_bank=1, pixel_pairs=1, fused_blocks=1, depthwise_pixels=1)
+    return build_regmap(probe)["cfg_depthwise_pixels"]
+
+
 def rom_version(config):
     """The ``(major, minor)`` version the ID ROM of ``config``'s engine holds:
-    :data:`VERSION` with the fused block, else 2.5 (the map without its registers)."""
+    :data:`VERSION` with the fused block, 2.7 with its half-rate depthwise unit
+    (``cfg_depthwise_pixels`` more), else 2.5 (the map without their registers)."""
     require_config(config)
+    if config.depthwise_pixels != 2:
+        return _VERSION_HALF_RATE
     return VERSION if config.fused_blocks else _VERSION_WITHOUT_FUSED
 
 
@@ -524,6 +549,8 @@ def build_regmap(config):
         for f in params:
             if f.name == "fused_blocks" and not config.fused_blocks:
                 continue  # (2.6: only on an engine with the block)
+            if f.name == "depthwise_pixels" and config.depthwise_pixels == 2:
+                continue  # (only on an engine with the half-rate unit; absent reads 2)
             b.add(f"cfg_{f.name}", "const", [("value", 32)], value=getattr(config, f.name),
                   doc=f"generator parameter {f.name}")
 

@@ -47,7 +47,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from ..core.contract import engine_contract
-from ..core.fused_block import pointwise_tiles
+from ..core.fused_block import depthwise_issue_cycles, pointwise_tiles
 from ..core.memory_port import writer_unit
 from ..core.pixel_reader_fields import reader_beat_commands
 from ..core.pixel_writer_fields import writer_beat_cycles
@@ -228,6 +228,7 @@ def layer_cycles(config, desc, *, macs=None, writer=None, reader=None):
     pair_pops = ([], [])  # pixel pairs: the even and the odd pixels' FIFOs' pops
     last_pop = -(1 << 60)
     pw_ends = []    # a fused block's pairs: the cycle after each one's last pointwise window
+    fused_next = None  # a fused run: the first cycle the line buffer's next window may issue
     g = j = 0
     while g < rows or j < orows:
         # Writer: row g may start once every output row that needs row g - slots is issued.
@@ -253,13 +254,17 @@ def layer_cycles(config, desc, *, macs=None, writer=None, reader=None):
         n, oy = divmod(j, out_h)
         target = n * in_h + min(oy * s - pt + k, in_h)
         prev = r_end[-1] if r_end else max(t0, lat.line_buffer_setup)
+        if fused and r_end:
+            # (the half-rate depthwise unit's pairs: no issue the cycle after one)
+            prev = fused_next
         start = max(prev, w_end[target - 1])
         wait_in += start - prev
         groups = _produced(oy, out_w, out_h, co, pool)
         if fused:
-            last_pop, end = _fused_row(config, start, n, oy, out_w, out_h, ci, co, wins,
-                                       latency, depth, entry_words, per_entry_out, pair_pops,
-                                       last_pop, recent, pw_ends)
+            last_pop, end, fused_next = _fused_row(config, start, n, oy, out_w, out_h, ci, co,
+                                                   wins, latency, depth, entry_words,
+                                                   per_entry_out, pair_pops, last_pop, recent,
+                                                   pw_ends)
             if pw_ends:
                 wait_out += max(0, pw_ends[-1] - start - issue)
         elif pairs:
@@ -384,16 +389,19 @@ def _pair_row(start, out_w, co, wins, latency, depth, entry_words, per_entry_out
 def _fused_row(config, start, n, oy, out_w, out_h, ci, co, group, latency, depth, entry_words,
                per_entry_out, pops, last_pop, recent, pw_ends):
     """Output row ``oy`` of image ``n`` of a fused block run (docs/engine.md, "Step 3",
-    "Pairs across rows"), window pair by window pair: returns ``(last_pop, end)``,
-    ``end`` the cycle after the line buffer's last window of the row (the row
-    bookkeeping's), and appends the pointwise end of each slot the row fills to
+    "Pairs across rows"), window pair by window pair: returns ``(last_pop, end,
+    next)``, ``end`` the cycle after the line buffer's last window of the row (the
+    row bookkeeping's), ``next`` the first cycle the next window may issue (``end``
+    but after a pair of two pixels on the half-rate unit), and appends the pointwise end of each slot the row fills to
     ``pw_ends`` (slot ``k`` of the run: ``pw_ends[k]``).
 
     The pair buffer's slots pair the image's pixels in raster order: pixel ``p``
     in slot ``p div 2`` of the image's ``ceil(pixels / 2)``. Window pair ``(p,
     p + 1)`` (or ``p`` alone at the end of an odd row) takes the slot of its last
     pixel unless that is the slot of the pixel before (the single last pixel of a
-    row starting on an odd ``p``); its ``ci`` depthwise windows issue one a cycle
+    row starting on an odd ``p``); its ``ci`` depthwise windows issue one every
+    :func:`~fpgacnn.core.fused_block.depthwise_issue_cycles` cycles (1, 2 with the
+    half-rate unit but 1 for a pair of one pixel; the pace holds across rows too)
     after the pair before's, and one that takes slot ``k`` not before slot ``k -
     slots`` is released (the pair buffer's ``slots``,
     :func:`~fpgacnn.core.fused_block.pair_buffer_shape`): its last pointwise window
@@ -408,10 +416,11 @@ def _fused_row(config, start, n, oy, out_w, out_h, ci, co, group, latency, depth
     """
     lat = engine_contract(config).latency
     slots = engine_contract(config).fused.pair_buffer.slots
+    pace = depthwise_issue_cycles(config)
     pixels = out_h * out_w
     per_image = -(-pixels // 2)
     base = n * per_image
-    t = start
+    t = start  # the first cycle the next window pair may issue
     for x in range(0, out_w, 2):
         p = oy * out_w + x
         npx = min(2, out_w - x)
@@ -420,8 +429,10 @@ def _fused_row(config, start, n, oy, out_w, out_h, ci, co, group, latency, depth
         takes = p % 2 == 0 or npx == 2
         if takes and taken >= slots:
             t = max(t, pw_ends[taken - slots] + lat.line_buffer - 1)
-        t += ci
-        written = t - 1 + lat.line_buffer + lat.depthwise_unit + lat.depthwise_requant
+        # (a pair of one pixel takes the half-rate unit a cycle)
+        each = pace if npx == 2 else 1
+        t += ci * each
+        written = t - each + lat.line_buffer + lat.depthwise_unit + lat.depthwise_requant
         # slots complete before and after the pair (an image's odd last alone completes)
         after = (p + npx) // 2 if p + npx < pixels else per_image
         if after > p // 2:
@@ -431,7 +442,7 @@ def _fused_row(config, start, n, oy, out_w, out_h, ci, co, group, latency, depth
                                          latency, depth, entry_words, per_entry_out, pops,
                                          last_pop, recent)
             pw_ends.append(pw_end)
-    return last_pop, t
+    return last_pop, t - each + 1, t
 
 
 def _last_beat_taken(config, writer, contract, desc, recent, image_entries, beat_entries):

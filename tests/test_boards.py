@@ -408,6 +408,24 @@ def test_sizing_rejects_non_board():
         size_engine("x")
     with pytest.raises(TypeError, match=r"^fused_block must be a bool, not 1$"):
         size_engine(load_board("pynq-z2"), fused_block=1)
+    for bad in (0, 3, True):
+        with pytest.raises(ValueError, match=rf"^depthwise_pixels must be 1 or 2, not {bad}$"):
+            size_engine(load_board("pynq-z2"), fused_block=True, depthwise_pixels=bad)
+    with pytest.raises(ValueError, match=r"^depthwise_pixels 1 needs fused_block=True \(it "
+                                         r"sets the fused block's depthwise unit\)$"):
+        size_engine(load_board("pynq-z2"), depthwise_pixels=1)
+
+
+def test_sizing_the_half_rate_unit_where_asked():
+    """``depthwise_pixels=1``: the fused sizing with the half-rate unit, all else equal
+    (its block RAMs, DSPs and blocks); the full-rate unit by default."""
+    board = load_board("pynq-z2")
+    full = size_engine(board, fused_block=True)
+    half = size_engine(board, fused_block=True, depthwise_pixels=1)
+    assert full.config.depthwise_pixels == 2 and half.config.depthwise_pixels == 1
+    assert dataclasses.replace(half.config, depthwise_pixels=2) == full.config
+    assert (half.bram_blocks, half.multipliers) == (full.bram_blocks, full.multipliers)
+    assert "depthwise_pixels=1: the half-rate depthwise unit" in half.describe()
 
 
 # -- CLI ------------------------------------------------------------------------

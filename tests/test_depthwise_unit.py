@@ -12,6 +12,7 @@ scaled_sum`, ``mb = 0``) makes of them :func:`~fpgacnn.host.integer_ops.conv2d`'
 int8 output. With and without back-pressure; one window pair a cycle.
 """
 
+import dataclasses
 import gc
 import math
 
@@ -40,8 +41,9 @@ from fpgacnn.host.requant import requant_params
 from hdl_pack_helpers import pack, unpack
 from xilinx_cells import xilinx_cells
 
-#: The sized engines of a pin-4 and a pin-8 board (boards/engine_sizing.py), and a 2x2 one.
-BOARDS = ("pynq-z2", "kv260", "k2")
+#: The sized engines of a pin-4 and a pin-8 board (boards/engine_sizing.py), a 2x2 one, and
+#: the half-rate units (``depthwise_pixels`` 1) of the PYNQ-Z2's and the 2x2 engine.
+BOARDS = ("pynq-z2", "kv260", "k2", "pynq-z2-half", "k2-half")
 
 
 #: A 2x2 engine of pin 2 beside them: another window, another remap.
@@ -50,8 +52,13 @@ SMALL_K2 = EngineConfig(pin=2, pout=2, kmax=2, stream_width=32, max_width=16, ma
 
 
 def sized(board):
-    """The engine of ``board``, or :data:`SMALL_K2` for ``"k2"``."""
-    return SMALL_K2 if board == "k2" else size_engine(load_board(board)).config
+    """The engine of ``board``, or :data:`SMALL_K2` for ``"k2"``; ``"-half"``: with the
+    half-rate depthwise unit (``depthwise_pixels`` 1, which needs ``fused_blocks``)."""
+    name = board.removesuffix("-half")
+    config = SMALL_K2 if name == "k2" else size_engine(load_board(name)).config
+    if board.endswith("-half"):
+        config = dataclasses.replace(config, fused_blocks=1, depthwise_pixels=1)
+    return config
 
 
 # -- a depthwise layer, as the engine gets it ----------------------------------
@@ -142,8 +149,10 @@ def simulate_unit(config, transfers, *, seed, gaps=0.0, back_pressure=0.0, tag_w
         i, cycle, valid = 0, 0, False
         while len(got) < len(transfers):
             if not valid and i < len(transfers) and rng.random() >= gaps:
-                win, nxt, wts = transfers[i]
+                win, nxt, wts, *single = transfers[i]
                 payload = dut.i_stream.payload
+                if single:  # (the half-rate unit's pair of one pixel)
+                    ctx.set(payload.single, single[0])
                 ctx.set(payload.window.as_value(), pack(win, 8))
                 ctx.set(payload.window_next.as_value(), pack(nxt, 8))
                 ctx.set(payload.weights.as_value(), pack(wts, 8))
@@ -340,6 +349,27 @@ def test_one_window_pair_a_cycle():
     assert cycles == [dut.latency + n for n in range(len(transfers))]
     for (a, b, w), sums in zip(transfers, got):
         for j, win in enumerate((a, b)):
+            assert_array_equal(sums[j], (win.reshape(-1, config.pin).T * w).sum(axis=1))
+
+
+def test_half_rate_one_window_pair_every_other_cycle():
+    """``depthwise_pixels`` 1, offered a pair every cycle: it takes one every other cycle
+    (``i_stream.ready`` low the cycle after each) but the cycle after a ``single`` one (a
+    pair of one pixel), and each result leaves ``latency`` cycles after its transfer, a
+    cycle later than the full-rate unit's; a single's first pixel exact."""
+    config = sized("pynq-z2-half")
+    rng = np.random.default_rng(6)
+    taps = config.kmax ** 2 * config.pin
+    singles = [0] * 6 + [1, 0, 1, 1, 0, 1] + [int(b) for b in rng.integers(0, 2, 12)]
+    transfers = [(rng.integers(-128, 128, taps), rng.integers(-128, 128, taps),
+                  rng.integers(-128, 128, (config.pin, config.kmax ** 2)), single)
+                 for single in singles]
+    dut, got, _, cycles = simulate_unit(config, transfers, seed=0)
+    assert dut.latency == DepthwiseUnit(sized("pynq-z2")).latency + 1 == 8
+    taken = np.cumsum([0] + [1 if single else 2 for single in singles[:-1]])
+    assert cycles == [dut.latency + int(t) for t in taken]
+    for (a, b, w, single), sums in zip(transfers, got):
+        for j, win in enumerate((a, b)[:1 if single else 2]):
             assert_array_equal(sums[j], (win.reshape(-1, config.pin).T * w).sum(axis=1))
 
 

@@ -269,6 +269,24 @@ def test_a_driver_reads_the_block_from_a_2_6_rom_with_a_map_without_it():
     assert build_regmap(EngineConfig()).read_config(lambda a: plain.get(a, 0)) == PAIRS
 
 
+def test_register_map_2_7_on_an_engine_with_the_half_rate_unit():
+    """``cfg_depthwise_pixels`` (1) after ``cfg_fused_blocks``, every 2.6 register where it
+    was, the ROM saying 2.7; read back with its own map and with the default one."""
+    half = dataclasses.replace(FUSED, depthwise_pixels=1)
+    regs, full = build_regmap(half), build_regmap(FUSED)
+    assert rom_version(half) == (2, 7) == regs.version
+    assert regs["cfg_depthwise_pixels"].value == 1
+    assert regs.address("cfg_depthwise_pixels") == regs.address("cfg_fused_blocks") + 4
+    assert [(r.name, r.address) for r in full] == [
+        (r.name, r.address) for r in regs if r.name != "cfg_depthwise_pixels"]
+    rom = {r.address: r.value for r in regs if r.access == "const"}
+    assert regs.read_config(rom.__getitem__) == half
+    assert build_regmap(EngineConfig()).read_config(lambda a: rom.get(a, 0)) == half
+    # a 2.6 engine's ROM has none: the full-rate unit
+    old = {r.address: r.value for r in full if r.access == "const"}
+    assert build_regmap(half).read_config(lambda a: old.get(a, 0)) == FUSED
+
+
 @pytest.mark.parametrize("check", [True, False])
 def test_a_driver_refuses_a_fused_field_on_an_engine_without_the_registers(check):
     """``EngineDriver.run_layer`` refuses before it writes anything (check=False too:

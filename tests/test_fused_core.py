@@ -230,30 +230,32 @@ def test_unfused_runs_on_an_engine_with_the_block_are_as_before():
     check_pair_runs(FUSED, layers, runs, seed=6)
 
 
-def check_blocks_on_a_board(board, seed):
+def check_blocks_on_a_board(board, seed, config=None):
     """Blocks through ``board``'s engine registers and streams (EngineDriver): bit-exact
     with perf_busy_cycles the model's, and a block over a limit refused by the
-    hardware, naming the field, the next one fine."""
+    hardware, naming the field, the next one fine. ``config``: the engine's, read from
+    its ID ROM by the default map (:data:`FUSED` where not given)."""
     from fpgacnn.core.errors import BackendError
     from fpgacnn.host.engine_driver import EngineDriver
     from fpgacnn.host.packing import output_nbytes
     driver = EngineDriver(board)
-    assert driver.config == FUSED
+    engine = config or FUSED
+    assert driver.config == engine
     rng = np.random.default_rng(seed)
     blocks = [BLOCKS[1], BLOCKS[3], BLOCKS[5]]
     for i, (c, cout, h, w, k, stride, pads, n) in enumerate(blocks):
         x, x_zp, dw, pw, out = random_block(rng, c, cout, h, w, k, stride, pads, n)
-        desc, data = pack_fused_block(FUSED, x, x_zp, dw, pw, stride=stride, pads=pads)
+        desc, data = pack_fused_block(engine, x, x_zp, dw, pw, stride=stride, pads=pads)
         if i == 1:
             # the same block from a depthwise-memory base past the memory: refused
-            bad = dict(desc, dw_base=engine_contract(FUSED).fused.depthwise_memory.words - 1)
+            bad = dict(desc, dw_base=engine_contract(engine).fused.depthwise_memory.words - 1)
             with pytest.raises(BackendError, match=r"status\.error\): dw_base = 15 "
                                                    r"\(range 0\.\.15\): 3 depthwise words"):
-                driver.run_layer(bad, data, output_nbytes(FUSED, bad), timeout=0.05,
+                driver.run_layer(bad, data, output_nbytes(engine, bad), timeout=0.05,
                                  check=False)
-        run = driver.run_layer(desc, data, output_nbytes(FUSED, desc), timeout=0.05)
-        assert_array_equal(unpack_output(FUSED, run.output, desc, cout), out)
-        assert run.busy_cycles == layer_cycles(FUSED, desc).cycles, desc
+        run = driver.run_layer(desc, data, output_nbytes(engine, desc), timeout=0.05)
+        assert_array_equal(unpack_output(engine, run.output, desc, cout), out)
+        assert run.busy_cycles == layer_cycles(engine, desc).cycles, desc
 
 
 def test_fused_blocks_through_the_engine_top_on_the_simulated_board():
@@ -271,6 +273,13 @@ def test_fused_blocks_through_the_program_engine_top(program_boards):
     """The program engine's top (Verilator; the host's runs while the sequencer is idle):
     the depthwise half on the vector unit's lanes, bit-exact in the model's cycles."""
     check_blocks_on_a_board(program_boards(FUSED), 37)
+
+
+@pytest.mark.slow  # (a Verilator build of its own)
+def test_half_rate_blocks_through_the_program_engine_top(program_boards):
+    """The half-rate unit in the program engine's top (Verilator): its 2.7 ID ROM read by
+    the default map, the blocks bit-exact in the model's cycles."""
+    check_blocks_on_a_board(program_boards(HALF), 39, config=HALF)
 
 
 # -- the depthwise half on the vector unit's lanes (the program engine's) -------------
@@ -336,3 +345,54 @@ def test_blocks_on_some_of_the_vector_units_lanes_are_bit_exact_and_cycles_exact
     assert depthwise_on_vector_lanes(WIDE_LANES)
     run_blocks([(5, 7, 5, 5, 3, 1, (1, 1, 1, 1), 1), (16, 8, 4, 6, 3, 2, (1, 1, 1, 1), 1)],
                seed=53, config=WIDE_LANES, make_dut=CoreOnVectorLanes)
+
+
+# -- the half-rate depthwise unit (depthwise_pixels 1) --------------------------
+
+#: The test engine with the half-rate depthwise unit: a window pair every other cycle.
+HALF = dataclasses.replace(FUSED, depthwise_pixels=1)
+
+#: Output widths 1 to 7 at strides 1 and 2 (pads keep every width reachable), channels
+#: at the pair buffer's 32 and over a tile's, the depthwise side the bound (eight tiles
+#: in, one out: 16 cycles a pair against 2) and the pointwise (one in, four out).
+HALF_BLOCKS = [
+    (8, 8, 5, 1, 3, 1, (1, 1, 1, 1), 1),      # width 1
+    (5, 7, 3, 2, 3, 1, (1, 1, 1, 1), 2),      # width 2, a batch, part tiles
+    (12, 6, 7, 5, 3, 2, (1, 1, 1, 1), 1),     # stride 2: width 3
+    (32, 16, 3, 4, 3, 1, (1, 1, 1, 1), 1),    # width 4, the pair buffer's 32 channels
+    (20, 4, 6, 5, 2, 1, (0, 1, 0, 0), 2),     # a 2x2 kernel, width 5, a batch
+    (3, 16, 4, 6, 3, 1, (1, 1, 1, 1), 1),     # width 6, output-bound
+    (32, 4, 4, 7, 3, 1, (1, 1, 1, 1), 1),     # width 7, depthwise-bound
+    (4, 4, 7, 5, 3, 1, (1, 1, 1, 1), 1),      # two cycles a slot each side: the credits bind
+    (4, 12, 5, 13, 3, 2, (0, 0, 1, 1), 1),    # stride 2, pads bottom-right: width 7
+]
+
+
+def test_half_rate_blocks_are_bit_exact_and_cycles_exact():
+    run_blocks(HALF_BLOCKS, seed=61, config=HALF)
+
+
+def test_half_rate_blocks_with_pauses_are_bit_exact():
+    run_blocks(HALF_BLOCKS[:6], seed=62, config=HALF, in_pause=0.3, out_pause=0.4)
+
+
+@pytest.mark.slow  # (the lent lanes' own tests and the half rate's above cover each)
+def test_half_rate_blocks_on_the_vector_units_lanes():
+    """On the lent lanes, as the program engine builds it: in the model's cycles, then
+    with pauses; bit-exact."""
+    blocks = [HALF_BLOCKS[i] for i in (1, 3, 6, 7)]
+    run_blocks(blocks, seed=63, config=HALF, make_dut=CoreOnVectorLanes)
+    run_blocks(blocks, seed=64, config=HALF, in_pause=0.3, out_pause=0.4,
+               make_dut=CoreOnVectorLanes)
+
+
+def test_half_rate_unit_only_with_the_block():
+    from fpgacnn.core.config import ConfigError
+    with pytest.raises(ConfigError, match=r"^depthwise_pixels 1 needs fused_blocks >= 1 \(it "
+                                          r"sets the fused block's depthwise unit\), not "
+                                          r"fused_blocks 0$"):
+        dataclasses.replace(FUSED, fused_blocks=0, depthwise_pixels=1)
+    for bad in (0, 3):
+        with pytest.raises(ConfigError, match=rf"^depthwise_pixels must be between 1 and 2, "
+                                              rf"not {bad}$"):
+            dataclasses.replace(FUSED, depthwise_pixels=bad)

@@ -39,8 +39,10 @@ def test_id_rom_holds_every_parameter(regs):
     # ROM of one without says 2.5 and holds no cfg_fused_blocks)
     assert regs.decode("version", regs["version"].value) == {"major": 2, "minor": 5}
     assert "cfg_fused_blocks" not in regs and CONFIG.fused_blocks == 0
+    # (nor, with the default full-rate unit, 2.7's cfg_depthwise_pixels)
+    assert "cfg_depthwise_pixels" not in regs and CONFIG.depthwise_pixels == 2
     for f in fields(EngineConfig):
-        if f.name == "fused_blocks":
+        if f.name in ("fused_blocks", "depthwise_pixels"):
             continue
         reg = regs[f"cfg_{f.name}"]
         assert reg.access == "const"

@@ -36,7 +36,8 @@ from amaranth.lib.wiring import In, Out
 
 from ...core.config import ConfigError, require_config
 from ...core.contract import engine_contract
-from ...core.fused_block import depthwise_on_vector_lanes, depthwise_term_width, pointwise_tiles
+from ...core.fused_block import (depthwise_issue_cycles, depthwise_on_vector_lanes,
+                                  depthwise_term_width, pointwise_tiles)
 from ...core.vector_fields import VECTOR_LANE_STAGES
 from .delay import delayed
 from ...core.descriptor import descriptor_layout
@@ -384,6 +385,13 @@ class ConvCore(wiring.Component):
         pair_start = lb.issue & (lb.co == 0) & fused & takes
         no_half = self._credits(m, "_pair", fb.pair_buffer.slots, release, pair_start, start)
         lb_en = ~((lb.co == 0) & no_half & takes)
+        if depthwise_issue_cycles(cfg) == 2:
+            # The half-rate unit takes a window pair every other cycle, and the line
+            # buffer's read cannot wait: no issue the cycle after one.
+            # A pair of one pixel (a row's odd last) takes the unit one cycle.
+            dw_gap = Signal(name="dw_gap")
+            m.d.sync += dw_gap.eq(lb.issue & fused & lb.second)
+            lb_en = lb_en & ~dw_gap
         # The depthwise word of tile `co` (one cycle's read), beside the windows.
         t_read = delayed(m, lb.co, lat - 1, "dw_tile")
         m.d.comb += loader.dw_addr.eq(desc.dw_base[:len(loader.dw_addr)] + t_read)
@@ -400,6 +408,8 @@ class ConvCore(wiring.Component):
             # (never held: the pair buffer has room for every pair issued)
             unit.o_stream.ready.eq(1),
         ]
+        if depthwise_issue_cycles(cfg) == 2:
+            m.d.comb += unit.i_stream.payload.single.eq(delayed(m, ~lb.second, lat, "dw_single"))
         recs = data.View(data.ArrayLayout(PARAM_RECORD, pin), unit.o_stream.payload.tag)
         # The sums requantized (lane pixel * pin + p), in the contract's cycles either way.
         if self._lent:

@@ -1,4 +1,5 @@
-"""The depthwise unit of the fused depthwise + pointwise block: ``pin`` channels of two pixels a cycle.
+"""The depthwise unit of the fused depthwise + pointwise block: ``pin`` channels of two pixels a cycle
+(of one with ``depthwise_pixels`` 1).
 
 docs/engine.md, "The fused depthwise + pointwise block": beside the main
 array, which runs the pointwise convolution, the unit takes the window pair
@@ -12,7 +13,7 @@ The requantization is not here: the vector unit's lanes do it
 its bias, as the array's requantizer adds the array's.
 """
 
-from amaranth.hdl import EnableInserter, Module, Signal, signed, unsigned
+from amaranth.hdl import EnableInserter, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -42,6 +43,9 @@ def depthwise_unit_input(config, tag_width=0):
         "window_next": data.ArrayLayout(signed(8), k2 * config.pin),
         "weights": data.ArrayLayout(data.ArrayLayout(signed(8), k2), config.pin),
     }
+    if config.depthwise_pixels == 1:
+        # (the half-rate unit: a pair of one pixel, a row's odd last, takes one cycle)
+        fields["single"] = unsigned(1)
     if tag_width:
         fields["tag"] = unsigned(tag_width)
     return data.StructLayout(fields)
@@ -87,12 +91,18 @@ class _Pipeline(wiring.Component):
     def __init__(self, config, tag_width):
         self._config = config
         self._tag_width = tag_width
-        super().__init__({
+        ports = {
             "i_valid": In(1), "i_payload": In(depthwise_unit_input(config, tag_width)),
             "o_valid": Out(1), "o_payload": Out(depthwise_unit_output(config, tag_width)),
-        })
+        }
+        if config.depthwise_pixels == 1:
+            # the cycle after a window pair is taken, its second window's: no pair is taken
+            ports["o_second"] = Out(1)
+        super().__init__(ports)
 
     def elaborate(self, platform):
+        if self._config.depthwise_pixels == 1:
+            return self._elaborate_half()
         m = Module()
         cfg = self._config
         pin, k2 = cfg.pin, cfg.kmax * cfg.kmax
@@ -132,6 +142,57 @@ class _Pipeline(wiring.Component):
             m.d.sync += self.o_payload.acc[n // pin][n % pin].eq(tree.o_sum)
         return m
 
+    def _elaborate_half(self):
+        """``depthwise_pixels`` 1: one window of the pair a cycle through ``kmax^2 * pin``
+        products, ``window`` the cycle after the pair is taken, ``window_next`` the
+        cycle after that; the first window's sums wait a cycle for the second's. A
+        ``single`` pair (no second pixel) takes one cycle: the next pair's window
+        takes the second's place, and its ``acc[1]`` is of no window."""
+        m = Module()
+        cfg = self._config
+        pin, k2 = cfg.pin, cfg.kmax * cfg.kmax
+        i = self.i_payload
+        second = Signal(name="second")
+        take = Signal(name="take")
+        m.d.comb += [take.eq(self.i_valid & ~second), self.o_second.eq(second)]
+        m.d.sync += second.eq(take & ~i.single)
+        # The operand register takes the pair's window, then the held window_next:
+        # the multiplexer is a register's input, not the products' (the route from
+        # the line buffer's tap multiplexers keeps its cycle). The weights and the
+        # second window are held for the pair's two cycles.
+        held = Signal.like(i.window_next, name="window_held", reset_less=True)
+        weights = Signal.like(i.weights, name="weights", reset_less=True)
+        with m.If(take):
+            m.d.sync += [held.eq(i.window_next), weights.eq(i.weights)]
+        window = Signal.like(i.window, name="operands", reset_less=True)
+        m.d.sync += window.eq(Mux(second, held, i.window))
+        trees = []
+        for p in range(pin):
+            tree = m.submodules[f"tree{p}"] = AdderTree(k2, 16)
+            trees.append(tree)
+            for t in range(k2):
+                # (Booth products in LUTs, as the full-rate unit's: no `*`)
+                product = Signal(signed(16), name=f"prod{p}_{t}", reset_less=True)
+                m.d.sync += product.eq(_lut_product(window[t * pin + p], weights[p][t]))
+                m.d.comb += tree.i_data[t].eq(product)
+        side = data.StructLayout({"valid": 1, **({"tag": unsigned(self._tag_width)}
+                                                 if self._tag_width else {})})
+        s = Signal(side, name="side_in")
+        m.d.comb += s.valid.eq(take)
+        if self._tag_width:
+            m.d.comb += s.tag.eq(self.i_payload.tag)
+        latency = depthwise_unit_latency(cfg)
+        s = delayed(m, s, latency - 1, "side_d")
+        m.d.sync += self.o_valid.eq(s.valid)
+        if self._tag_width:
+            m.d.sync += self.o_payload.tag.eq(s.tag)
+        for p, tree in enumerate(trees):
+            # the first window's sum, a cycle ahead of the second's
+            first = Signal.like(tree.o_sum, name=f"first_sum{p}", reset_less=True)
+            m.d.sync += [first.eq(tree.o_sum), self.o_payload.acc[0][p].eq(first),
+                         self.o_payload.acc[1][p].eq(tree.o_sum)]
+        return m
+
 
 class DepthwiseUnit(wiring.Component):
     """``pin`` depthwise channels of two adjacent output pixels a cycle, in LUT logic.
@@ -153,11 +214,19 @@ class DepthwiseUnit(wiring.Component):
     its lane ``p``'s channel ``p``, ``1/pin`` of its bytes
     (docs/engine.md, "The fused depthwise + pointwise block").
 
+    With ``depthwise_pixels`` 1 (the half-rate unit, docs/engine.md "The
+    half-rate depthwise unit") it has half the products, ``kmax^2 * pin``: a
+    pair taken is worked in two cycles, ``window`` then ``window_next``, and
+    its ``2 * pin`` sums leave together as the full-rate unit's; the input's
+    ``single`` (a pair of one pixel, an odd row's last) takes one, its
+    ``acc[1]`` of no window.
+
     Parameters
     ----------
     config : EngineConfig
-        The engine the unit sits in: ``pin``, ``kmax``, ``acc_width`` and
-        ``deep_pipeline``; it must have ``pixel_pairs`` (the window pair).
+        The engine the unit sits in: ``pin``, ``kmax``, ``acc_width``,
+        ``deep_pipeline`` and ``depthwise_pixels``; it must have
+        ``pixel_pairs`` (the window pair).
     tag_width : int
         Width of a tag carried from input to output with its window (0: none).
 
@@ -182,8 +251,9 @@ class DepthwiseUnit(wiring.Component):
     -------
     :attr:`latency` (:func:`~fpgacnn.core.fused_block.depthwise_unit_latency`,
     7 for a 3x3 engine with ``deep_pipeline``) cycles from a transfer in to
-    its sums on ``o_stream``, one window pair a cycle while ``o_stream`` is
-    ready. The whole pipeline holds while a result waits (``i_stream.ready``
+    its sums on ``o_stream`` (8 for the half-rate unit), one window pair a
+    cycle while ``o_stream`` is ready (the half-rate unit: ``i_stream.ready``
+    is low the cycle after a pair of two pixels is taken). The whole pipeline holds while a result waits (``i_stream.ready``
     is ``~o_stream.valid | o_stream.ready``): the line buffer's read cannot
     wait, so in the engine the window issue must be credited against the
     pair buffer's space, as the convolution core credits its output FIFO.
@@ -220,8 +290,9 @@ class DepthwiseUnit(wiring.Component):
         m.d.comb += advance.eq(~self.o_stream.valid | self.o_stream.ready)
         pipe = _Pipeline(self._config, self._tag_width)
         m.submodules.pipeline = EnableInserter({"sync": advance})(pipe)
+        ready = advance & ~pipe.o_second if self._config.depthwise_pixels == 1 else advance
         m.d.comb += [
-            self.i_stream.ready.eq(advance),
+            self.i_stream.ready.eq(ready),
             pipe.i_valid.eq(self.i_stream.valid),
             pipe.i_payload.eq(self.i_stream.payload),
             self.o_stream.valid.eq(pipe.o_valid),
