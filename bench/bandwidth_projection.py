@@ -30,7 +30,7 @@ builds: what the engine would need, and how far it would get.
 
 Usage::
 
-    python bench/bandwidth_projection.py [--engine pynq-z2+block] [--models mobilenet_v1_025 ds_cnn]
+    python bench/bandwidth_projection.py [--engine pynq-z2] [--models mobilenet_v1_025 ds_cnn]
                                          [--scale 2] [--write BENCHMARKS.md]
 """
 
@@ -96,7 +96,7 @@ def compile_with_demands(name, model, engine):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--engine", default="pynq-z2+block",
+    parser.add_argument("--engine", default="pynq-z2",
                         help="a board name or BOARD+block (bench/mlperf_tiny.py's names)")
     parser.add_argument("--models", nargs="+", default=["mobilenet_v1_025", "ds_cnn"])
     parser.add_argument("--scale", type=float, default=2.0,

@@ -186,11 +186,13 @@ def main(argv=None):
              "and every other layer at their compiled cycles (today's mapping on the array: the "
              "1x1 remap's lane padding, fills), the depthwise's MACs and the block's memory at "
              "their floors: what the fused block alone would give. Compiled with the block: "
-             f"the board's engine with `fused_blocks` {args.fused_blocks} (the compiler fuses "
-             "where the cycle model says the block is faster and its depthwise words fit the "
-             "depthwise memory, docs/engine.md \"Step 4\"), its steady-state cycles and "
-             "utilization; a board's sized engine has the block only where asked "
-             "(`size_engine(board, fused_block=True)`, docs/boards.md).", "",
+             f"the board's engine with `fused_blocks` {args.fused_blocks} and the depthwise "
+             "unit its file chooses (half-rate on the PYNQ-Z1/Z2, `depthwise_pixels` 1; "
+             "the compiler fuses where the cycle model says the block is faster and its "
+             "depthwise words fit the depthwise memory, docs/engine.md \"Step 4\"), its "
+             "steady-state cycles and utilization; the other columns are of the sized engine "
+             "without the block (`size_engine(board, fused_block=False)`; the PYNQ-Z1/Z2's "
+             "sized engine has it, docs/boards.md).", "",
              "| engine | model | MACs | compiled cycles | utilization | memory-bound layers "
              "| floor (cycles) | ceiling | floor at 2x peak | its ceiling (of 2x peak) "
              "| fused ceiling: depthwise on the array | "
@@ -203,7 +205,9 @@ def main(argv=None):
     details = []
     for board_name in args.boards:
         board = load_board(board_name)
-        config = size_engine(board).config
+        # A layer-by-layer engine: the board's sized engine without the block (which the
+        # last columns add, at the depthwise rate the board's file chooses).
+        config = size_engine(board, fused_block=False).config
         peak = config.peak_macs_per_cycle
         bandwidth = DESIGN.memory_bytes_per_cycle(board.family, config)
         for name in args.models:
@@ -223,7 +227,9 @@ def main(argv=None):
                      for compiled in (False, True) for u in units]
             with_block = "- | -"
             if config.pixel_pairs:
-                block_config = dataclasses.replace(config, fused_blocks=args.fused_blocks)
+                block_config = dataclasses.replace(
+                    config, fused_blocks=args.fused_blocks,
+                    depthwise_pixels=board.sizing.depthwise_pixels)
                 block_rows = layer_bounds(compile_model(load_onnx(written[name]["int8"]),
                                                         block_config), bandwidth)
                 block_cycles = sum(r[4] for r in block_rows)

@@ -83,15 +83,17 @@
    its words in blocks of its own (the beat-wide write lanes); the block
    adds no DSP on the Zynq boards' top, whose program engine lends it the
    vector unit's lanes (:func:`~fpgacnn.core.fused_block.depthwise_on_vector_lanes`).
-   The PYNQ-Z2 takes 16 blocks in 9 RAMB36 (docs/boards.md). Only where
-   asked (``size_engine(board, fused_block=True)``): the block's logic is
-   not in these estimates, and the PYNQ-Z2's Zynq top with it measured
-   47,600 LUTs (89 %) by yosys. Its depthwise unit is the full-rate one
-   (``depthwise_pixels`` 2) unless asked (``depthwise_pixels=1``: half the
-   products, docs/engine.md "The half-rate depthwise unit"): the cycle model
-   shows the half-rate unit losing cycles on the zoo (MobileNetV1's 32 -> 32
-   block is depthwise-bound with it), so trading them for LUTs is the
-   caller's choice.
+   The PYNQ-Z2 takes 16 blocks in 9 RAMB36 (docs/boards.md). Where the
+   board's file chooses it (``[sizing] fused_block``, with
+   ``depthwise_pixels`` the depthwise unit's rate) or where asked
+   (``size_engine(board, fused_block=True)``): the block's logic is not in
+   these estimates, so a file chooses it where the board's whole top with
+   it was measured within 85 % of the LUTs. The PYNQ-Z1/Z2 files do, with
+   the half-rate unit (``depthwise_pixels = 1``, docs/engine.md "The
+   half-rate depthwise unit"): 44,810 LUTs (84.2 %) by yosys, against
+   47,689 (89.6 %) at the full rate, which costs MobileNetV1 6.5 % more
+   cycles (its 32 -> 32 block is depthwise-bound at the half rate) and
+   DS-CNN 1.1 %.
 5. ``deep_pipeline``: 1 (registers for 100 MHz and more), 0 on iCE40
    parts, whose logic cells are few and whose clock is slow anyway.
 
@@ -410,22 +412,26 @@ def _fused_blocks(config, board, budget, blocks, reasons):
     return config, trial_blocks
 
 
-def size_engine(board, *, fused_block=False, depthwise_pixels=2):
+def size_engine(board, *, fused_block=None, depthwise_pixels=None):
     """Choose the default engine for ``board``.
 
     Parameters
     ----------
     board : Board
-    fused_block : bool
+    fused_block : bool or None
         Rule 4d, the fused depthwise + pointwise block where its depthwise
-        memory fits the block RAMs. Off by default: the block's logic is not
-        in this estimate, and the PYNQ-Z2's Zynq top with it measured 89 % of
-        the part's LUTs by yosys (docs/boards.md, "The fused block"), past
-        the margin a default engine keeps for placement at 100 MHz.
-    depthwise_pixels : int
+        memory fits the block RAMs. ``None`` (the default): as the board's
+        file chooses (``[sizing] fused_block``, :class:`~fpgacnn.boards.board.
+        SizingChoices`), set where the board's whole top with the block was
+        measured within the LUT margin a default engine keeps for placement
+        at 100 MHz (85 %; the PYNQ-Z1/Z2 with the half-rate unit: 84.2 % by
+        yosys, docs/boards.md "The fused block"); the block's logic is not in
+        this estimate.
+    depthwise_pixels : int or None
         The fused block's depthwise unit (``EngineConfig.depthwise_pixels``):
-        2, the full-rate unit (the default), or 1, the half-rate one. Only
-        with ``fused_block``.
+        2, the full-rate unit, or 1, the half-rate one. ``None``: the board
+        file's choice where the block is in the engine (2 where the file has
+        none). Only with the block.
 
     Returns
     -------
@@ -439,10 +445,16 @@ def size_engine(board, *, fused_block=False, depthwise_pixels=2):
         If ``depthwise_pixels`` is not 1 or 2, or 1 without ``fused_block``.
     """
     require_board(board)
-    if not isinstance(fused_block, bool):
-        raise TypeError(f"fused_block must be a bool, not {fused_block!r}")
-    if isinstance(depthwise_pixels, bool) or depthwise_pixels not in (1, 2):
+    if fused_block is not None and not isinstance(fused_block, bool):
+        raise TypeError(f"fused_block must be a bool or None, not {fused_block!r}")
+    if depthwise_pixels is not None and (isinstance(depthwise_pixels, bool)
+                                         or depthwise_pixels not in (1, 2)):
         raise ValueError(f"depthwise_pixels must be 1 or 2, not {depthwise_pixels!r}")
+    chosen = fused_block is None
+    if chosen:
+        fused_block = board.sizing.fused_block
+    if depthwise_pixels is None:
+        depthwise_pixels = board.sizing.depthwise_pixels if fused_block else 2
     if depthwise_pixels != 2 and not fused_block:
         raise ValueError(f"depthwise_pixels {depthwise_pixels} needs fused_block=True (it "
                          f"sets the fused block's depthwise unit)")
@@ -529,18 +541,20 @@ def size_engine(board, *, fused_block=False, depthwise_pixels=2):
         config, blocks = _spare_banks(config, board, budget, blocks, reasons)
     if _xilinx(r) and config.deep_pipeline:
         config, blocks = _param_words(config, board, blocks, reasons)
+    why = (f"as {board.name}'s file chooses ([sizing])" if chosen else "as asked")
     if config.pixel_pairs and fused_block:
         config, blocks = _fused_blocks(config, board, budget, blocks, reasons)
+        reasons[-1] += f", {why}"
         if config.fused_blocks and depthwise_pixels != 2:
             # (the unit's logic is not in the estimates: no block RAM or DSP changes)
             config = dataclasses.replace(config, depthwise_pixels=depthwise_pixels)
             reasons.append(f"depthwise_pixels={depthwise_pixels}: the half-rate depthwise "
-                           f"unit, as asked (half the block's LUT products, a window pair "
+                           f"unit, {why} (half the block's LUT products, a window pair "
                            f"every other cycle)")
     elif config.pixel_pairs:
-        reasons.append("fused_blocks=0: the fused block only where asked (size_engine(board, "
-                       "fused_block=True)): its logic's LUTs are not estimated here, and the "
-                       "PYNQ-Z2's top with it measured 89 % of the LUTs by yosys")
+        reasons.append(f"fused_blocks=0: the fused block where a board's file chooses it or "
+                       f"where asked (size_engine(board, fused_block=True)), {why}: its "
+                       f"logic's LUTs are not estimated here")
     if board.family == "ice40":
         # Few logic cells and a clock in the tens of MHz: the compact
         # arrangement, a few hundred flip-flops fewer (docs/engine.md).
@@ -551,14 +565,15 @@ def size_engine(board, *, fused_block=False, depthwise_pixels=2):
 
 
 def _fused_cell(sizing):
-    """The sizing table's fused-block cell (rule 4d where asked): the blocks and where
-    their memory is."""
+    """The sizing table's fused-block cell (rule 4d): the blocks, where their memory is
+    and the depthwise unit's rate."""
     config, blocks = sizing.config, sizing.bram_blocks
     if not config.fused_blocks:
         return "-"
     words = engine_contract(config).fused.depthwise_memory.words
     where = (f"{blocks['depthwise_memory']} BRAM" if in_block_ram(words) else "LUT RAM")
-    return f"{config.fused_blocks} ({words} words, {where})"
+    rate = "half-rate" if config.depthwise_pixels == 1 else "full-rate"
+    return f"{config.fused_blocks} ({words} words, {where}, {rate})"
 
 
 def sizing_markdown(boards):
@@ -574,12 +589,13 @@ def sizing_markdown(boards):
                f"{c.max_width} / {c.max_channels} / {c.max_out_channels}", f"{c.writer_words}",
                f"{c.column_banks}",
                (f"2 (strides 1-{engine_contract(c).pair_stride})" if c.pixel_pairs else "1"),
-               _fused_cell(size_engine(board, fused_block=True)),
+               _fused_cell(s) if c.fused_blocks else
+               f"where asked: {_fused_cell(size_engine(board, fused_block=True))}",
                f"{s.multipliers} / {r.multipliers}", f"{s.bram_blocks['total']} / {r.bram_blocks}")
         rows.setdefault(row, []).append(board.name)
     lines = ["| board | pin x pout | MACs/cycle | max width / ch in / ch out | input words "
              "stored a cycle | line-buffer column banks | output pixels a window "
-             "| fused blocks where asked (depthwise memory) | DSPs (est.) | BRAM (est.) |",
+             "| fused blocks (depthwise memory, depthwise unit) | DSPs (est.) | BRAM (est.) |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     lines += [f"| {', '.join(names)} | " + " | ".join(row) + " |" for row, names in rows.items()]
     return "\n".join(lines)

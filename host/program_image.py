@@ -104,8 +104,10 @@ FORMAT_MAGIC = int.from_bytes(b"FCNP", "little")
 #: stride_rows stride_cols pad_top pad_left``) and ``maximum`` (max pools); 8.0: the
 #: header's engine parameters gain ``fused_blocks``, and a record's descriptor the
 #: fused block's fields (``fused dw_base dw_y_zp dw_clamp_lo dw_clamp_hi``, 0 on an
-#: engine without it: the descriptor is every field some engine has).
-FORMAT_VERSION = (8, 0)
+#: engine without it: the descriptor is every field some engine has); 9.0: the
+#: header's engine parameters gain ``depthwise_pixels`` (the fused block's depthwise
+#: unit's rate, which the cycle model of a fused run reads; the words after it move).
+FORMAT_VERSION = (9, 0)
 #: Alignment in bytes of every region and of every tensor image (a memory burst); an
 #: engine whose words (``pin`` or ``pout`` bytes) do not divide it aligns to the
 #: least common multiple (:func:`alignment`), so that every address is a whole word.
@@ -412,6 +414,7 @@ class Header(_Words):
     pixel_pairs: int
     param_words: int
     fused_blocks: int
+    depthwise_pixels: int
     batch: int
     resident: int
     records_offset: int

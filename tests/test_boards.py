@@ -281,7 +281,8 @@ def test_spare_bank_and_pixel_pairs_on_xilinx_parts_only_and_fewer_blocks():
         if xilinx:
             # (at the width the buffers were sized at with one spare bank)
             one = dataclasses.replace(s.config, spare_bank=1, max_width=256)
-            none = dataclasses.replace(one, spare_bank=0, pixel_pairs=0, fused_blocks=0)
+            none = dataclasses.replace(one, spare_bank=0, pixel_pairs=0, fused_blocks=0,
+                                       depthwise_pixels=2)
             assert (bram_blocks_needed(one, board)["line_buffer"]
                     < bram_blocks_needed(none, board)["line_buffer"]), board.name
 
@@ -313,7 +314,7 @@ def test_more_spare_banks_where_they_fit():
             (spare, width, cin, cout), name
         assert engine_contract(c).pair_stride == spare
     board = load_board("pynq-z2")
-    plain = dataclasses.replace(size_engine(board).config, fused_blocks=0)
+    plain = size_engine(board, fused_block=False).config
     assert bram_blocks_needed(plain, board) == {
         "line_buffer": 36, "weight_buffer": 64, "param_buffer": 4, "pool_row": 4,
         "depthwise_memory": 0, "total": 108}
@@ -391,7 +392,8 @@ def test_sizing_pynq_z2_pairs_count_the_dsps_as_built():
     assert (c.pin, c.pout, c.pixel_pairs, c.peak_macs_per_cycle) == (4, 4, 1, 288)
     assert len(requant_product_parts(c)) == 4
     assert s.multipliers == multipliers_needed(c, board) == 144 + 2 * 4 * 4
-    assert multipliers_needed(dataclasses.replace(c, pixel_pairs=0, fused_blocks=0),
+    assert multipliers_needed(dataclasses.replace(c, pixel_pairs=0, fused_blocks=0,
+                                                  depthwise_pixels=2),
                               board) == 144 + 4 * 4
     assert "pixel_pairs=1" in s.describe()
 
@@ -406,26 +408,40 @@ def test_sizing_explains_itself():
 def test_sizing_rejects_non_board():
     with pytest.raises(TypeError, match=r"^Board must be a fpgacnn\.boards\.board\.Board, not 'x'$"):
         size_engine("x")
-    with pytest.raises(TypeError, match=r"^fused_block must be a bool, not 1$"):
+    with pytest.raises(TypeError, match=r"^fused_block must be a bool or None, not 1$"):
         size_engine(load_board("pynq-z2"), fused_block=1)
     for bad in (0, 3, True):
         with pytest.raises(ValueError, match=rf"^depthwise_pixels must be 1 or 2, not {bad}$"):
             size_engine(load_board("pynq-z2"), fused_block=True, depthwise_pixels=bad)
     with pytest.raises(ValueError, match=r"^depthwise_pixels 1 needs fused_block=True \(it "
                                          r"sets the fused block's depthwise unit\)$"):
-        size_engine(load_board("pynq-z2"), depthwise_pixels=1)
+        size_engine(load_board("pynq-z2"), fused_block=False, depthwise_pixels=1)
+    with pytest.raises(ValueError, match=r"^depthwise_pixels 1 needs fused_block=True"):
+        size_engine(load_board("zcu104"), depthwise_pixels=1)  # (its file chooses no block)
 
 
-def test_sizing_the_half_rate_unit_where_asked():
-    """``depthwise_pixels=1``: the fused sizing with the half-rate unit, all else equal
-    (its block RAMs, DSPs and blocks); the full-rate unit by default."""
+def test_sizing_the_half_rate_unit_as_chosen_or_asked():
+    """``depthwise_pixels``: the fused sizing with the half-rate unit, all else equal
+    (its block RAMs, DSPs and blocks); the PYNQ-Z2's file chooses the block at the half
+    rate (its top within the LUT margin), so that is its default and what
+    ``fused_block=True`` gives; the full rate where asked, and on a board whose file
+    says nothing."""
     board = load_board("pynq-z2")
-    full = size_engine(board, fused_block=True)
+    full = size_engine(board, fused_block=True, depthwise_pixels=2)
     half = size_engine(board, fused_block=True, depthwise_pixels=1)
     assert full.config.depthwise_pixels == 2 and half.config.depthwise_pixels == 1
     assert dataclasses.replace(half.config, depthwise_pixels=2) == full.config
     assert (half.bram_blocks, half.multipliers) == (full.bram_blocks, full.multipliers)
-    assert "depthwise_pixels=1: the half-rate depthwise unit" in half.describe()
+    assert "depthwise_pixels=1: the half-rate depthwise unit, as asked" in half.describe()
+    assert board.sizing.fused_block and board.sizing.depthwise_pixels == 1
+    chosen = size_engine(board)
+    assert chosen.config == half.config == size_engine(board, fused_block=True).config
+    assert ("depthwise_pixels=1: the half-rate depthwise unit, as pynq-z2's file chooses "
+            "([sizing])") in chosen.describe()
+    assert size_engine(board, fused_block=False).config.fused_blocks == 0
+    ultra = load_board("ultra96-v2")
+    assert not ultra.sizing.fused_block
+    assert size_engine(ultra, fused_block=True).config.depthwise_pixels == 2
 
 
 # -- CLI ------------------------------------------------------------------------
@@ -478,7 +494,7 @@ def test_cli_build_fused_block_with_a_config_is_one_line(tmp_path, capsys):
     assert main(["build", "--board", "pynq-z2", "--config", str(config), "--fused-block",
                  "-o", str(out_dir)]) == 1
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "--fused-block sizes the engine" in err
+    assert err.count("\n") == 1 and "--[no-]fused-block sizes the engine" in err
     assert not out_dir.exists()
 
 
@@ -515,15 +531,20 @@ def test_fused_blocks_where_their_memory_fits(name):
     from fpgacnn.boards.engine_sizing import _FUSED_BLOCKS_LEAST, _FUSED_BLOCKS_WANTED
     from fpgacnn.core.fused_block import depthwise_on_vector_lanes
     board = load_board(name)
-    # Only where asked: the default engines have no block (the PYNQ-Z2's top with
-    # it is 89 % of the LUTs by yosys, docs/boards.md).
+    # Where the board's file chooses it (the PYNQ-Z1/Z2: their top with the half-rate
+    # unit within 85 % of the LUTs by yosys, docs/boards.md) or where asked.
     default = size_engine(board)
-    assert default.config.fused_blocks == 0
-    if default.config.pixel_pairs:
-        assert "fused_blocks=0: the fused block only where asked" in default.describe()
     s = size_engine(board, fused_block=True)
     c = s.config
-    assert dataclasses.replace(c, fused_blocks=0) == default.config
+    if board.sizing.fused_block:
+        assert default.config == c and default.config.fused_blocks > 0
+    else:
+        assert default.config.fused_blocks == 0
+        if default.config.pixel_pairs:
+            assert ("fused_blocks=0: the fused block where a board's file chooses it or where "
+                    "asked") in default.describe()
+    plain = size_engine(board, fused_block=False).config
+    assert dataclasses.replace(c, fused_blocks=0, depthwise_pixels=2) == plain
     budget = board.resources.bram_blocks - fifo_reserve(board.resources.bram_blocks)
     assert c.fused_blocks == FUSED_BLOCKS.get(name, 0)
     assert s.bram_blocks == bram_blocks_needed(c, board) and s.bram_blocks["total"] <= budget
@@ -542,7 +563,7 @@ def test_fused_blocks_where_their_memory_fits(name):
         return
     # The shipped (Zynq) top lends the block the vector unit's lanes: no DSP more.
     assert depthwise_on_vector_lanes(c) and s.multipliers == multipliers_needed(
-        dataclasses.replace(c, fused_blocks=0), board)
+        dataclasses.replace(c, fused_blocks=0, depthwise_pixels=2), board)
     assert c.fused_blocks >= _FUSED_BLOCKS_LEAST
     if c.fused_blocks < _FUSED_BLOCKS_WANTED:
         assert blocks(c.fused_blocks + 1)["total"] > budget

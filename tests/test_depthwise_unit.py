@@ -55,7 +55,9 @@ def sized(board):
     """The engine of ``board``, or :data:`SMALL_K2` for ``"k2"``; ``"-half"``: with the
     half-rate depthwise unit (``depthwise_pixels`` 1, which needs ``fused_blocks``)."""
     name = board.removesuffix("-half")
-    config = SMALL_K2 if name == "k2" else size_engine(load_board(name)).config
+    # (the full-rate unit of each board's sized engine, or the half-rate one with "-half")
+    config = (SMALL_K2 if name == "k2" else
+              size_engine(load_board(name), fused_block=False).config)
     if board.endswith("-half"):
         config = dataclasses.replace(config, fused_blocks=1, depthwise_pixels=1)
     return config

@@ -429,7 +429,7 @@ def test_mobilenet_like_runs_fused_on_the_rtl(fused_board, tmp_path):
 @pytest.mark.parametrize("sequencer", [False, True])
 def test_the_accelerator_runs_fused_steps_from_the_program_image(sequencer, fused_board,
                                                                  program_boards, tmp_path):
-    """The Accelerator's paths, the program image (format 8.0) record by record
+    """The Accelerator's paths, the program image (format 9.0) record by record
     through the DMA and from board memory through the sequencer: a model with
     fused and unfused blocks, bit-exact cold and warm; through the DMA each fused
     step's cycles the model's."""

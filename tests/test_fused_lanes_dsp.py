@@ -47,7 +47,7 @@ def test_the_descriptor_check_of_a_fused_run_adds_no_dsp_block(tmp_path):
     from fpgacnn.boards.engine_sizing import size_engine
     from fpgacnn.hdl.datapath.descriptor_check import DescriptorCheck
     # (a small engine's product is LUTs anyway; the sized engine has the block itself)
-    pynq = dataclasses.replace(size_engine(load_board("pynq-z2")).config, fused_blocks=0)
+    pynq = size_engine(load_board("pynq-z2"), fused_block=False).config
     fused, plain = (xilinx_cells(tmp_path, DescriptorCheck(c), f"check{i}", flatten=True)
                     for i, c in enumerate((dataclasses.replace(pynq, fused_blocks=2), pynq)))
     assert fused.get("DSP48E1", 0) == plain.get("DSP48E1", 0), (fused, plain)

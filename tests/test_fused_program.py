@@ -1,7 +1,7 @@
 """Fused depthwise + pointwise blocks through the network program and the sequencer.
 
 An engine generated with ``fused_blocks`` (register map 2.6) carries the block
-in the program image (format 8.0: ``fused_blocks`` in the header, the five
+in the program image (format 9.0: ``fused_blocks`` in the header, the five
 fused fields in a record's descriptor) and in the sequencer's run-table record
 (a ``desc_<name>`` word for each of the engine's descriptor registers:
 :func:`fpgacnn.core.sequencer.record_fields`), so the sequencer writes the
@@ -144,7 +144,7 @@ def _rom_board(config):
 def test_the_image_carries_fused_blocks_and_the_fused_fields(name):
     config = ENGINES[name]
     program, image, _, _ = _image(name)
-    assert FORMAT_VERSION == (8, 0)
+    assert FORMAT_VERSION == (9, 0)
     assert (image.header.version_major, image.header.version_minor) == FORMAT_VERSION
     assert image.header.fused_blocks == config.fused_blocks and image.config == config
     again = ProgramImage(image.data)
@@ -177,6 +177,34 @@ def test_an_image_with_a_fused_record_for_an_engine_without_the_block_is_refused
                                           r"engine has no registers for \(generated without "
                                           r"fused_blocks\)$"):
         ProgramImage(data)
+
+
+def test_the_image_carries_the_depthwise_rate():
+    """Format 9.0: a half-rate engine's image names its depthwise unit's rate, so the
+    reader's configuration is the engine's and the sequencer table predicts a fused
+    record at the half rate (not the full rate's cycles, which this chain's blocks
+    lose at the half)."""
+    from fpgacnn.host.cycle_model import layer_cycles
+    half = dataclasses.replace(FUSED, depthwise_pixels=1)
+    c, h, w, blocks, batch = CHAINS["fused"][1]
+    program, _, _ = fused_program(half, c, h, w, blocks, batch=batch, seed=1)
+    image = build_image(program)
+    assert image.header.depthwise_pixels == 1
+    assert ProgramImage(image.data).config == half == image.config
+    full, _, _ = fused_program(FUSED, c, h, w, blocks, batch=batch, seed=1)
+    sequenced = SequencerProgram(image)
+    assert sequenced.config == half
+    slower = 0
+    for i, (record, step) in enumerate(zip(image.records, program.steps)):
+        run = step.runs[0]
+        assert record.predicted_cycles == run.predicted_cycles == \
+            layer_cycles(half, run.descriptor).cycles
+        slower += run.predicted_cycles - full.steps[i].runs[0].predicted_cycles
+    # the half rate costs this chain cycles: a prediction read at the full rate would not
+    assert slower > 0
+    assert [sequenced.predicted_cycles(i) for i in range(len(image.records))] != \
+        [SequencerProgram(build_image(full)).predicted_cycles(i)
+         for i in range(len(image.records))]
 
 
 @pytest.mark.parametrize("name", list(ENGINES))

@@ -22,6 +22,7 @@ Exit status: 0 bitstream built; 1 error (including timing not met);
 is not on PATH (the command to run is printed).
 """
 
+import argparse
 import shutil
 from pathlib import Path
 
@@ -46,10 +47,10 @@ def add_parser(subparsers):
                    help="engine parameters (default: sized to the board)")
     p.add_argument("--clock-mhz", type=float, metavar="MHZ",
                    help="engine clock (default: the board's target clock)")
-    p.add_argument("--fused-block", action="store_true",
-                   help="without --config: the sized engine with the fused depthwise + "
-                        "pointwise block where its memory fits (not the default: "
-                        "docs/boards.md, \"The fused block\")")
+    p.add_argument("--fused-block", action=argparse.BooleanOptionalAction, default=None,
+                   help="without --config: the sized engine with (or without) the fused "
+                        "depthwise + pointwise block where its memory fits (default: as the "
+                        "board's file chooses; docs/boards.md, \"The fused block\")")
     p.add_argument("--name", default="fpgacnn",
                    help="design name: NAME.bit, NAME.hwh (default: fpgacnn)")
     p.add_argument("-o", "--output", metavar="DIR", type=Path, required=True,
@@ -92,8 +93,8 @@ def run(args):
     check_output_directory(args.output, "-o")
     if args.clock_mhz is not None and not args.clock_mhz > 0:
         raise FpgacnnError(f"--clock-mhz must be positive, not {args.clock_mhz}")
-    if args.config is not None and args.fused_block:
-        raise FpgacnnError("--fused-block sizes the engine: with --config, set fused_blocks in "
+    if args.config is not None and args.fused_block is not None:
+        raise FpgacnnError("--[no-]fused-block sizes the engine: with --config, set fused_blocks in "
                            f"{args.config} instead")
     if args.config is not None:
         config = EngineConfig.from_toml(args.config)

@@ -20,6 +20,7 @@ generated, built or simulated. ``-o`` writes the image (checked before
 anything runs).
 """
 
+import argparse
 from pathlib import Path
 
 from ..compiler import EngineStep, compile_model, constants_residency
@@ -46,9 +47,10 @@ def add_parser(subparsers):
                              "makes it)")
     engine.add_argument("--config", metavar="ENGINE.toml", type=Path,
                         help="engine configuration (default: the default EngineConfig)")
-    p.add_argument("--fused-block", action="store_true",
-                   help="with --board: the sized engine with the fused depthwise + pointwise "
-                        "block, as `fpgacnn build --board NAME --fused-block` makes it")
+    p.add_argument("--fused-block", action=argparse.BooleanOptionalAction, default=None,
+                   help="with --board: the sized engine with (or without) the fused depthwise "
+                        "+ pointwise block, as `fpgacnn build --board NAME --[no-]fused-block` "
+                        "makes it (default: as the board's file chooses)")
     p.add_argument("--batch", type=int, default=1, help="images per inference (default: 1)")
     p.add_argument("--clock-mhz", type=float, default=None,
                    help="engine clock for the predicted time (default: the board's target "
@@ -67,9 +69,9 @@ def _engine(args):
         from ...boards.engine_sizing import size_engine
         board = load_board(args.board)
         clock = board.clock.target_mhz if args.clock_mhz is None else args.clock_mhz
-        what = "sized engine with the fused block" if args.fused_block else "sized engine"
-        return (size_engine(board, fused_block=args.fused_block).config, clock,
-                f"board {args.board}'s {what}")
+        config = size_engine(board, fused_block=args.fused_block).config
+        what = "sized engine with the fused block" if config.fused_blocks else "sized engine"
+        return config, clock, f"board {args.board}'s {what}"
     if args.config is not None:
         return (EngineConfig.from_toml(args.config), args.clock_mhz or 100.0,
                 f"engine {args.config}")
@@ -79,8 +81,8 @@ def _engine(args):
 def run(args):
     check_input_file(args.model, "MODEL", "a quantized ONNX model")
     check_output_file(args.output, "--output", (".fcnp",))
-    if args.fused_block and args.board is None:
-        raise InputError("--fused-block sizes a board's engine: give --board NAME (or "
+    if args.fused_block is not None and args.board is None:
+        raise InputError("--[no-]fused-block sizes a board's engine: give --board NAME (or "
                          "fused_blocks in --config's file)")
     if args.batch < 1:
         raise InputError(f"--batch must be at least 1, not {args.batch}")
