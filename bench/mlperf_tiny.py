@@ -60,7 +60,8 @@ Usage::
 
 An engine name ``BOARD+block`` is the board's sized engine with the fused
 depthwise + pointwise block (``size_engine(board, fused_block=True)``,
-docs/boards.md), where the board's default sized engine leaves it out.
+docs/boards.md), where the board's file does not choose it for its sized
+engine (the PYNQ-Z1/Z2's do: there both names are one engine).
 
 ``--write FILE`` also replaces the section in FILE (BENCHMARKS.md section 5);
 ``--detail ENGINES`` picks the engines with per-layer tables (default pynq-z2).
@@ -186,7 +187,8 @@ def engines(names):
         else:
             block = name.endswith(BLOCK_SUFFIX)
             board = load_board(name[:-len(BLOCK_SUFFIX)] if block else name)
-            config = size_engine(board, fused_block=block).config
+            # (a board name: its sized engine as its file chooses, the block or not)
+            config = size_engine(board, fused_block=True if block else None).config
             key = (config, float(board.clock.target_mhz),
                    f"{multipliers_needed(config, board)} / {board.resources.multipliers} "
                    f"{board.resources.multiplier_kind}")

@@ -35,8 +35,9 @@ def test_parts_add_up_to_the_predicted_cycles(bench, ds_cnn):
             assert min(layer.parts[p] for p in bench.PARTS) >= 0
         assert 0 < r.utilization <= r.lane_use() <= 1
     kinds = {layer.mapping.split("/")[0] for layer in results[1].layers}
-    assert kinds == {"im2col", "depthwise", "dense", "gemm"}  # depthwise runs (pin == pout)
-    assert [l.depthwise for l in results[1].layers].count(True) == 4
+    # the PYNQ-Z2's engine fuses each depthwise layer with the pointwise after it
+    assert kinds == {"im2col", "fused", "gemm"}
+    assert [l.depthwise for l in results[1].layers].count(True) == 0
 
 
 def test_main_writes_only_its_section(bench, tmp_path):
@@ -54,15 +55,19 @@ def test_main_writes_only_its_section(bench, tmp_path):
 
 
 def test_block_engine_reports_the_fused_blocks(bench, ds_cnn):
-    """``pynq-z2+block`` is the board's sized engine with the fused block: DS-CNN's
-    four depthwise layers run in fused blocks, which the depthwise cell reports
-    against the goal (their MACs both halves'), and no depthwise layer is left alone."""
+    """``BOARD+block`` is the board's sized engine with the fused block: the PYNQ-Z2's
+    own (its file chooses the block: one engine, both names), the Ultra96-V2's where
+    asked. DS-CNN's four depthwise layers run in fused blocks, which the depthwise
+    cell reports against the goal (their MACs both halves'), and none is left alone."""
     from fpgacnn.boards.board import load_board
     from fpgacnn.boards.engine_sizing import size_engine
     model, plain, _ = ds_cnn
-    engine, = bench.engines(["pynq-z2+block"])
-    assert engine.config == size_engine(load_board("pynq-z2"), fused_block=True).config
-    assert engine.config != plain.config and engine.names == ["pynq-z2+block"]
+    engine, = bench.engines(["pynq-z2", "pynq-z2+block"])
+    assert engine.config == plain.config == size_engine(load_board("pynq-z2")).config
+    assert engine.names == ["pynq-z2", "pynq-z2+block"] and engine.config.fused_blocks
+    ultra, block = bench.engines(["ultra96-v2", "ultra96-v2+block"])
+    assert ultra.config.fused_blocks == 0 and block.config.fused_blocks > 0
+    assert block.config == size_engine(load_board("ultra96-v2"), fused_block=True).config
     r = bench.compile_network("ds_cnn", model, engine, 1)
     assert r.depthwise() is None
     n, utilization, cycles, macs = r.fused_blocks()
