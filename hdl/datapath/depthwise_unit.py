@@ -126,21 +126,25 @@ class _Pipeline(wiring.Component):
                     product = Signal(signed(16), name=f"prod{pixel}_{p}_{t}", reset_less=True)
                     m.d.sync += product.eq(_lut_product(window[t * pin + p], i.weights[p][t]))
                     m.d.comb += tree.i_data[t].eq(product)
-        side = data.StructLayout({"valid": 1, **({"tag": unsigned(self._tag_width)}
-                                                 if self._tag_width else {})})
-        s = Signal(side, name="side_in")
-        m.d.comb += s.valid.eq(self.i_valid)
-        if self._tag_width:
-            m.d.comb += s.tag.eq(self.i_payload.tag)
-        latency = depthwise_unit_latency(cfg)
-        # everything but the output register
-        s = delayed(m, s, latency - 1, "side_d")
-        m.d.sync += self.o_valid.eq(s.valid)
-        if self._tag_width:
-            m.d.sync += self.o_payload.tag.eq(s.tag)
+        self._side_path(m, self.i_valid)
         for n, tree in enumerate(trees):
             m.d.sync += self.o_payload.acc[n // pin][n % pin].eq(tree.o_sum)
         return m
+
+    def _side_path(self, m, valid):
+        """``valid`` (and the input's tag) to ``o_valid`` (and ``o_payload.tag``) the
+        unit's latency later, beside the products: both arrangements' one side path."""
+        side = data.StructLayout({"valid": 1, **({"tag": unsigned(self._tag_width)}
+                                                 if self._tag_width else {})})
+        s = Signal(side, name="side_in")
+        m.d.comb += s.valid.eq(valid)
+        if self._tag_width:
+            m.d.comb += s.tag.eq(self.i_payload.tag)
+        # everything but the output register
+        s = delayed(m, s, depthwise_unit_latency(self._config) - 1, "side_d")
+        m.d.sync += self.o_valid.eq(s.valid)
+        if self._tag_width:
+            m.d.sync += self.o_payload.tag.eq(s.tag)
 
     def _elaborate_half(self):
         """``depthwise_pixels`` 1: one window of the pair a cycle through ``kmax^2 * pin``
@@ -175,17 +179,7 @@ class _Pipeline(wiring.Component):
                 product = Signal(signed(16), name=f"prod{p}_{t}", reset_less=True)
                 m.d.sync += product.eq(_lut_product(window[t * pin + p], weights[p][t]))
                 m.d.comb += tree.i_data[t].eq(product)
-        side = data.StructLayout({"valid": 1, **({"tag": unsigned(self._tag_width)}
-                                                 if self._tag_width else {})})
-        s = Signal(side, name="side_in")
-        m.d.comb += s.valid.eq(take)
-        if self._tag_width:
-            m.d.comb += s.tag.eq(self.i_payload.tag)
-        latency = depthwise_unit_latency(cfg)
-        s = delayed(m, s, latency - 1, "side_d")
-        m.d.sync += self.o_valid.eq(s.valid)
-        if self._tag_width:
-            m.d.sync += self.o_payload.tag.eq(s.tag)
+        self._side_path(m, take)
         for p, tree in enumerate(trees):
             # the first window's sum, a cycle ahead of the second's
             first = Signal.like(tree.o_sum, name=f"first_sum{p}", reset_less=True)
