@@ -68,14 +68,16 @@ def compile_with_demands(name, model, engine):
     """:func:`mlperf_tiny.compile_network` at batch 1, each layer with its runs' compute,
     input and output demands summed (``layer.demands``, the cycle model's) beside the split."""
     from fpgacnn.host.compiler import EngineStep, compile_model
-    from fpgacnn.core.fused_block import depthwise_lanes
+    from fpgacnn.core.fused_block import depthwise_issue_cycles, depthwise_lanes
     from fpgacnn.host.cycle_model import layer_cycles
     result = mlperf_tiny.compile_network(name, model, engine, 1)
     program = compile_model(model, engine.config, batch=1)
     steps = {s.name: s for s in program.steps if isinstance(s, EngineStep)}
     config = engine.config
-    # The fused block's depthwise unit: its lanes' kmax^2 products a cycle.
-    unit = depthwise_lanes(config) * config.kmax ** 2 if config.fused_blocks else None
+    # The fused block's depthwise unit: its lanes' kmax^2 products every
+    # depthwise_issue_cycles (the half-rate unit's window pair takes two).
+    unit = (depthwise_lanes(config) * config.kmax ** 2 / depthwise_issue_cycles(config)
+            if config.fused_blocks else None)
     for layer in result.layers:
         step = steps[layer.name]
         if getattr(step, "fused", False):
