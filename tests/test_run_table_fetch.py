@@ -96,3 +96,53 @@ def test_the_fused_blocks_words_are_two_reads_of_the_pynq_z2_record():
     assert (len(record_fields(without)), record_bytes(without)) == (65, 264)
     assert (len(record_fields(with_block)), record_bytes(with_block)) == (70, 280)
     assert (len(descriptor_words(without)), len(descriptor_words(with_block))) == (21, 26)
+
+
+@pytest.mark.slow
+def test_the_blocks_record_costs_its_reads_where_no_run_hides_the_fetch(program_boards,
+                                                                        tmp_path):
+    """On the RTL, the AutoEncoder (batch 1, warm, the bench's memory) on the PYNQ-Z2's
+    engine with and without the block: every record's busy cycles the same, and the
+    sequencer's own cycles two reads longer at each fetch nothing overlaps, which are
+    two (the start's first record, and the one after ``/encoder/4``, whose run ends
+    within a fetch of its last read): docs/program.md, 3,445 -> 3,449."""
+    import importlib.util
+    from pathlib import Path
+
+    from numpy.testing import assert_array_equal
+
+    from fpgacnn.boards.zynq_design import DESIGN
+    from fpgacnn.host.accelerator import Accelerator
+    from fpgacnn.host.onnx_import import load_onnx
+    from fpgacnn.host.reference import ReferenceBackend
+
+    spec = importlib.util.spec_from_file_location(
+        "model_zoo", Path(__file__).resolve().parents[1] / "examples" / "model_zoo.py")
+    zoo = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(zoo)
+    qm = load_onnx(zoo.write_zoo(tmp_path, names=["autoencoder"],
+                                 n_calibration=16)["autoencoder"]["int8"])
+    x8 = qm.quantize_input(zoo.calibration_data(zoo.build("autoencoder"), 1, seed=200))
+    want = ReferenceBackend().run_int8(qm, x8)
+    family = load_board("pynq-z2").family
+    own, busy, reads = {}, {}, {}
+    for name in ("pynq-z2 without the block", "pynq-z2"):
+        config = ENGINES[name]
+        board = program_boards(config)
+        board.set_memory_timing(bytes_per_cycle=DESIGN.memory_bytes_per_cycle(family, config))
+        try:
+            acc = Accelerator(qm, config=config, board=board)
+            acc.run_int8(x8)
+            assert_array_equal(acc.run_int8(x8), want)  # warm: the weights resident
+        finally:
+            board.set_memory_timing()
+        seq = acc.report["sequencer"]
+        assert seq["sequencer_starts"] == 1
+        own[name] = seq["sequencer_cycles"] - seq["sequenced_busy_cycles"]
+        sequenced = acc.sequenced(1)
+        busy[name] = [sequenced.counter_words(i) for i in range(len(sequenced.image.records))]
+        reads[name] = record_bytes(config) // read_bytes(config)
+    assert busy["pynq-z2"] == busy["pynq-z2 without the block"]
+    extra = reads["pynq-z2"] - reads["pynq-z2 without the block"]
+    assert extra == 2
+    assert own["pynq-z2"] - own["pynq-z2 without the block"] == 2 * extra
