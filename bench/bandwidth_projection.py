@@ -10,7 +10,8 @@ onto two changes of the engine that the remaining goals name, step by step:
   times the words a cycle): a step whose stream phase the input or the
   output binds (:func:`mlperf_tiny.run_parts`) keeps its weights, compute
   and overhead cycles, and its stream phase shrinks to
-  ``max(compute, input / k, output / k)``;
+  ``max(depthwise, compute, input / k, output / k)`` (``depthwise`` a fused
+  block's depthwise unit's demand, 0 elsewhere);
 - **within the DRAM** besides: the board's DRAM moves at most ``D`` bytes a
   cycle, reads and writes together (``--dram-mb-s``, the memory's peak in
   MB/s at the engine's clock ``--clock-mhz``; the PYNQ-Z2's 16-bit DDR3 at
@@ -18,12 +19,15 @@ onto two changes of the engine that the remaining goals name, step by step:
   the ARM cores, docs/program.md), so a stream phase takes at least
   ``(input + output) * B / D`` cycles (the demands are cycles of ``B``
   bytes);
-- **lanes full** besides: a step's compute demand down to its floor
-  (``MACs / peak``; of a fused block the larger of its pointwise's MACs at
-  the peak and its depthwise's at the depthwise unit's products a cycle):
-  what a datapath mode that fills the 1x1 remap's ``pin * kmax^2`` lanes
-  with fewer channels would reach (MobileNetV1's first block: 8 channels in
-  36 lanes), the memory as in the column before.
+- **lanes full** besides: a step's compute demand (the array's) down to
+  its floor (``MACs / peak``; of a fused block its pointwise's MACs): what
+  a datapath mode that fills the 1x1 remap's ``pin * kmax^2`` lanes with
+  fewer channels would reach (MobileNetV1's first block: 8 channels in 36
+  lanes), the memory as in the column before. A fused block's depthwise
+  demand stays the cycle model's (its window pairs at the unit's pace,
+  :func:`~fpgacnn.core.fused_block.depthwise_issue_cycles`): the unit's
+  lanes are full already where the channels fill its tiles, and no lane
+  mode of the array shortens it.
 
 Both are projections from the cycle model's own split of each run, not
 builds: what the engine would need, and how far it would get.
@@ -53,7 +57,8 @@ def projected(layer, scale, *, dram=None, lanes_full=False):
     :func:`compile_with_demands`, batch 1) with the memory ``scale`` times as wide,
     with ``dram`` (bytes a cycle, reads and writes together, as a multiple of the
     demands' ``B``: ``D / B``) its traffic within the DRAM's peak, and with
-    ``lanes_full`` its compute at its floor (``layer.floor``, never more than compiled)."""
+    ``lanes_full`` its array's compute at its floor (``layer.floor``, never more
+    than compiled); a fused block's depthwise demand as compiled."""
     p, d = layer.parts, layer.demands
     # The stream phase's cycles: its binding demand (the split keeps only that one).
     stream = layer.cycles - p["weights"] - p["overhead"]
@@ -61,32 +66,26 @@ def projected(layer, scale, *, dram=None, lanes_full=False):
     memory = max(d["input"], d["output"]) / scale
     if dram is not None:
         memory = max(memory, (d["input"] + d["output"]) / dram)
-    return layer.cycles - stream + max(compute, memory)
+    return layer.cycles - stream + max(d["depthwise"], compute, memory)
 
 
 def compile_with_demands(name, model, engine):
-    """:func:`mlperf_tiny.compile_network` at batch 1, each layer with its runs' compute,
-    input and output demands summed (``layer.demands``, the cycle model's) beside the split."""
+    """:func:`mlperf_tiny.compile_network` at batch 1, each layer with its runs' depthwise,
+    compute, input and output demands summed (``layer.demands``, the cycle model's) beside
+    the split, and its array's floor (``layer.floor``: its MACs at the peak, a fused
+    block's pointwise MACs)."""
     from fpgacnn.host.compiler import EngineStep, compile_model
-    from fpgacnn.core.fused_block import depthwise_issue_cycles, depthwise_lanes
     from fpgacnn.host.cycle_model import layer_cycles
     result = mlperf_tiny.compile_network(name, model, engine, 1)
     program = compile_model(model, engine.config, batch=1)
     steps = {s.name: s for s in program.steps if isinstance(s, EngineStep)}
     config = engine.config
-    # The fused block's depthwise unit: its lanes' kmax^2 products every
-    # depthwise_issue_cycles (the half-rate unit's window pair takes two).
-    unit = (depthwise_lanes(config) * config.kmax ** 2 / depthwise_issue_cycles(config)
-            if config.fused_blocks else None)
     for layer in result.layers:
         step = steps[layer.name]
-        if getattr(step, "fused", False):
-            # the pointwise on the array, the depthwise beside it on the unit
-            pw = step.pointwise.macs
-            layer.floor = max(pw / config.peak_macs_per_cycle, (layer.macs - pw) / unit)
-        else:
-            layer.floor = layer.macs / config.peak_macs_per_cycle
-        demands = {"compute": 0, "input": 0, "output": 0}
+        # (a fused block's depthwise runs beside the array, on the unit: its demand)
+        macs = step.pointwise.macs if getattr(step, "fused", False) else layer.macs
+        layer.floor = macs / config.peak_macs_per_cycle
+        demands = {"depthwise": 0, "compute": 0, "input": 0, "output": 0}
         for run in step.runs:
             desc = run.warm_descriptor if program.resident else run.descriptor
             est = layer_cycles(engine.config, desc)

@@ -34,18 +34,25 @@ split exactly into
 
 - ``weights``: the parameter and weight beats (``load_cycles``), which
   nothing overlaps;
-- the stream phase's binding demand, the largest of ``compute`` (windows
-  issued, ``compute_cycles``), ``input`` (line-buffer writer cycles:
-  ``batch*in_h*in_w*ci_tiles`` words at ``max(1, pin/beat)`` cycles each) and
-  ``output`` (output words at ``max(1, pout/beat)`` beats each), i.e. the
-  cycle model's own demands, of which it names the largest as the run's
-  ``bound``;
+- the stream phase's binding demand, the largest of ``depthwise`` (a fused
+  block's depthwise unit: its window pairs at
+  :func:`~fpgacnn.core.fused_block.depthwise_issue_cycles` each, ``ci_tiles``
+  windows a pair; 0 in other runs), ``compute`` (windows issued into the
+  array, ``compute_cycles``: a fused block's pointwise half), ``input``
+  (line-buffer writer cycles: ``batch*in_h*in_w*ci_tiles`` words at
+  ``max(1, pin/beat)`` cycles each) and ``output`` (output words at
+  ``max(1, pout/beat)`` beats each), i.e. the cycle model's own demands
+  (``detail["demand"]``), of which it names the largest as the run's
+  ``bound`` (the first of a tie in that order);
 - ``overhead``: the rest (start, line-buffer fill before the first window,
   pipeline drain, and whatever of the non-binding streams does not overlap).
 
-Summed over a layer's runs, the largest of weights / compute / input / output
-/ overhead is the layer's bound; the tables give it with its share of the
-layer's cycles, and the five shares.
+Summed over a layer's runs, the largest of weights / depthwise / compute /
+input / output / overhead is the layer's bound; the tables give it with its
+share of the layer's cycles, and the six shares (``w / dw / c / i / o /
+ovh``). A fused block whose depthwise unit is slower than its pointwise
+(MobileNetV1's 32 -> 32 block on the PYNQ-Z2's half-rate unit) is
+``depthwise``, not ``overhead``: the unit's cycles are its own part.
 
 Published figures (``PUBLISHED``) are MLPerf Tiny results (whole-system
 latencies), cited with their sources.
@@ -130,8 +137,11 @@ PUBLISHED = {
     ],
 }
 
-#: The parts of a layer's cycles, in table order.
-PARTS = ("weights", "compute", "input", "output", "overhead")
+#: The parts of a layer's cycles, in table order (the stream's demands in the cycle
+#: model's order, so that a tie names the part the model names), and their short names.
+PARTS = ("weights", "depthwise", "compute", "input", "output", "overhead")
+PART_ABBREVIATIONS = {"weights": "w", "depthwise": "dw", "compute": "c", "input": "i",
+                      "output": "o", "overhead": "ovh"}
 
 
 # -- engines -------------------------------------------------------------------------------
@@ -222,15 +232,16 @@ def run_parts(config, desc, predicted):
     -------
     dict
         ``PARTS`` -> cycles (they sum to the run's cycles); ``"stream"``: which of
-        compute / input / output binds the stream phase; ``"issued"``: the cycles
-        in which a window is issued (whether or not compute binds).
+        depthwise / compute / input / output binds the stream phase; ``"issued"``:
+        the cycles in which a window is issued into the array (whether or not
+        compute binds).
     """
     est = layer_cycles(config, desc)
     if est.cycles != predicted:
         raise RuntimeError(f"the cycle model gives {est.cycles} cycles, the compiled run "
                            f"{predicted}")
-    # What each stream needs on its own, the cycle model's (the weights aside).
-    demand = {name: est.detail["demand"][name] for name in ("compute", "input", "output")}
+    # What each stream needs on its own, the cycle model's, in its order (the weights aside).
+    demand = {name: cycles for name, cycles in est.detail["demand"].items() if name != "weights"}
     stream = max(demand, key=demand.get)
     if est.bound != "weights" and est.bound != stream:
         raise RuntimeError(f"the cycle model names {est.bound!r}, the demands here {stream!r}")
@@ -430,6 +441,11 @@ def _ms(cycles, mhz):
     return f"{cycles / (mhz * 1e3):.3f}"
 
 
+def _part_names(short=True):
+    """The parts' names as the tables' headings give them: ``w / dw / ... / ovh``."""
+    return " / ".join(PART_ABBREVIATIONS[p] if short else p for p in PARTS)
+
+
 def _shares(parts):
     total = sum(parts[p] for p in PARTS)
     return " / ".join(f"{100 * parts[p] / total:.0f}" for p in PARTS)
@@ -479,7 +495,7 @@ def headline_table(results, engine, batch):
             "met",
             f"depthwise utilization (goal {DEPTHWISE_GOAL:.0%})",
             "lane use (MACs / issued slots)",
-            "bound mix (weights / compute / input / output / overhead %)", "host steps left",
+            f"bound mix ({_part_names(short=False)} %)", "host steps left",
             f"engine time/image at {mhz:g} MHz (engine only)", "same at 100% utilization",
             "published (ms/image, whole system)", "ours / published"]
     lines = ["| " + " | ".join(head) + " |",
@@ -526,7 +542,7 @@ def network_table(name, per_engine, batches):
     head = ["engine (boards)", "array", "DSPs used / available", "clock MHz"]
     for b in batches:
         head += [f"cycles/image b{b}", f"util. b{b}", f"ms/image b{b} (engine only)"]
-    head += [f"bound mix b{batches[0]} (w / c / i / o / ovh %)", "RTL cycles/image"]
+    head += [f"bound mix b{batches[0]} ({_part_names()} %)", "RTL cycles/image"]
     lines = ["| " + " | ".join(head) + " |",
              "|---|---|---|---:|" + "---:|---:|---:|" * len(batches) + "---|---|"]
     for engine, results in per_engine:
@@ -551,7 +567,7 @@ def layer_table(results, batches):
     head = ["layer", "shape", "mapping", "runs", "MACs/image"]
     for b in batches:
         head += [f"cycles/image b{b}", f"util. b{b}", f"bound b{b}"]
-    head += [f"lane use b{batches[0]}", f"w / c / i / o / ovh % b{batches[0]}",
+    head += [f"lane use b{batches[0]}", f"{_part_names()} % b{batches[0]}",
              f"RTL cycles b{batches[0]}"]
     lines = ["| " + " | ".join(head) + " |",
              "|---|---|---|---:|---:|" + "---:|---:|---|" * len(batches) + "---:|---|---:|"]
@@ -736,7 +752,8 @@ def report(args, argv, engine_list, results, wall):
                 continue
             out += [f"Per layer, **{name}** on {engine.label} ({engine.geometry}); cycles per "
                     f"image; bound = the largest part of the layer's cycles (weights, the "
-                    f"stream's compute / input / output demand, overhead):", "",
+                    f"stream's depthwise / compute / input / output demand, overhead: "
+                    f"depthwise the fused block's depthwise unit, compute the array):", "",
                     layer_table(per_engine[i], args.batch_list), ""]
     return "\n".join(out)
 

@@ -72,7 +72,9 @@ class CycleEstimate:
     load_cycles : int
         Parameter and weight beats.
     compute_cycles : int
-        Cycles in which a window is issued.
+        Cycles in which a window is issued into the array (a fused run's
+        pointwise windows; its depthwise unit's are ``detail["demand"]
+        ["depthwise"]``).
     input_wait_cycles : int
         Cycles the array waited for input rows (line-buffer fill included).
     output_wait_cycles : int
@@ -80,9 +82,20 @@ class CycleEstimate:
     tail_cycles : int
         Pipeline drain and the last output beats.
     bound : str
-        What bounds the run: ``"compute"``, ``"input"``, ``"output"`` or ``"weights"``.
+        What bounds the run: ``"compute"`` (the array), ``"depthwise"`` (a
+        fused run's depthwise unit), ``"input"``, ``"output"`` or ``"weights"``:
+        the largest of ``detail["demand"]``, the cycles each needs on its own
+        (the first of a tie in that order, the depthwise unit before the
+        array, whose pointwise windows wait for the unit's pairs).
     reason : str
         One sentence saying why.
+    detail : dict
+        ``"demand"``: ``"depthwise"`` (the window pairs of a fused run's
+        depthwise unit at :func:`~fpgacnn.core.fused_block.depthwise_issue_cycles`
+        each, 0 in other runs), ``"compute"`` (``compute_cycles``), ``"input"``
+        (the line-buffer writer's cycles), ``"output"`` (the output stream's)
+        and ``"weights"`` (``load_cycles``); the schedule's ``"fill"``,
+        ``"first_issue"``, ``"last_issue"`` and ``"latency"``.
     """
 
     cycles: int
@@ -106,6 +119,11 @@ class CycleEstimate:
     def compute_utilization(self):
         """Utilization counting only the cycles after the weights are in."""
         return self.macs / ((self.cycles - self.load_cycles) * self.peak_macs_per_cycle)
+
+
+#: The demands of :attr:`CycleEstimate.detail` as a reason names them.
+_DEMAND_NAMES = {"depthwise": "the depthwise unit", "compute": "the array",
+                 "input": "the input", "output": "the output", "weights": "the weights"}
 
 
 def _produced(oy, out_w, out_h, co, pool):
@@ -320,10 +338,29 @@ def layer_cycles(config, desc, *, macs=None, writer=None, reader=None):
     if pace is not None:  # the reader's commands, a cycle each, where they are more
         input_cycles = max(input_cycles, sum(pace.commands))
     out_cycles = n_words // entry_words * per_entry_out
-    demand = {"compute": compute, "input": input_cycles, "output": out_cycles,
-              "weights": load}
+    # A fused run's depthwise unit issues every window pair of every output row
+    # (the line buffer's pairs, not the pair buffer's raster slots), a pair's ci
+    # windows at its pace, an odd row's one-pixel pair at a cycle a window
+    # (_fused_row); 0 without the unit. It comes first: on a tie with the
+    # pointwise issuer it is the unit that binds, as the issuer only takes
+    # slots the unit has filled.
+    dw_pace = depthwise_issue_cycles(config) if fused else 0
+    dw_pairs, dw_singles = (batch * out_h * (out_w // 2), batch * out_h * (out_w % 2)) \
+        if fused else (0, 0)
+    dw_cycles = (dw_pairs * dw_pace + dw_singles) * ci
+    demand = {"depthwise": dw_cycles, "compute": compute, "input": input_cycles,
+              "output": out_cycles, "weights": load}
     bound = max(demand, key=demand.get)
-    if bound == "compute":
+    if bound == "depthwise":
+        singles = f" and {dw_singles} one-pixel pairs x {ci} at 1 cycle" if dw_singles else ""
+        reason = (f"the depthwise unit: {dw_pairs} window pairs x {ci} channel tiles at "
+                  f"{dw_pace} cycle(s) each{singles} ({dw_cycles} cycles) against the "
+                  f"pointwise's {compute} compute cycles")
+    elif bound == "compute" and fused:
+        reason = (f"the array (the pointwise half): {batch * -(-out_h * out_w // 2)} pixel "
+                  f"pairs x {co} output tiles x {wins} windows, one window per cycle "
+                  f"({compute} cycles) against the depthwise unit's {dw_cycles}")
+    elif bound == "compute":
         reason = (f"the array: {orows} output rows x {out_w} px x {co} output tiles x "
                   f"{wins} input tiles, one window per cycle ({compute} cycles)")
     elif bound == "input":
@@ -339,6 +376,9 @@ def layer_cycles(config, desc, *, macs=None, writer=None, reader=None):
     else:
         reason = (f"weight loading: {load} beats of parameters and weights against "
                   f"{compute} compute cycles")
+    ties = [_DEMAND_NAMES[d] for d in demand if d != bound and demand[d] == demand[bound]]
+    if ties:  # (the first of a tie is named: the others bind as much)
+        reason += f"; as many for {', '.join(ties[:-1])}{' and ' if ties[1:] else ''}{ties[-1]}"
     return CycleEstimate(
         cycles=int(total), macs=int(macs), peak_macs_per_cycle=peak, load_cycles=load,
         compute_cycles=compute, input_wait_cycles=int(wait_in), output_wait_cycles=int(wait_out),

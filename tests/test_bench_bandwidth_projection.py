@@ -34,13 +34,35 @@ def test_scale_one_is_the_compiled_program(bench, ds_cnn):
             <= bench.projected(layer, 2, dram=21.3 / 8)
 
 
-def test_a_fused_blocks_floor_is_its_slower_half(bench, ds_cnn):
+def test_a_fused_blocks_depthwise_is_the_cycle_models_demand(bench, ds_cnn):
     fused = [l for l in ds_cnn.layers if l.mapping == "fused"]
     assert len(fused) == 4
     for layer in fused:
-        # 1x1 64->64 at 25x5 on 288 products: 512,000 / 288 = 1,778; the depthwise's
-        # 72,000 MACs on the PYNQ-Z2's half-rate unit, 36 products a cycle: 2,000
-        assert layer.floor == pytest.approx(72_000 / 36)
+        # the array's floor: the pointwise, 1x1 64->64 at 25x5 on 288 products
+        assert layer.floor == pytest.approx(512_000 / 288)
+        # the unit's, the cycle model's: 25 rows of 2 pairs at 2 cycles and a pair of one
+        # at 1, 16 channel tiles: 2,000, the depthwise's 72,000 MACs at the half-rate
+        # unit's 36 products a cycle (its tiles full)
+        assert layer.demands["depthwise"] == 2_000 == 72_000 / 36
+        assert layer.demands["compute"] == 2_016  # 63 pixel pairs x 16 tiles x 2 windows
+        # full lanes leave the array's 1,778 under the unit's 2,000: the unit binds
+        rest = layer.cycles - layer.parts["compute"]
+        assert bench.projected(layer, 4, lanes_full=True) == rest + 2_000
+
+
+def test_a_depthwise_bound_block_keeps_its_units_cycles(bench, tmp_path):
+    """MobileNetV1's 32 -> 32 block on the half-rate unit: the split's stream phase is the
+    unit's 4,608 cycles, which neither the memory nor full lanes shorten."""
+    from fpgacnn.host.onnx_import import load_onnx
+    written = bench.load_zoo().write_zoo(tmp_path, ["mobilenet_v1_025"], n_calibration=4)
+    engine, = bench.mlperf_tiny.engines(["pynq-z2"])
+    r = bench.compile_with_demands("mobilenet_v1_025",
+                                   load_onnx(written["mobilenet_v1_025"]["int8"]), engine)
+    block, = [l for l in r.layers if l.shape == "dw 3x3 32 ch @24x24 + 1x1 32->32"]
+    assert block.demands["depthwise"] == block.parts["depthwise"] == 4_608
+    assert block.demands["compute"] == 2_304 and block.floor == pytest.approx(589_824 / 288)
+    for kwargs in ({}, {"dram": 21.3 / 8}, {"dram": 21.3 / 8, "lanes_full": True}):
+        assert bench.projected(block, 2, **kwargs) == block.cycles
 
 
 def test_main_writes_its_section(bench, tmp_path):

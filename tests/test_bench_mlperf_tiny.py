@@ -83,3 +83,36 @@ def test_block_engine_reports_the_fused_blocks(bench, ds_cnn):
 def test_unknown_engine_names_one_line(bench):
     with pytest.raises(SystemExit, match="unknown board nope[+]block; choose from"):
         bench.parse_args(["--boards", "nope+block"])
+
+
+def test_a_depthwise_bound_block_is_named_depthwise(bench, tmp_path):
+    """MobileNetV1's 32 -> 32 block (/features/3) on the PYNQ-Z2's half-rate unit: 288
+    window pairs of 8 channel tiles at 2 cycles each, twice its pointwise's 2,304: the
+    unit's part, not overhead. With the full-rate unit its four demands tie (2,304 each:
+    the unit named first); DS-CNN's blocks stay compute-bound on both (2,016 pointwise
+    cycles against 2,000 and 1,200 of the unit's)."""
+    import dataclasses
+    from fpgacnn.host.onnx_import import load_onnx
+    written = bench.load_zoo().write_zoo(tmp_path, ["mobilenet_v1_025", "ds_cnn"],
+                                         n_calibration=4)
+    half, = bench.engines(["pynq-z2"])
+    assert half.config.depthwise_pixels == 1
+    full = bench.Engine(["full rate"], dataclasses.replace(half.config, depthwise_pixels=2),
+                        half.clock_mhz)
+    mobilenet = {}
+    for engine, want in ((half, (4608, "depthwise")), (full, (2304, "depthwise"))):
+        r = mobilenet[engine.names[0]] = bench.compile_network(
+            "mobilenet_v1_025", load_onnx(written["mobilenet_v1_025"]["int8"]), engine, 1)
+        block, = [l for l in r.layers if l.shape == "dw 3x3 32 ch @24x24 + 1x1 32->32"]
+        assert (block.parts["depthwise"], bench.bound_of(block.parts)[0]) == want
+        assert block.parts["compute"] == block.parts["input"] == block.parts["output"] == 0
+        assert sum(block.parts[p] for p in bench.PARTS) == block.cycles
+        d = bench.compile_network("ds_cnn", load_onnx(written["ds_cnn"]["int8"]), engine, 1)
+        fused = [l for l in d.layers if l.mapping == "fused"]
+        assert len(fused) == 4
+        assert {(bench.bound_of(l.parts)[0], l.parts["compute"]) for l in fused} \
+            == {("compute", 2016)}
+    table = bench.layer_table({1: mobilenet["pynq-z2"]}, [1])
+    assert "| w / dw / c / i / o / ovh % b1 |" in table
+    row, = [line for line in table.splitlines() if "| dw 3x3 32 ch @24x24 +" in line]
+    assert "| depthwise 95% |" in row and "| 0 / 95 / 0 / 0 / 0 / 5 |" in row
