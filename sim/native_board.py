@@ -294,8 +294,15 @@ def build_harness_library(verilog, harness, *, top="top", headers=None, trace=No
     source = harness.read_text()
     # Every harness drives its model through the shared VerilatorModel.
     headers = {_MODEL_HEADER.name: _MODEL_HEADER.read_text(), **(headers or {})}
+    # The model's evaluation code at -O2 (OPT_FAST), its constructors and
+    # initial blocks at the compiler's default (OPT_SLOW): a -O2 in CFLAGS
+    # would reach both, and the slow half (big for engines with ROMs and wide
+    # memories) then takes a third of the build for no simulation speed
+    # (measured, 2026-12-07: tests/test_zoo_on_rtl.py's engine 49 -> 41 s, the
+    # resident-weights test's three 115 -> 74 s, the simulation as fast).
     flags = ["--cc", "-Wno-fatal", "-O3", "--prefix", "Vtop", "--top-module", top,
-             "-CFLAGS", "-fPIC -O2", "--build", "-j", str(min(os.cpu_count() or 1, 4))]
+             "-CFLAGS", "-fPIC", "-MAKEFLAGS", "OPT_FAST=-O2",
+             "--build", "-j", str(min(os.cpu_count() or 1, 4))]
     if trace not in (None, "vcd", "fst"):
         raise BackendError(f"waveform format must be 'vcd' or 'fst', not {trace!r}")
     if trace == "fst" and not _have_lz4_headers():
