@@ -12,10 +12,14 @@
    products in each ``SB_MAC16`` (its 8x8 mode) and a lane's odd product in
    LUTs -- plus per output lane the requantizer's
    multiply: its partial products (``requant_product_parts``, 17-bit operand
-   parts, one hard multiplier each) with ``deep_pipeline``, else the
-   ``acc_width x (mult_width + 1)`` product split into tiles of the DSP's
-   operand widths; with pixel pairs (3d) two requantizers a lane and a
-   tap's two products in one DSP48; and the smallest buffers (step 4) must
+   parts, one hard multiplier each; on the Zynq boards, whose top is the
+   program engine, the parts of the sum times the whole multiplier) with
+   ``deep_pipeline``, else the ``acc_width x (mult_width + 1)`` product split
+   into tiles of the DSP's operand widths; with pixel pairs (3d) two
+   requantizers a lane and a tap's two products in one DSP48; plus the
+   descriptor check's product and, on the Zynq boards, the program engine's
+   vector unit (:func:`multiplier_parts`, docs/boards.md "DSP blocks"); and
+   the smallest buffers (step 4) must
    fit the block RAMs, because a weight word is ``pout*kmax*kmax*pin`` bytes wide. Among equal MAC counts the balanced one (``pin == pout``)
    wins, then the one with more output lanes. If even ``pin = pout = 1`` does
    not fit, that is chosen and the rest is built from LUTs.
@@ -109,14 +113,17 @@ import math
 from ..core.config import ConfigError, EngineConfig
 from ..core.contract import engine_contract, requant_product_parts
 from ..core.fused_block import depthwise_on_vector_lanes
+from ..core.program_products import PROGRAM_WHOLE_MULTIPLIER, program_engine_products
 from ..core.technology import in_block_ram
+from ..hdl.datapath.descriptor_check import check_products
 from ..hdl.tech.ecp5_block_ram import blocks_in_parts
 from ..hdl.tech.pair_products import PACKED_WIDTH
 from ..hdl.tech.pipelined_memory import in_ecp5_blocks
 from .board import require_board
 from .zynq_design import DESIGN
 
-__all__ = ["Sizing", "size_engine", "multipliers_needed", "bram_blocks_needed", "fifo_reserve",
+__all__ = ["Sizing", "size_engine", "multipliers_needed", "multiplier_parts", "bram_blocks_needed",
+           "fifo_reserve",
            "sizing_markdown"]
 
 _KMAX = 3
@@ -155,7 +162,27 @@ def fifo_reserve(bram_blocks):
 
 
 def multipliers_needed(config, board):
-    """Hard multipliers ``config`` takes on ``board``: MAC array + requantizers."""
+    """Hard multipliers ``config`` takes on ``board``'s top: the sum of
+    :func:`multiplier_parts`."""
+    return sum(multiplier_parts(config, board).values())
+
+
+def multiplier_parts(config, board):
+    """Hard multipliers of ``config`` on ``board``'s top, by part.
+
+    Returns
+    -------
+    dict
+        ``{"mac_array": n, "requantizers": n, "descriptor_check": n,
+        "vector_unit": n}``: the MAC array; the requantizers (their partial
+        products, :func:`~fpgacnn.core.contract.requant_product_parts`, with
+        the whole multiplier on a board whose top is the program engine); the
+        descriptor check's product
+        (:func:`~fpgacnn.hdl.datapath.descriptor_check.check_products`); on a
+        board whose top is the program engine (the Zynq boards) its vector
+        unit's lanes (:func:`~fpgacnn.core.program_products.program_engine_products`),
+        else 0.
+    """
     r = board.resources
     windows = 1 + config.pixel_pairs  # windows a cycle: each lane's products per tap
     if r.multiplier_kind == "SB_MAC16":
@@ -167,13 +194,23 @@ def multipliers_needed(config, board):
     else:
         mac = config.peak_macs_per_cycle * r.multipliers_for(config.act_width, config.weight_width)
     # A requantizer a window. The deep arrangement's multiplies the operands'
-    # parts (PipelinedMultiplier), a hard multiplier or more each; the compact
-    # one's is one product that synthesis tiles.
+    # parts (PipelinedMultiplier), a hard multiplier or more each (an unsigned
+    # part counted with its zero sign bit); the compact one's is one product that
+    # synthesis tiles.
+    program_top = board.family in DESIGN.families  # the Zynq boards' top: the program engine
     if config.deep_pipeline:
-        per_lane = sum(r.multipliers_for(a[1], b[1]) for a, b in requant_product_parts(config))
+        whole = program_top and PROGRAM_WHOLE_MULTIPLIER
+        per_lane = sum(r.multipliers_for(a[1] + (not a[2]), b[1] + (not b[2]))
+                       for a, b in requant_product_parts(config, whole_multiplier=whole))
     else:
         per_lane = r.multipliers_for(config.acc_width, config.mult_width + 1)
-    return mac + windows * config.pout * per_lane
+
+    def count(products):
+        return sum(r.multipliers_for(a, b) for a, b in products)
+
+    return {"mac_array": mac, "requantizers": windows * config.pout * per_lane,
+            "descriptor_check": count(check_products(config)),
+            "vector_unit": count(program_engine_products(config)) if program_top else 0}
 
 
 def bram_blocks_needed(config, board):
@@ -375,7 +412,7 @@ def _fused_blocks(config, board, budget, blocks, reasons):
 
     if not depthwise_on_vector_lanes(dataclasses.replace(config, fused_blocks=1)):
         # The Zynq top would build the half's own requantizer, 2 * pin lanes
-        # of four DSP48 each, which the multiplier count above does not hold.
+        # of two DSP48 each, which the multiplier count above does not hold.
         reasons.append("fused_blocks=0: the program engine's vector unit has fewer lanes "
                        "than the depthwise half's sums (its own requantizer's DSPs are not "
                        "in the multiplier budget)")
@@ -476,13 +513,18 @@ def size_engine(board, *, fused_block=None, depthwise_pixels=None):
                 candidates.append((macs, -abs(math.log2(pin) - math.log2(pout)), pout, pin))
     if candidates:
         _, _, pout, pin = max(candidates)
-        need = multipliers_needed(_config(pin, pout, _START, board), board)
+        parts = multiplier_parts(_config(pin, pout, _START, board), board)
         paired = (" (two 8x8 products per SB_MAC16, a lane's odd one in LUTs)"
                   if r.multiplier_kind == "SB_MAC16" else "")
+        others = "".join(f" + {what} {parts[key]}" for key, what in (
+            ("descriptor_check", "the descriptor check"),
+            ("vector_unit", "the program engine's vector unit")) if parts[key])
         reasons.append(
-            f"pin={pin}, pout={pout}: {_KMAX * _KMAX * pin * pout} int8 multipliers + "
-            f"{pout} requantizer(s) = {need} of {r.multipliers} {r.multiplier_kind}{paired}; "
-            f"doubling pin or pout would need more multipliers or block RAMs")
+            f"pin={pin}, pout={pout}: the MAC array of {_KMAX * _KMAX * pin * pout} "
+            f"products a window {parts['mac_array']} + {pout} requantizer lane(s) "
+            f"{parts['requantizers']}{others} = {sum(parts.values())} of {r.multipliers} "
+            f"{r.multiplier_kind}{paired}; doubling pin or pout would need more multipliers "
+            f"or block RAMs")
     else:
         pin = pout = 1
         need = multipliers_needed(_config(1, 1, _START, board), board)

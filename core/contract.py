@@ -45,7 +45,7 @@ __all__ = [
     "ROW_FIELD_MAX", "MEMORY_READ_LATENCY", "MULTIPLIER_LATENCY", "OPERAND_PART_BITS",
     "Buffer", "Latencies", "FusedBlock", "EngineContract", "engine_contract", "memory_parts",
     "memory_part_depth", "memory_latency", "operand_parts", "products_latency",
-    "requant_sum_width", "requant_product_parts", "descriptor_violations",
+    "requant_sum_width", "requant_product_parts", "requant_tree_levels", "descriptor_violations",
     "beats",
 ]
 
@@ -63,13 +63,28 @@ def requant_sum_width(acc_width):
     return max(acc_width, 32) + 1
 
 
-def requant_product_parts(config):
-    """The deep requantizer's partial products, a hard multiplier (or more) each:
+def requant_product_parts(config, *, whole_multiplier=False):
+    """The deep requantizer's partial products, a hard multiplier each:
     ``(sum part, mult part)`` pairs of :func:`operand_parts` of ``acc + bias``
-    (:func:`requant_sum_width`) and of the multiplier."""
+    (:func:`requant_sum_width`) and of the multiplier, ``(offset, width,
+    signed)`` each. ``whole_multiplier``: the multiplier whole (one unsigned
+    ``mult_width`` part), each sum part times it a 25 x 18 signed product, one
+    DSP48 (the program engine's, whose tops are Zynq's:
+    :data:`~fpgacnn.core.program_products.PROGRAM_WHOLE_MULTIPLIER`); else in
+    17-bit parts too, 18 x 18 products (the ECP5's ``MULT18X18D``)."""
     sum_parts = operand_parts(requant_sum_width(config.acc_width), signed=True)
-    mult_parts = operand_parts(config.mult_width, signed=False)
+    mult_parts = ([(0, config.mult_width, False)] if whole_multiplier
+                  else operand_parts(config.mult_width, signed=False))
     return [(a, b) for a in sum_parts for b in mult_parts]
+
+
+def requant_tree_levels(config):
+    """Register levels of the deep requantizer's adder tree over its partial products
+    and the rounding term: those of the 17-bit parts (:func:`requant_product_parts`)
+    whichever parts are built, so that its latency, and every cycle count, is the
+    same on every top (the whole multiplier's fewer parts register their sum once
+    more)."""
+    return _tree_levels(len(requant_product_parts(config)) + 1)
 
 
 def _tree_levels(count):
@@ -553,10 +568,9 @@ class EngineContract:
             # rows, the taps
             line = 3 + memory_latency(8 * pin, self.line_buffer_memory_words,
                                       register_output=True)
-            parts = len(requant_product_parts(c))
             # bias add, the multipliers, the tree of partial products (and
             # the rounding term), shift, saturate, zero point and clamp
-            requant = 1 + MULTIPLIER_LATENCY + _tree_levels(parts + 1) + 3
+            requant = 1 + MULTIPLIER_LATENCY + requant_tree_levels(c) + 3
             # register the word, the memory's read (and part select), compare
             pool = 2 + memory_latency(8 * pout, self.pool_row.words, register_output=True)
             weight_read = memory_latency(self.weight_beats * c.stream_width, self.weights.words,

@@ -231,7 +231,8 @@ def depthwise_on_vector_lanes(config):
     lanes (:func:`~fpgacnn.core.memory_port.read_bytes`) have the requantizer's
     arithmetic (``scaled_sum`` with ``mb = 0``): lent to the block, they take the
     place of a requantizer of :func:`depthwise_lanes` lanes and its DSP blocks
-    (four DSP48E1 a lane on Xilinx: 32 on the PYNQ-Z2, which has 18 spare).
+    (two DSP48E1 a lane in the program engine, whose requantizers multiply by the
+    whole multiplier: 16 on the PYNQ-Z2).
     True with ``fused_blocks`` where the vector unit has a lane for each of the
     half's sums (their multipliers are ``mult_width``, which is
     :data:`~fpgacnn.core.widths.MULT_BITS`, as the lanes'); a standalone

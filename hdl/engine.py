@@ -50,6 +50,10 @@ class ConvEngine(wiring.Component):
         The core's ``lent_lanes`` (:class:`~fpgacnn.hdl.datapath.conv_core.ConvCore`):
         the fused block's depthwise half requantizes on lanes outside the engine
         (``dw_lanes``), the program engine's vector unit's.
+    whole_multiplier : bool
+        The core's ``whole_multiplier``
+        (:class:`~fpgacnn.hdl.datapath.conv_core.ConvCore`): its requantizers'
+        products as 25 x 18 ones, two DSP48s a lane in place of four.
 
     Members
     -------
@@ -81,13 +85,14 @@ class ConvEngine(wiring.Component):
         If ``config`` is not an EngineConfig.
     """
 
-    def __init__(self, config, *, register_bus=False, lent_lanes=False):
+    def __init__(self, config, *, register_bus=False, lent_lanes=False, whole_multiplier=False):
         require_config(config)
         if not isinstance(register_bus, bool):
             raise TypeError(f"register_bus must be True or False, not {register_bus!r}")
         check_lent_lanes(config, lent_lanes)
         self._config = config
         self._lent_lanes = lent_lanes
+        self._whole_multiplier = whole_multiplier
         self._regmap = build_regmap(config)
         self._register_bus = register_bus
         control = (RegisterBusSignature(ADDR_WIDTH - 2, 32) if register_bus
@@ -155,7 +160,8 @@ class ConvEngine(wiring.Component):
         # front of a net that size would be among the longest paths. Run
         # control lives in its own module so that the soft reset clears it
         # together with the core (the CSR bank keeps the descriptor).
-        core = ConvCore(self._config, lent_lanes=self._lent_lanes)
+        core = ConvCore(self._config, lent_lanes=self._lent_lanes,
+                        whole_multiplier=self._whole_multiplier)
         run = Module()
         core_reset = Signal(init=1)
         m.d.sync += core_reset.eq(csr.control.soft_reset)

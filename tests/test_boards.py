@@ -376,32 +376,39 @@ def test_sizing_fits_the_board(name):
 
 
 def test_sizing_ulx3s_85f_is_the_144_mac_array():
-    # 144 MACs + 2 lanes x 4 DSPs of 32x25-bit requantization = 152 of 156 DSPs
-    c = size_engine(load_board("ulx3s-85f")).config
+    # 144 MACs + 2 lanes x 4 DSPs of 33x24-bit requantization + the descriptor
+    # check's product = 153 of 156 DSPs (BENCHMARKS.md 3.1)
+    board = load_board("ulx3s-85f")
+    s = size_engine(board)
+    c = s.config
     assert (c.kmax, c.pin, c.pout, c.peak_macs_per_cycle) == (3, 8, 2, 144)
+    assert s.multipliers == 144 + 2 * 4 + 1
 
 
 def test_sizing_pynq_z2_pairs_count_the_dsps_as_built():
     # 144 DSP48E1 for the 288 products (PairProducts: a tap's two in one 25 x 8
-    # multiply) + 2 requantizers x 4 lanes x 4 partial products (17-bit parts of
-    # the 33-bit sum and the 24-bit multiplier) = 176, as synth_xilinx maps the
-    # convolution core (docs/boards.md); one pixel a window takes 144 + 16.
+    # multiply) + 2 requantizers x 4 lanes x 2 partial products (17-bit parts of
+    # the 33-bit sum times the whole 24-bit multiplier: the program engine's) +
+    # the descriptor check's product + the vector unit's 8 lanes x 3 = 185, as
+    # synth_xilinx maps the Zynq top (tests/test_program_dsp.py, docs/boards.md);
+    # one pixel a window takes 144 + 8 + 1 + 24.
     board = load_board("pynq-z2")
     s = size_engine(board)
     c = s.config
     assert (c.pin, c.pout, c.pixel_pairs, c.peak_macs_per_cycle) == (4, 4, 1, 288)
     assert len(requant_product_parts(c)) == 4
-    assert s.multipliers == multipliers_needed(c, board) == 144 + 2 * 4 * 4
+    assert len(requant_product_parts(c, whole_multiplier=True)) == 2
+    assert s.multipliers == multipliers_needed(c, board) == 144 + 2 * 4 * 2 + 1 + 8 * 3
     assert multipliers_needed(dataclasses.replace(c, pixel_pairs=0, fused_blocks=0,
                                                   depthwise_pixels=2),
-                              board) == 144 + 4 * 4
+                              board) == 144 + 4 * 2 + 1 + 8 * 3
     assert "pixel_pairs=1" in s.describe()
 
 
 def test_sizing_explains_itself():
     text = size_engine(load_board("ulx3s-85f")).describe()
     assert re.match(r"^engine: kmax=3 pin=8 pout=2 \(144 MACs/cycle\)", text)
-    assert "152 of 156 MULT18X18D" in text
+    assert "153 of 156 MULT18X18D" in text
     assert re.search(r"of 208 block RAMs", text)
 
 

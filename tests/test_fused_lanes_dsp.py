@@ -41,8 +41,9 @@ def test_the_lent_lanes_add_no_dsp_block(tmp_path):
 
 def test_the_descriptor_check_of_a_fused_run_adds_no_dsp_block(tmp_path):
     """The check's pointwise weight words (``co_tiles * group``) are shifted adds, not a
-    product: the PYNQ-Z2's Zynq top has two DSP48E1 to spare (docs/engine.md,
-    "Increment 6")."""
+    product: the PYNQ-Z2's Zynq top had two DSP48E1 to spare when it was written
+    (docs/engine.md, "Increment 6"; 35 since the top's products were counted,
+    docs/boards.md "DSP blocks")."""
     from fpgacnn.boards.board import load_board
     from fpgacnn.boards.engine_sizing import size_engine
     from fpgacnn.hdl.datapath.descriptor_check import DescriptorCheck

