@@ -446,13 +446,15 @@ def test_sizing_the_half_rate_unit_as_chosen_or_asked():
     assert ("depthwise_pixels=1: the half-rate depthwise unit, as pynq-z2's file chooses "
             "([sizing])") in chosen.describe()
     assert size_engine(board, fused_block=False).config.fused_blocks == 0
-    # The Ultra96-V2's file chooses the half rate too (its top 82.4 % of the LUTs);
-    # the KV260's none (its top with the block not measured).
+    # The Ultra96-V2's file chooses the half rate too (its top 82.4 % of the LUTs),
+    # the KV260's the full rate (74.9 %), the ZCU104's none (no block fits).
     ultra = load_board("ultra96-v2")
     assert ultra.sizing.fused_block and ultra.sizing.depthwise_pixels == 1
     assert size_engine(ultra).config.depthwise_pixels == 1
-    assert not load_board("kv260").sizing.fused_block
-    assert size_engine(load_board("kv260"), fused_block=True).config.depthwise_pixels == 2
+    kv260 = load_board("kv260")
+    assert kv260.sizing.fused_block and kv260.sizing.depthwise_pixels == 2
+    assert size_engine(kv260).config.depthwise_pixels == 2
+    assert not load_board("zcu104").sizing.fused_block
 
 
 # -- CLI ------------------------------------------------------------------------
