@@ -94,10 +94,11 @@
    these estimates, so a file chooses it where the board's whole top with
    it was measured within 85 % of the LUTs. The PYNQ-Z1/Z2 files do, with
    the half-rate unit (``depthwise_pixels = 1``, docs/engine.md "The
-   half-rate depthwise unit"): 44,810 LUTs (84.2 %) by yosys, against
+   half-rate depthwise unit"): 44,872 LUTs (84.3 %) by yosys, against
    47,689 (89.6 %) at the full rate, which costs MobileNetV1 6.5 % more
    cycles (its 32 -> 32 block is depthwise-bound at the half rate) and
-   DS-CNN 1.1 %.
+   DS-CNN 1.1 %; the Ultra96-V2's too (82.4 %), the KV260's at the full
+   rate (74.9 %).
 5. ``deep_pipeline``: 1 (registers for 100 MHz and more), 0 on iCE40
    parts, whose logic cells are few and whose clock is slow anyway.
 
@@ -461,9 +462,9 @@ def size_engine(board, *, fused_block=None, depthwise_pixels=None):
         file chooses (``[sizing] fused_block``, :class:`~fpgacnn.boards.board.
         SizingChoices`), set where the board's whole top with the block was
         measured within the LUT margin a default engine keeps for placement
-        at 100 MHz (85 %; the PYNQ-Z1/Z2 with the half-rate unit: 84.2 % by
-        yosys, docs/boards.md "The fused block"); the block's logic is not in
-        this estimate.
+        at 100 MHz (85 %; the PYNQ-Z1/Z2 with the half-rate unit: 84.3 % by
+        yosys, docs/boards.md "The fused block"; the Ultra96-V2 and the KV260
+        too); the block's logic is not in this estimate.
     depthwise_pixels : int or None
         The fused block's depthwise unit (``EngineConfig.depthwise_pixels``):
         2, the full-rate unit, or 1, the half-rate one. ``None``: the board
