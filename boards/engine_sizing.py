@@ -124,8 +124,7 @@ from .board import require_board
 from .zynq_design import DESIGN
 
 __all__ = ["Sizing", "size_engine", "multipliers_needed", "multiplier_parts", "bram_blocks_needed",
-           "fifo_reserve",
-           "sizing_markdown"]
+           "fifo_reserve", "sizing_markdown"]
 
 _KMAX = 3
 _POWERS = (1, 2, 4, 8, 16, 32, 64)
