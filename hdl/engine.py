@@ -15,6 +15,7 @@ from .bus.axi_stream import AXI4StreamSignature
 from ..core.config import require_config
 from ..core.contract import engine_contract
 from .datapath.conv_core import ConvCore, check_lent_lanes
+from .datapath.requantizer import check_whole_multiplier
 from .datapath.depthwise_unit import depthwise_lanes_signature
 from .datapath.descriptor_check import DescriptorCheck
 from .bus.csr_bank import CSRBank
@@ -90,6 +91,7 @@ class ConvEngine(wiring.Component):
         if not isinstance(register_bus, bool):
             raise TypeError(f"register_bus must be True or False, not {register_bus!r}")
         check_lent_lanes(config, lent_lanes)
+        check_whole_multiplier(whole_multiplier)
         self._config = config
         self._lent_lanes = lent_lanes
         self._whole_multiplier = whole_multiplier

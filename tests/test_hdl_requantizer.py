@@ -169,6 +169,13 @@ def test_requantizer_rejects_bad_parameters():
         Requantizer(EngineConfig(), tag_width=-2)
     with pytest.raises(TypeError, match=r"^whole_multiplier must be True or False, not 1$"):
         Requantizer(EngineConfig(), tag_width=0, whole_multiplier=1)
+    # The core and the engine pass it down: they refuse it at construction too.
+    from fpgacnn.hdl.datapath.conv_core import ConvCore
+    from fpgacnn.hdl.engine import ConvEngine
+    for component in (ConvCore, ConvEngine):
+        with pytest.raises(TypeError, match=r"^whole_multiplier must be True or False, "
+                                            r"not 'yes'$"):
+            component(EngineConfig(), whole_multiplier="yes")
     gc.collect()  # the half-built components warn when collected: do it under the filter
 
 

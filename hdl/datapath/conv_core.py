@@ -47,7 +47,7 @@ from .pixel_words import pixel_group_shape
 from .mac_array import MacArray
 from .maxpool import MaxPool2x2
 from ..bus.register_slice import StreamRegisterSlice
-from .requantizer import Requantizer
+from .requantizer import Requantizer, check_whole_multiplier
 from .stream_loader import PARAM_RECORD, StreamLoader
 from .depthwise_unit import DepthwiseUnit, depthwise_lanes_signature
 from .pair_buffer import PairBuffer
@@ -119,6 +119,7 @@ class ConvCore(wiring.Component):
     def __init__(self, config, *, lent_lanes=False, whole_multiplier=False):
         require_config(config)
         check_lent_lanes(config, lent_lanes)
+        check_whole_multiplier(whole_multiplier)
         self._config = config
         self._lent = lent_lanes
         self._whole = whole_multiplier

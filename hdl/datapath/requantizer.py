@@ -13,7 +13,13 @@ from .delay import delayed
 from ..tech.dsp import PipelinedMultiplier
 from .sat_shift import double, round_half_up, saturate, shift_levels
 
-__all__ = ["Requantizer"]
+__all__ = ["Requantizer", "check_whole_multiplier"]
+
+
+def check_whole_multiplier(whole_multiplier):
+    """Raise TypeError unless ``whole_multiplier`` is a bool (:class:`Requantizer`'s)."""
+    if not isinstance(whole_multiplier, bool):
+        raise TypeError(f"whole_multiplier must be True or False, not {whole_multiplier!r}")
 
 #: Width of the per-lane shift: shifts 0..MAX_SHIFT (the integer contract's).
 SHIFT_WIDTH = SHIFT_BITS
@@ -94,8 +100,7 @@ class Requantizer(wiring.Component):
     def __init__(self, config, *, tag_width, lanes=None, whole_multiplier=False):
         require_config(config)
         _check_tag_width(tag_width)
-        if not isinstance(whole_multiplier, bool):
-            raise TypeError(f"whole_multiplier must be True or False, not {whole_multiplier!r}")
+        check_whole_multiplier(whole_multiplier)
         self._whole = whole_multiplier
         lanes = config.pout if lanes is None else lanes
         if isinstance(lanes, bool) or not isinstance(lanes, int) or lanes < 1:
