@@ -30,8 +30,9 @@ from .technology import operand_parts
 from .vector_fields import VECTOR_ACC_BITS
 from .widths import MULT_BITS
 
-__all__ = ["PROGRAM_WHOLE_MULTIPLIER", "VECTOR_B_TERM_BITS", "SCALED_SUM_MULT_BITS", "scaled_sum_term_parts",
-           "scaled_sum_products", "vector_lane_term_bits", "program_engine_products"]
+__all__ = ["PROGRAM_WHOLE_MULTIPLIER", "VECTOR_B_TERM_BITS", "SCALED_SUM_MULT_BITS",
+           "scaled_sum_term_parts", "scaled_sum_products", "vector_lane_term_bits",
+           "program_engine_products"]
 
 #: The program engine's requantizers multiply by the whole multiplier
 #: (:func:`~fpgacnn.core.contract.requant_product_parts`): its tops are Zynq's.
