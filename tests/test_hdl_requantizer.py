@@ -119,6 +119,10 @@ def _reference(segments):
     (24, 24, "scales"),
     (32, 24, "random"),
     (16, 24, "random"),
+    # The widest the int64 reference is exact at with 24-bit multipliers (the class
+    # docstring): acc + bias in three 17-bit parts, six products a lane (three with
+    # the whole multiplier).
+    (38, 24, "scales"),
 ])
 @pytest.mark.parametrize("arrangement, whole", TILINGS, ids=TILING_IDS)
 def test_requantizer_matches_reference(acc_width, mult_width, mult_source, arrangement, whole):

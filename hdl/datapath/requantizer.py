@@ -36,8 +36,9 @@ class Requantizer(wiring.Component):
 
     The hardware is exact at every ``acc_width``; the int64 reference is too
     as long as ``|acc + bias| * mult + 2**62`` fits in int64, i.e. for
-    ``acc_width <= 46`` with the 16-bit multipliers of
-    :func:`~fpgacnn.host.requant.requant_params`.
+    ``acc_width <= 38`` with the 24-bit (``MULT_BITS``) multipliers of
+    :func:`~fpgacnn.host.requant.requant_params` (tests/test_hdl_requantizer.py
+    checks that widest case).
 
     Parameters
     ----------
